@@ -1,0 +1,41 @@
+"""Put the mcp-quota service in front of every MCP tool call.
+
+The framework adapters live in `mcp_quota_client.fastmcp` and
+`mcp_quota_client.mcp_sdk`, so importing this package pulls in neither framework.
+"""
+
+from __future__ import annotations
+
+from mcp_quota_client.client import ClientStats, QuotaClient, QuotaClientConfig
+from mcp_quota_client.decision import CheckRequest, Decision, FailMode, Outcome, ToolAnnotations
+from mcp_quota_client.session import (
+    META_CALL_ID_KEY,
+    META_DECISION_KEY,
+    META_SESSION_KEY,
+    CallerInfo,
+    SessionIdentity,
+    SessionKeying,
+    SessionSource,
+    resolve_call_id,
+    resolve_session,
+)
+
+__all__ = [
+    "META_CALL_ID_KEY",
+    "META_DECISION_KEY",
+    "META_SESSION_KEY",
+    "CallerInfo",
+    "CheckRequest",
+    "ClientStats",
+    "Decision",
+    "FailMode",
+    "Outcome",
+    "QuotaClient",
+    "QuotaClientConfig",
+    "SessionIdentity",
+    "SessionKeying",
+    "SessionSource",
+    "ToolAnnotations",
+    "resolve_call_id",
+    "resolve_session",
+]

@@ -1,0 +1,445 @@
+"""Async HTTP client for `POST /v1/check`: pooled, short timeouts, retries, fail modes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+import anyio
+import httpx2
+
+from mcp_quota_client.decision import (
+    READ,
+    WRITE,
+    CheckRequest,
+    Decision,
+    FailMode,
+    Outcome,
+)
+
+logger = logging.getLogger("mcp_quota_client")
+
+DEFAULT_FAIL_MODES: Mapping[str, FailMode] = MappingProxyType(
+    {READ: FailMode.OPEN, WRITE: FailMode.CLOSED}
+)
+"""Reads keep working through an outage; writes (and anything unknown) are refused."""
+
+_BLOCKED_CODES = {
+    "quota_exceeded": Outcome.QUOTA_EXCEEDED,
+    "session_suspended": Outcome.SESSION_SUSPENDED,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaClientConfig:
+    """Where the quota service is and how patiently to ask it."""
+
+    base_url: str
+    token: str
+    connect_timeout: float = 1.0
+    read_timeout: float = 2.0
+    max_attempts: int = 3
+    """Tries per check, counting the first. Only connection errors, timeouts and 503 retry."""
+    backoff_base: float = 0.05
+    backoff_max: float = 0.5
+    fail_modes: Mapping[str, FailMode] = field(default_factory=lambda: dict(DEFAULT_FAIL_MODES))
+    default_fail_mode: FailMode = FailMode.CLOSED
+    """For a category not named in `fail_modes`: unknown means refuse."""
+
+    def __post_init__(self) -> None:
+        if not self.base_url:
+            raise ValueError("base_url is required")
+        if not self.token:
+            raise ValueError("token is required")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClientConfig:
+        """Read `MCP_QUOTA_URL`, `MCP_QUOTA_TOKEN` and the optional tuning variables.
+
+        `MCP_QUOTA_FAIL_OPEN` / `MCP_QUOTA_FAIL_CLOSED` are comma-separated
+        categories that override the defaults (read open, write closed).
+
+        Raises:
+            ValueError: a required variable is missing or a number is malformed.
+        """
+        env = os.environ if environ is None else environ
+        try:
+            base_url = env["MCP_QUOTA_URL"]
+            token = env["MCP_QUOTA_TOKEN"]
+        except KeyError as exc:
+            raise ValueError(f"environment variable {exc.args[0]} is required") from exc
+        modes: dict[str, FailMode] = dict(DEFAULT_FAIL_MODES)
+        for variable, mode in (
+            ("MCP_QUOTA_FAIL_OPEN", FailMode.OPEN),
+            ("MCP_QUOTA_FAIL_CLOSED", FailMode.CLOSED),
+        ):
+            for category in env.get(variable, "").split(","):
+                if category.strip():
+                    modes[category.strip()] = mode
+        return cls(
+            base_url=base_url,
+            token=token,
+            connect_timeout=float(env.get("MCP_QUOTA_CONNECT_TIMEOUT", "1.0")),
+            read_timeout=float(env.get("MCP_QUOTA_READ_TIMEOUT", "2.0")),
+            max_attempts=int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3")),
+            fail_modes=modes,
+        )
+
+    def fail_mode_for(self, category: str | None) -> FailMode:
+        """The configured fail mode for a category, or the default for an unknown one."""
+        if category is None:
+            return self.default_fail_mode
+        return self.fail_modes.get(category, self.default_fail_mode)
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """A snapshot of what the client has decided since it started."""
+
+    checks: int
+    allowed: int
+    refused: int
+    duplicates: int
+    retries: int
+    rejected: int
+    fail_open: Mapping[str, int]
+    fail_closed: Mapping[str, int]
+
+    @property
+    def fail_open_total(self) -> int:
+        """Every call that ran uncounted because the service was unavailable."""
+        return sum(self.fail_open.values())
+
+
+class _Fault(Exception):
+    """The service could not give a decision this attempt (internal to the retry loop)."""
+
+    def __init__(self, reason: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.status = status
+
+
+class QuotaClient:
+    """Asks the quota service whether a tool call may run.
+
+    Create one per process and share it: it keeps one pooled HTTP connection
+    set. `check` never raises for an outage or a refusal; both come back as a
+    `Decision`.
+    """
+
+    def __init__(
+        self,
+        config: QuotaClientConfig,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        jitter: Callable[[], float] = random.random,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.config = config
+        self._transport = transport
+        self._jitter = jitter
+        self._sleep = sleep
+        self._http: httpx2.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._counts: Counter[str] = Counter()
+        self._fail_open: Counter[str] = Counter()
+        self._fail_closed: Counter[str] = Counter()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClient:
+        """A client configured from `MCP_QUOTA_*` environment variables.
+
+        Raises:
+            ValueError: a required variable is missing or malformed.
+        """
+        return cls(QuotaClientConfig.from_env(environ))
+
+    async def __aenter__(self) -> QuotaClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+    def stats(self) -> ClientStats:
+        """Counts of decisions so far, including every fail-open call."""
+        return ClientStats(
+            checks=self._counts["checks"],
+            allowed=self._counts["allowed"],
+            refused=self._counts["refused"],
+            duplicates=self._counts["duplicates"],
+            retries=self._counts["retries"],
+            rejected=self._counts["rejected"],
+            fail_open=dict(self._fail_open),
+            fail_closed=dict(self._fail_closed),
+        )
+
+    async def check(self, request: CheckRequest) -> Decision:
+        """Count one tool call; return whether it may run.
+
+        The same `call_id` is sent on every retry, so a retried check is counted
+        once. Without one, a fresh id is generated for this call.
+        """
+        if request.call_id is None:
+            request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
+        self._counts["checks"] += 1
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                decision = await self._attempt(request, attempts)
+            except _Fault as fault:
+                if fault.retryable and attempts < self.config.max_attempts:
+                    self._counts["retries"] += 1
+                    await self._sleep(self._backoff(attempts))
+                    continue
+                return self._unavailable(request, fault, attempts)
+            self._record(decision)
+            return decision
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self.config.backoff_max, self.config.backoff_base * 2.0 ** (attempt - 1))
+        return self._jitter() * ceiling
+
+    def _client(self) -> httpx2.AsyncClient:
+        # An AsyncClient's pool belongs to the event loop that opened it; a server
+        # normally has one loop, but tests and scripts may run several in turn.
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:
+            self._http = httpx2.AsyncClient(
+                base_url=self.config.base_url.rstrip("/"),
+                headers={"Authorization": f"Bearer {self.config.token}"},
+                timeout=httpx2.Timeout(
+                    connect=self.config.connect_timeout,
+                    read=self.config.read_timeout,
+                    write=self.config.read_timeout,
+                    pool=self.config.connect_timeout,
+                ),
+                limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
+                transport=self._transport,
+            )
+            self._http_loop = loop
+        return self._http
+
+    async def _attempt(self, request: CheckRequest, attempt: int) -> Decision:
+        try:
+            response = await self._client().post("/v1/check", json=request.to_json())
+        except httpx2.TimeoutException as exc:
+            raise _Fault(f"timed out ({type(exc).__name__})", retryable=True) from exc
+        except httpx2.TransportError as exc:
+            raise _Fault(f"unreachable ({type(exc).__name__})", retryable=True) from exc
+        status = response.status_code
+        if status == 503:
+            raise _Fault("answered 503", retryable=True, status=status)
+        if status >= 500:
+            raise _Fault(f"answered {status}", retryable=False, status=status)
+        body = _json_object(response)
+        if status in (200, 429):
+            decision = _service_decision(request, status, response.headers, body, attempt)
+            if decision is None:
+                raise _Fault(f"answered {status} with an unreadable body", retryable=False)
+            return decision
+        return _rejected(request, status, body, attempt)
+
+    def _record(self, decision: Decision) -> None:
+        if decision.outcome is Outcome.REJECTED:
+            self._counts["rejected"] += 1
+            logger.error(
+                "mcp-quota: check rejected (%s) for tool %r in session %r: %s",
+                decision.http_status,
+                decision.tool,
+                decision.session_id,
+                decision.message,
+            )
+        elif decision.allowed:
+            self._counts["allowed"] += 1
+            if decision.duplicate:
+                self._counts["duplicates"] += 1
+        else:
+            self._counts["refused"] += 1
+
+    def _unavailable(self, request: CheckRequest, fault: _Fault, attempts: int) -> Decision:
+        category = request.local_category()
+        mode = self.config.fail_mode_for(category)
+        label = category or "unknown"
+        if mode is FailMode.OPEN:
+            self._fail_open[label] += 1
+            message = (
+                f"The quota service {fault.reason} after {attempts} attempt(s); the tool "
+                f"'{request.tool}' ran without being counted because category '{label}' "
+                "fails open."
+            )
+            logger.warning(
+                "mcp-quota: FAIL-OPEN tool=%s category=%s session=%s reason=%s attempts=%d "
+                "fail_open_total=%d",
+                request.tool,
+                label,
+                request.session_id,
+                fault.reason,
+                attempts,
+                sum(self._fail_open.values()),
+            )
+            outcome = Outcome.FAIL_OPEN
+        else:
+            self._fail_closed[label] += 1
+            message = (
+                f"The quota service is unavailable ({fault.reason}), so the tool "
+                f"'{request.tool}' was NOT run: calls in category '{label}' are refused "
+                "while the quota cannot be checked. Try again in a moment; read-only tools "
+                "may still work. If this persists, an administrator should check the quota "
+                "service."
+            )
+            logger.error(
+                "mcp-quota: FAIL-CLOSED tool=%s category=%s session=%s reason=%s attempts=%d",
+                request.tool,
+                label,
+                request.session_id,
+                fault.reason,
+                attempts,
+            )
+            outcome = Outcome.FAIL_CLOSED
+        return Decision(
+            allowed=mode is FailMode.OPEN,
+            outcome=outcome,
+            session_id=request.session_id,
+            tool=request.tool,
+            category=category,
+            message=message,
+            error_code="quota_service_unavailable",
+            http_status=fault.status,
+            attempts=attempts,
+        )
+
+
+def _json_object(response: httpx2.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _retry_after(headers: httpx2.Headers, body: Mapping[str, Any]) -> int | None:
+    from_body = _int_or_none(body.get("retry_after_seconds"))
+    if from_body is not None:
+        return from_body
+    header = headers.get("retry-after")
+    if header is not None and header.strip().isdigit():
+        return int(header.strip())
+    return None
+
+
+def _service_decision(
+    request: CheckRequest,
+    status: int,
+    headers: httpx2.Headers,
+    body: Mapping[str, Any],
+    attempt: int,
+) -> Decision | None:
+    allowed = body.get("allowed")
+    if not isinstance(allowed, bool) or allowed != (status == 200):
+        return None
+    error = body.get("error")
+    error = error if isinstance(error, Mapping) else {}
+    code = _str_or_none(error.get("code"))
+    category = _str_or_none(body.get("category"))
+    used = _int_or_none(body.get("used"))
+    limit = _int_or_none(body.get("limit"))
+    resets_at = _parse_time(body.get("resets_at"))
+    if allowed:
+        outcome = Outcome.ALLOWED
+        message = f"Allowed: {used}/{limit} {category} calls used in session {request.session_id}."
+        retry_after = None
+    else:
+        outcome = _BLOCKED_CODES.get(code or "", Outcome.QUOTA_EXCEEDED)
+        retry_after = _retry_after(headers, body)
+        message = _str_or_none(error.get("message")) or (
+            f"The {category} quota for session {request.session_id} is used up ({used}/{limit}); "
+            f"the tool '{request.tool}' was NOT run. An administrator can raise the quota."
+        )
+    return Decision(
+        allowed=allowed,
+        outcome=outcome,
+        session_id=_str_or_none(body.get("session_id")) or request.session_id,
+        tool=_str_or_none(body.get("tool")) or request.tool,
+        message=message,
+        category=category,
+        used=used,
+        limit=limit,
+        remaining=_int_or_none(body.get("remaining")),
+        resets_at=resets_at,
+        retry_after_seconds=retry_after,
+        duplicate=body.get("duplicate") is True,
+        error_code=code,
+        http_status=status,
+        attempts=attempt,
+        raw=dict(body),
+    )
+
+
+def _rejected(
+    request: CheckRequest, status: int, body: Mapping[str, Any], attempt: int
+) -> Decision:
+    error = body.get("error")
+    error = error if isinstance(error, Mapping) else {}
+    code = _str_or_none(error.get("code")) or f"http_{status}"
+    detail = _str_or_none(error.get("message")) or "no detail"
+    field_name = _str_or_none(error.get("field"))
+    where = f" (field '{field_name}')" if field_name else ""
+    return Decision(
+        allowed=False,
+        outcome=Outcome.REJECTED,
+        session_id=request.session_id,
+        tool=request.tool,
+        category=request.category,
+        message=(
+            f"The quota service rejected the check for tool '{request.tool}' with {status} "
+            f"{code}{where}: {detail}. The tool was NOT run. This is a configuration problem "
+            "in the MCP server (its token or request), not a used-up quota; an administrator "
+            "must fix it."
+        ),
+        error_code=code,
+        http_status=status,
+        attempts=attempt,
+        raw=dict(body),
+    )

@@ -1,0 +1,115 @@
+"""The request sent to `/v1/check` and the decision that comes back, as plain values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypedDict
+
+
+class Outcome(StrEnum):
+    """Why a decision allows or refuses a tool call."""
+
+    ALLOWED = "allowed"
+    """The service counted the call and it is within the budget."""
+    QUOTA_EXCEEDED = "quota_exceeded"
+    """The service refused: the session used its budget for the category."""
+    SESSION_SUSPENDED = "session_suspended"
+    """The service refused: an administrator suspended the session."""
+    FAIL_OPEN = "fail_open"
+    """The service could not be asked; the category fails open, so the call runs uncounted."""
+    FAIL_CLOSED = "fail_closed"
+    """The service could not be asked; the category fails closed, so the call is refused."""
+    REJECTED = "rejected"
+    """The service rejected the check itself (bad token, bad input): a configuration fault."""
+
+
+class FailMode(StrEnum):
+    """What to do with a category's calls when the quota service cannot answer."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class ToolAnnotations(TypedDict, total=False):
+    """The MCP tool annotations the service accepts, under their wire names."""
+
+    readOnlyHint: bool
+    destructiveHint: bool
+    idempotentHint: bool
+    openWorldHint: bool
+    title: str
+
+
+READ = "read"
+WRITE = "write"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckRequest:
+    """One tool call to be counted against a session's budget."""
+
+    session_id: str
+    tool: str
+    category: str | None = None
+    annotations: ToolAnnotations | None = None
+    principal: str | None = None
+    call_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
+        body: dict[str, Any] = {"session_id": self.session_id, "tool": self.tool}
+        if self.category is not None:
+            body["category"] = self.category
+        if self.annotations:
+            body["annotations"] = dict(self.annotations)
+        if self.principal is not None:
+            body["principal"] = self.principal
+        if self.call_id is not None:
+            body["call_id"] = self.call_id
+        return body
+
+    def local_category(self) -> str | None:
+        """The category this call most likely falls in, for choosing a fail mode offline.
+
+        Mirrors the service's default classification (explicit category, then
+        `readOnlyHint: true` -> read, anything else -> write). A policy rule on the
+        service may classify differently; offline, the client can only guess.
+        """
+        if self.category is not None:
+            return self.category
+        if self.annotations is not None and self.annotations.get("readOnlyHint") is True:
+            return READ
+        return WRITE
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The answer for one tool call. A refusal is a value, not an exception."""
+
+    allowed: bool
+    outcome: Outcome
+    session_id: str
+    tool: str
+    message: str
+    category: str | None = None
+    used: int | None = None
+    limit: int | None = None
+    remaining: int | None = None
+    resets_at: datetime | None = None
+    retry_after_seconds: int | None = None
+    duplicate: bool = False
+    error_code: str | None = None
+    http_status: int | None = None
+    attempts: int = 1
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def from_service(self) -> bool:
+        """True when the quota service itself decided (allowed or refused by quota)."""
+        return self.outcome in (
+            Outcome.ALLOWED,
+            Outcome.QUOTA_EXCEEDED,
+            Outcome.SESSION_SUSPENDED,
+        )

@@ -1,0 +1,113 @@
+"""FastMCP middleware: every `tools/call` is counted by the quota service before it runs.
+
+```python
+from fastmcp import FastMCP
+from mcp_quota_client.fastmcp import QuotaMiddleware
+
+mcp = FastMCP("articles")
+mcp.add_middleware(QuotaMiddleware())  # reads MCP_QUOTA_URL, MCP_QUOTA_TOKEN
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import mcp_types as mt
+from fastmcp.server.context import Context
+from fastmcp.server.dependencies import get_access_token
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import ToolResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcp_quota_client.client import QuotaClient
+from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
+from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
+from mcp_quota_client.session import (
+    META_DECISION_KEY,
+    CallerInfo,
+    SessionKeying,
+    principal_from_token,
+)
+
+
+def default_principal() -> str | None:
+    """The authenticated principal of the current FastMCP request, if the server has auth."""
+    token = get_access_token()
+    if token is None:
+        return None
+    return principal_from_token(token.client_id, token.subject)
+
+
+class QuotaMiddleware(Middleware):
+    """Refuses a tool call, without running it, when its session's quota is used up.
+
+    A refusal is a `CallToolResult` with `isError: true`, the service's message as
+    text and `{"kind", "category", "used", "limit", "retryAfterSeconds"}` as
+    `structuredContent`: feedback the model can act on, not a protocol error.
+    The tool's own annotations (from this server's tool list) go with each check,
+    so read-only tools are classified without configuration.
+    """
+
+    def __init__(
+        self,
+        client: QuotaClient | None = None,
+        *,
+        keying: SessionKeying = SessionKeying.CLIENT,
+        categories: Mapping[str, str] | None = None,
+        principal_resolver: PrincipalResolver | None = None,
+        attach_decision_meta: bool = True,
+    ) -> None:
+        """Args: `client` defaults to `QuotaClient.from_env()`.
+
+        Raises:
+            ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+        """
+        self.client = client if client is not None else QuotaClient.from_env()
+        self.guard = ToolCallGuard(self.client, keying, dict(categories or {}))
+        self._principal = principal_resolver or default_principal
+        self._attach_meta = attach_decision_meta
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        ctx = context.fastmcp_context
+        name = context.message.name
+        tool = await ctx.fastmcp.get_tool(name) if ctx is not None else None
+        if ctx is None or tool is None:
+            # Nothing will run: the server answers "unknown tool" itself.
+            return await call_next(context)
+        guarded = await self.guard.decide(
+            name, annotations_from(tool.annotations), self._caller(ctx)
+        )
+        decision = guarded.decision
+        if not decision.allowed:
+            return ToolResult(
+                content=[mt.TextContent(type="text", text=refusal_text(decision))],
+                structured_content=refusal_structured(decision),
+                is_error=True,
+            )
+        result = await call_next(context)
+        if self._attach_meta and type(result) is ToolResult:
+            result.meta = {**(result.meta or {}), META_DECISION_KEY: decision_meta(decision)}
+        return result
+
+    def _caller(self, ctx: Context) -> CallerInfo:
+        rc = ctx.request_context
+        if rc is None:
+            return CallerInfo(principal=self._principal(), transport=ctx.transport)
+        # On 2026-07-28 connections every request is its own connection and
+        # ctx.session_id is a fresh UUID each time: never a session key there.
+        modern = rc.protocol_version in MODERN_PROTOCOL_VERSIONS
+        request = rc.request
+        peer = request.client.host if request is not None and request.client else None
+        return CallerInfo(
+            meta=rc.meta,
+            transport_session_id=None if modern else ctx.session_id,
+            principal=self._principal(),
+            transport=ctx.transport,
+            peer=peer,
+            request_id=rc.request_id,
+        )

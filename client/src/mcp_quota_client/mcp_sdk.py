@@ -1,0 +1,145 @@
+"""The same guard for the official `mcp` SDK (2.x `MCPServer`), as request middleware.
+
+```python
+from mcp.server.mcpserver import MCPServer
+from mcp_quota_client.mcp_sdk import protect
+
+server = MCPServer("articles")
+protect(server)  # reads MCP_QUOTA_URL, MCP_QUOTA_TOKEN
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+
+from mcp_quota_client.client import QuotaClient
+from mcp_quota_client.decision import ToolAnnotations
+from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
+from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
+from mcp_quota_client.session import (
+    META_DECISION_KEY,
+    CallerInfo,
+    SessionKeying,
+    principal_from_token,
+)
+
+
+def default_principal() -> str | None:
+    """The authenticated principal of the current SDK request, if the server has auth."""
+    token = get_access_token()
+    if token is None:
+        return None
+    return principal_from_token(token.client_id, token.subject)
+
+
+class QuotaGuard:
+    """`ServerMiddleware` that counts each `tools/call` before the handler runs it.
+
+    A refused call never reaches the tool: the middleware answers with a
+    `CallToolResult` (`isError: true`, the service's message, structured details).
+    """
+
+    def __init__(
+        self,
+        server: MCPServer[Any],
+        client: QuotaClient | None = None,
+        *,
+        keying: SessionKeying = SessionKeying.CLIENT,
+        categories: Mapping[str, str] | None = None,
+        principal_resolver: PrincipalResolver | None = None,
+        attach_decision_meta: bool = True,
+    ) -> None:
+        """Args: `client` defaults to `QuotaClient.from_env()`.
+
+        Raises:
+            ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+        """
+        self.server = server
+        self.client = client if client is not None else QuotaClient.from_env()
+        self.guard = ToolCallGuard(self.client, keying, dict(categories or {}))
+        self._principal = principal_resolver or default_principal
+        self._attach_meta = attach_decision_meta
+        self._annotations: dict[str, ToolAnnotations | None] = {}
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method != "tools/call" or ctx.request_id is None or ctx.params is None:
+            return await call_next(ctx)
+        name = ctx.params.get("name")
+        if not isinstance(name, str) or not await self._known(name):
+            # Malformed or unknown: the SDK answers with its own error, nothing runs.
+            return await call_next(ctx)
+        guarded = await self.guard.decide(name, self._annotations[name], self._caller(ctx))
+        decision = guarded.decision
+        if not decision.allowed:
+            return CallToolResult(
+                content=[TextContent(type="text", text=refusal_text(decision))],
+                structured_content=refusal_structured(decision),
+                is_error=True,
+            )
+        result = await call_next(ctx)
+        if self._attach_meta and isinstance(result, CallToolResult):
+            meta = {**(result.meta or {}), META_DECISION_KEY: decision_meta(decision)}
+            result = result.model_copy(update={"meta": meta})
+        return result
+
+    async def _known(self, name: str) -> bool:
+        # The server's own tool list is the source of annotations; it is read
+        # again only when a name is not cached (a tool added after start-up).
+        if name not in self._annotations:
+            self._annotations = {
+                tool.name: annotations_from(tool.annotations)
+                for tool in await self.server.list_tools()
+            }
+        return name in self._annotations
+
+    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> CallerInfo:
+        raw_meta = ctx.params.get("_meta") if ctx.params is not None else None
+        meta = raw_meta if isinstance(raw_meta, Mapping) else None
+        request = ctx.request if isinstance(ctx.request, Request) else None
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        transport_session = (
+            request.headers.get("mcp-session-id") if request is not None and not modern else None
+        )
+        return CallerInfo(
+            meta=meta,
+            transport_session_id=transport_session,
+            principal=self._principal(),
+            transport="streamable-http" if request is not None else None,
+            peer=request.client.host if request is not None and request.client else None,
+            request_id=ctx.request_id,
+        )
+
+
+def protect(
+    server: MCPServer[Any],
+    client: QuotaClient | None = None,
+    *,
+    keying: SessionKeying = SessionKeying.CLIENT,
+    categories: Mapping[str, str] | None = None,
+    principal_resolver: PrincipalResolver | None = None,
+) -> QuotaGuard:
+    """Install a `QuotaGuard` as the innermost request middleware of `server`.
+
+    Raises:
+        ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+    """
+    guard = QuotaGuard(
+        server,
+        client,
+        keying=keying,
+        categories=categories,
+        principal_resolver=principal_resolver,
+    )
+    server.middleware.append(guard)
+    return guard
