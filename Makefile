@@ -1,0 +1,38 @@
+# mcp-quota developer commands. `make run` and `make test` do all the set-up themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+STAGE ?= prod
+
+.PHONY: run test lint typecheck unit install clean
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(BIN)/.installed node_modules/.installed
+
+## Start the service on http://127.0.0.1:$(PORT) over an embedded DynamoDB (moto).
+run: $(BIN)/.installed
+	PORT=$(PORT) $(BIN)/python scripts/serve_local.py
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy app.py chalicelib scripts tests bench
+
+## Install everything, lint, type-check and run the whole test suite.
+test: install lint typecheck
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,156 @@
+"""mcp-quota HTTP API: routes, the bearer-token authorizer, wiring, and the one mapping
+from errors and decisions to HTTP responses. Logic lives in chalicelib/."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
+
+from chalicelib.clock import iso_utc
+from chalicelib.errors import QuotaServiceError
+from chalicelib.observability import count, logger
+from chalicelib.quota import Decision
+from chalicelib.tokens import ADMIN, SERVER, Identity
+from chalicelib.validation import parse_check, parse_json_object
+from chalicelib.wiring import Container
+
+app = Chalice(app_name="mcp-quota")
+app.debug = False  # never a stack trace in a response, in any stage
+
+_container: Container | None = None
+
+
+def deps() -> Container:
+    """The per-container dependencies, built on first use."""
+    global _container
+    if _container is None:
+        _container = Container()
+    return _container
+
+
+def reset_dependencies(container: Container | None = None) -> None:
+    """Replace the dependencies (tests: a fixed clock, settings, or a fresh moto)."""
+    global _container
+    _container = container
+
+
+SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"])]
+
+
+@app.authorizer(ttl_seconds=60)
+def bearer(auth_request: AuthRequest) -> AuthResponse:
+    """Built-in authorizer: server tokens may check; admin tokens may do everything."""
+    result = deps().authenticator.authenticate(auth_request.token or "")
+    identity = result.identity
+    if identity is None:
+        logger.info("token refused", extra={"reason": result.reason})
+        return AuthResponse(routes=[], principal_id="anonymous")
+    routes: list[str | AuthRoute] = ["*"] if identity.role == ADMIN else list(SERVER_ROUTES)
+    context = {"tenant": identity.tenant, "role": identity.role, "token_id": identity.token_id}
+    return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
+
+
+def error_response(exc: QuotaServiceError) -> Response:
+    """The one mapping from a service error to its HTTP response."""
+    headers: dict[str, str | list[str]] = dict(exc.headers())
+    return Response(body=exc.body(), status_code=exc.STATUS_CODE, headers=headers)
+
+
+def handled(view: Callable[..., Response]) -> Callable[..., Response]:
+    """Turn service errors into their responses, and anything else into a plain 500."""
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Response:
+        request = app.current_request
+        if request is not None:
+            logger.set_correlation_id(request.context.get("requestId"))
+        try:
+            return view(*args, **kwargs)
+        except QuotaServiceError as exc:
+            if exc.STATUS_CODE >= 500:
+                logger.warning("request failed", extra={"code": exc.CODE, "error": exc.message})
+            return error_response(exc)
+        except Exception:
+            logger.exception("unhandled error")
+            return error_response(QuotaServiceError("Internal error; it has been logged."))
+
+    return wrapper
+
+
+def caller() -> Identity:
+    """The authenticated identity, from the authorizer's context."""
+    request = app.current_request
+    assert request is not None
+    context = request.context.get("authorizer", {})
+    return Identity(tenant=context["tenant"], role=context["role"], token_id=context["token_id"])
+
+
+def request_body() -> dict[str, Any]:
+    """The request's JSON object body (size- and syntax-checked)."""
+    request = app.current_request
+    assert request is not None
+    raw = request.raw_body
+    return parse_json_object(raw.encode("utf-8") if isinstance(raw, str) else raw)
+
+
+def decision_response(decision: Decision) -> Response:
+    """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
+    window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
+    body: dict[str, Any] = {
+        "allowed": decision.allowed,
+        "session_id": decision.session_id,
+        "tool": decision.tool,
+        "category": decision.category,
+        "used": decision.used,
+        "limit": decision.limit,
+        "remaining": decision.remaining,
+        "resets_at": iso_utc(decision.resets_at_ms),
+        "duplicate": decision.duplicate,
+    }
+    headers: dict[str, str | list[str]] = {
+        "RateLimit-Policy": f'"{decision.category}";q={decision.limit};w={window}',
+        "RateLimit": f'"{decision.category}";r={decision.remaining};t={window}',
+    }
+    if decision.allowed:
+        return Response(body=body, status_code=200, headers=headers)
+    body["retry_after_seconds"] = decision.retry_after_seconds
+    body["error"] = {"code": decision.reason, "message": decision.message}
+    headers["Retry-After"] = str(decision.retry_after_seconds)
+    return Response(body=body, status_code=429, headers=headers)
+
+
+@app.route("/health", methods=["GET"])
+@handled
+def health() -> Response:
+    """Liveness: no token, no store access."""
+    return Response(body={"status": "ok", "service": "mcp-quota"}, status_code=200)
+
+
+@app.route("/v1/check", methods=["POST"], authorizer=bearer)
+@handled
+def check() -> Response:
+    """Count one tool call against its session's budget, or refuse it."""
+    identity = caller()
+    if identity.role not in (SERVER, ADMIN):
+        raise QuotaServiceError("Unknown role.")
+    container = deps()
+    request = parse_check(request_body(), container.policy)
+    decision = container.checks.check(identity.tenant, request)
+    count("ChecksAllowed" if decision.allowed else "ChecksBlocked", decision.category)
+    if not decision.allowed:
+        logger.warning(
+            "tool call refused",
+            extra={
+                "tenant": identity.tenant,
+                "session_id": decision.session_id,
+                "tool": decision.tool,
+                "category": decision.category,
+                "reason": decision.reason,
+                "used": decision.used,
+                "limit": decision.limit,
+            },
+        )
+    return decision_response(decision)

@@ -1,0 +1,1 @@
+"""mcp-quota: a per-session, per-category tool-call quota for MCP servers."""

@@ -1,0 +1,91 @@
+"""Every fault the service reports, each with the HTTP status it maps to.
+
+A blocked call is not here: it is a normal outcome, returned as a `Decision`.
+"""
+
+from __future__ import annotations
+
+
+class QuotaServiceError(Exception):
+    """Base of every error the API turns into a JSON error response."""
+
+    STATUS_CODE = 500
+    CODE = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def body(self) -> dict[str, object]:
+        """The JSON error body for this error."""
+        return {"error": {"code": self.CODE, "message": self.message}}
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers for this error."""
+        return {}
+
+
+class InvalidRequest(QuotaServiceError):
+    """The request body or parameters are malformed; names the offending field."""
+
+    STATUS_CODE = 400
+    CODE = "invalid_request"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def body(self) -> dict[str, object]:
+        error: dict[str, object] = {"code": self.CODE, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return {"error": error}
+
+
+class PayloadTooLarge(QuotaServiceError):
+    """The request body is larger than the service accepts."""
+
+    STATUS_CODE = 413
+    CODE = "payload_too_large"
+
+
+class NotFound(QuotaServiceError):
+    """The addressed resource does not exist for this tenant."""
+
+    STATUS_CODE = 404
+    CODE = "not_found"
+
+
+class Conflict(QuotaServiceError):
+    """The request is valid but contradicts the current state."""
+
+    STATUS_CODE = 409
+    CODE = "conflict"
+
+
+class StoreUnavailable(QuotaServiceError):
+    """The counter store is throttled or unreachable; the caller should retry later."""
+
+    STATUS_CODE = 503
+    CODE = "store_unavailable"
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_seconds)}
+
+
+class StoreMisconfigured(QuotaServiceError):
+    """The store answered, but a table or permission the service needs is missing."""
+
+    STATUS_CODE = 503
+    CODE = "store_misconfigured"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "30"}
+
+
+class ConfigurationError(Exception):
+    """Settings or the policy document are invalid; raised at start-up, never per request."""

@@ -1,0 +1,167 @@
+"""The quota policy: categories with their limits, and how a tool is classified.
+
+Classification precedence, highest first: a policy rule for the tool (exact names, then
+glob patterns in file order), the category the caller named, the tool's MCP annotations
+(`readOnlyHint: true` is `read`, anything else `write`), and last the most restrictive
+category, so that an unknown tool can never land in a generous budget by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from chalicelib.errors import ConfigurationError
+
+POLICY_DIR = Path(__file__).parent / "policies"
+CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+READ = "read"
+WRITE = "write"
+
+
+@dataclass(frozen=True)
+class Category:
+    """One budget: how many calls a session may make in it."""
+
+    name: str
+    limit: int
+    max_limit: int
+    notify: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Maps exact tool names or one glob pattern to a category."""
+
+    category: str
+    tools: frozenset[str] = frozenset()
+    pattern: str | None = None
+
+    def matches(self, tool: str) -> bool:
+        """Whether this rule applies to the tool name."""
+        if tool in self.tools:
+            return True
+        return self.pattern is not None and fnmatchcase(tool, self.pattern)
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The category a call is counted in, and which precedence level chose it."""
+
+    category: Category
+    source: str  # "rule" | "request" | "annotations" | "default"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The categories and rules of one stage."""
+
+    categories: Mapping[str, Category]
+    rules: tuple[Rule, ...]
+
+    @property
+    def most_restrictive(self) -> Category:
+        """The category with the smallest limit: where unknown tools go."""
+        return min(self.categories.values(), key=lambda c: c.limit)
+
+    def classify(
+        self,
+        tool: str,
+        requested: str | None = None,
+        read_only_hint: bool | None = None,
+    ) -> Classification:
+        """Choose the category a call to `tool` is counted in.
+
+        The caller must have checked that `requested`, when given, is a known category.
+        """
+        exact = [r for r in self.rules if tool in r.tools]
+        for rule in exact or [r for r in self.rules if r.matches(tool)]:
+            return Classification(self.categories[rule.category], "rule")
+        if requested is not None:
+            return Classification(self.categories[requested], "request")
+        if read_only_hint is not None:
+            name = READ if read_only_hint else WRITE
+            return Classification(self.categories[name], "annotations")
+        return Classification(self.most_restrictive, "default")
+
+
+def _category(name: str, raw: Any) -> Category:
+    if not CATEGORY_NAME.match(name):
+        raise ConfigurationError(f"category name {name!r} must match {CATEGORY_NAME.pattern}")
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"category {name!r} must be an object")
+    unknown = set(raw) - {"limit", "max_limit", "notify", "description"}
+    if unknown:
+        raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
+    limit = raw.get("limit")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ConfigurationError(f"category {name!r}: limit must be an integer >= 1")
+    max_limit = raw.get("max_limit", limit * 10)
+    if not isinstance(max_limit, int) or isinstance(max_limit, bool) or max_limit < limit:
+        raise ConfigurationError(f"category {name!r}: max_limit must be an integer >= limit")
+    notify = raw.get("notify", False)
+    if not isinstance(notify, bool):
+        raise ConfigurationError(f"category {name!r}: notify must be true or false")
+    return Category(name, limit, max_limit, notify, str(raw.get("description", "")))
+
+
+def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
+    where = f"rules[{index}]"
+    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category"}:
+        raise ConfigurationError(f"{where} must be an object of tools|pattern and category")
+    category = raw.get("category")
+    if category not in categories:
+        raise ConfigurationError(f"{where}: unknown category {category!r}")
+    tools = raw.get("tools", [])
+    pattern = raw.get("pattern")
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise ConfigurationError(f"{where}: tools must be a list of names")
+    if pattern is not None and not isinstance(pattern, str):
+        raise ConfigurationError(f"{where}: pattern must be a string")
+    if bool(tools) == (pattern is not None):
+        raise ConfigurationError(f"{where}: give exactly one of tools or pattern")
+    return Rule(category=str(category), tools=frozenset(tools), pattern=pattern)
+
+
+def parse_policy(document: Mapping[str, Any]) -> Policy:
+    """Validate a policy document and build the policy.
+
+    Raises:
+        ConfigurationError: the document is not a valid policy.
+    """
+    if document.get("version") != 1:
+        raise ConfigurationError("policy version must be 1")
+    raw_categories = document.get("categories")
+    if not isinstance(raw_categories, dict) or not raw_categories:
+        raise ConfigurationError("policy must define categories")
+    categories = {name: _category(name, raw) for name, raw in raw_categories.items()}
+    for required in (READ, WRITE):
+        if required not in categories:
+            raise ConfigurationError(f"policy must define the {required!r} category")
+    raw_rules = document.get("rules", [])
+    if not isinstance(raw_rules, list):
+        raise ConfigurationError("rules must be a list")
+    rules = tuple(_rule(i, raw, categories) for i, raw in enumerate(raw_rules))
+    return Policy(categories=categories, rules=rules)
+
+
+def load_policy(name: str) -> Policy:
+    """Load a policy document by file name from `chalicelib/policies/`, or by path.
+
+    Raises:
+        ConfigurationError: the file is missing or is not a valid policy.
+    """
+    path = Path(name) if "/" in name else POLICY_DIR / name
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigurationError(f"cannot read policy {path}: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ConfigurationError(f"policy {path} must be a JSON object")
+    return parse_policy(document)

@@ -1,0 +1,208 @@
+"""The pure quota decision: no I/O, no wall clock; times are epoch milliseconds passed in.
+
+The store applies one conditional update per check. When DynamoDB refuses it, the old
+item comes back and `explain_refusal` says why, with the same rules the condition uses.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from chalicelib.clock import iso_utc
+
+QUOTA_EXCEEDED = "quota_exceeded"
+SESSION_SUSPENDED = "session_suspended"
+_FIELD_SEP = "|"
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One recent call of a session, as kept in the session's last-calls record."""
+
+    at_ms: int
+    category: str
+    tool: str
+    allowed: bool
+    principal: str | None = None
+    call_id: str | None = None
+
+    def encode(self) -> str:
+        """Compact form stored in the counter item (the call id is kept beside it)."""
+        parts = [str(self.at_ms), self.category, self.tool, "1" if self.allowed else "0"]
+        if self.principal is not None:
+            parts.append(self.principal)
+        return _FIELD_SEP.join(parts)
+
+    @classmethod
+    def decode(cls, text: str, call_id: str | None) -> CallRecord:
+        """Rebuild a record from its stored form; the principal may itself hold '|'."""
+        parts = text.split(_FIELD_SEP, 4)
+        at_ms, category, tool, allowed = parts[:4]
+        principal = parts[4] if len(parts) > 4 else None
+        return cls(int(at_ms), category, tool, allowed == "1", principal, call_id)
+
+    def to_json(self) -> dict[str, object]:
+        """The record as the API shows it."""
+        out: dict[str, object] = {
+            "at": iso_utc(self.at_ms),
+            "tool": self.tool,
+            "category": self.category,
+            "allowed": self.allowed,
+        }
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
+        if self.principal is not None:
+            out["principal"] = self.principal
+        return out
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """A session's counter item as stored, decoded."""
+
+    last_seen_ms: int
+    started_ms: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+    raised: Mapping[str, int] = field(default_factory=dict)
+    notified: Mapping[str, int] = field(default_factory=dict)
+    suspended: bool = False
+    suspended_reason: str | None = None
+    principal: str | None = None
+    calls: tuple[CallRecord, ...] = ()
+
+    def is_idle(self, now_ms: int, idle_ms: int) -> bool:
+        """Whether the counters have expired: no attempt for longer than the idle timeout."""
+        return self.last_seen_ms < now_ms - idle_ms
+
+    def limit_for(self, category: str, base_limit: int) -> int:
+        """The effective limit: the base (policy or grant) or a per-session raise, if higher."""
+        return max(base_limit, self.raised.get(category, 0))
+
+    def find_call(self, call_id: str) -> CallRecord | None:
+        """The allowed call recorded under this call id, if still in the record."""
+        for record in reversed(self.calls):
+            if record.call_id == call_id and record.allowed:
+                return record
+        return None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One check: everything the store needs to count it, resolved before any I/O."""
+
+    tenant: str
+    session_id: str
+    tool: str
+    category: str
+    base_limit: int
+    now_ms: int
+    idle_ms: int
+    all_categories: tuple[str, ...]
+    notify: bool = False
+    principal: str | None = None
+    call_id: str | None = None
+
+    @property
+    def cutoff_ms(self) -> int:
+        """Sessions last seen before this instant are idle-expired."""
+        return self.now_ms - self.idle_ms
+
+    @property
+    def resets_at_ms(self) -> int:
+        """When the counters reset if the session makes no further attempt."""
+        return self.now_ms + self.idle_ms
+
+    @property
+    def ttl_epoch_seconds(self) -> int:
+        """DynamoDB TTL value: clean-up only, never relied on for correctness."""
+        return self.resets_at_ms // 1000 + 1
+
+    @property
+    def key(self) -> str:
+        """The counter item's partition key: tenant first, from the token, never the body."""
+        return f"{self.tenant}#{self.session_id}"
+
+    def record(self, allowed: bool) -> CallRecord:
+        """The last-calls entry for this attempt."""
+        return CallRecord(
+            self.now_ms, self.category, self.tool, allowed, self.principal, self.call_id
+        )
+
+
+class Refusal(enum.Enum):
+    """Why the conditional update was refused, read from the old item."""
+
+    EXPIRED = "expired"
+    SUSPENDED = "suspended"
+    DUPLICATE = "duplicate"
+    OVER_LIMIT = "over_limit"
+    STALE = "stale"  # the item read back no longer fails the condition: try again
+
+
+def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Refusal:
+    """Mirror of the store's condition: which clause failed for this old item."""
+    if snapshot.suspended:
+        return Refusal.SUSPENDED
+    if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
+        return Refusal.EXPIRED
+    if attempt.call_id is not None and snapshot.find_call(attempt.call_id) is not None:
+        return Refusal.DUPLICATE
+    used = snapshot.counts.get(attempt.category, 0)
+    if used >= snapshot.limit_for(attempt.category, attempt.base_limit):
+        return Refusal.OVER_LIMIT
+    return Refusal.STALE
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to one check: allowed, or blocked with the reason and the evidence."""
+
+    allowed: bool
+    session_id: str
+    tool: str
+    category: str
+    used: int
+    limit: int
+    now_ms: int
+    resets_at_ms: int
+    reason: str | None = None
+    duplicate: bool = False
+    first_exhaustion: bool = False
+    last_calls: tuple[CallRecord, ...] = ()
+
+    @property
+    def remaining(self) -> int:
+        """Calls left in this category before the limit."""
+        return max(0, self.limit - self.used)
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Seconds until the counter resets, if the session stays idle from now."""
+        return max(1, -(-(self.resets_at_ms - self.now_ms) // 1000))
+
+    @property
+    def message(self) -> str:
+        """One or two plain sentences that a model and a human both understand."""
+        if self.allowed:
+            return (
+                f"Allowed: {self.used}/{self.limit} '{self.category}' calls used "
+                f"in session '{self.session_id}'."
+            )
+        resets = iso_utc(self.resets_at_ms)
+        idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
+        if self.reason == SESSION_SUSPENDED:
+            return (
+                f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has been "
+                "suspended by an administrator, and every tool call in it is refused until "
+                "an administrator resumes it. Stop calling tools and tell the user."
+            )
+        return (
+            f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has used its "
+            f"'{self.category}' quota ({self.used}/{self.limit} calls). Stop calling "
+            f"'{self.category}' tools and tell the user; the counter resets at {resets} "
+            f"only if the session makes no calls for {idle_minutes} minutes (every attempt, "
+            "even a refused one, restarts that wait), or sooner if an administrator "
+            "raises the quota."
+        )

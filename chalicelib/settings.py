@@ -1,0 +1,66 @@
+"""All configuration, read once from the environment; invalid values fail at start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from chalicelib.errors import ConfigurationError
+
+LOCAL_STAGE = "local"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The service's settings for one stage."""
+
+    stage: str
+    counters_table: str
+    tokens_table: str
+    policy: str
+    idle_timeout_seconds: int
+    last_calls: int
+    token_cache_seconds: int
+    dev_server_token: str
+    dev_admin_token: str
+    dev_tenant: str
+
+    @property
+    def is_local(self) -> bool:
+        """The local stage: debug output and the fixed development tokens."""
+        return self.stage == LOCAL_STAGE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from environment variables.
+
+        Raises:
+            ConfigurationError: a variable has an invalid value.
+        """
+        env = os.environ if env is None else env
+        return cls(
+            stage=env.get("QUOTA_STAGE", LOCAL_STAGE),
+            counters_table=env.get("QUOTA_COUNTERS_TABLE", "mcp-quota-counters"),
+            tokens_table=env.get("QUOTA_TOKENS_TABLE", "mcp-quota-tokens"),
+            policy=env.get("QUOTA_POLICY", "default.json"),
+            idle_timeout_seconds=_int(env, "QUOTA_IDLE_TIMEOUT_SECONDS", 3600, 1),
+            last_calls=_int(env, "QUOTA_LAST_CALLS", 10, 1),
+            token_cache_seconds=_int(env, "QUOTA_TOKEN_CACHE_SECONDS", 60, 0),
+            dev_server_token=env.get("QUOTA_DEV_SERVER_TOKEN", "dev-server-token"),
+            dev_admin_token=env.get("QUOTA_DEV_ADMIN_TOKEN", "dev-admin-token"),
+            dev_tenant=env.get("QUOTA_DEV_TENANT", "demo"),
+        )

@@ -1,0 +1,1 @@
+"""Everything that speaks DynamoDB: expressions, attribute values and botocore errors."""

@@ -1,0 +1,378 @@
+"""The session counter item in DynamoDB: one conditional UpdateItem per allowed check.
+
+Item layout (one item per tenant + session; every attribute aliased in expressions):
+    pk           "<tenant>#<session_id>"
+    ls           last attempt, epoch ms (the idle clock)
+    started      when the current counters started, epoch ms
+    expires_at   TTL, epoch s: clean-up only; expiry is enforced by the `ls` condition
+    n_<cat>      calls counted in a category
+    r_<cat>      a per-session raised limit (admin)
+    z_<cat>      the limit at which the last exhaustion was notified (dedupe)
+    suspended    present while an administrator has suspended the session (its reason)
+    principal    who the agent acts for, when the caller says
+    calls, cids  the last calls (compact strings) and their call ids, trimmed in batches
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chalicelib.quota import Attempt, CallRecord, SessionSnapshot
+from chalicelib.storage.faults import error_code, translate
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+PK = "pk"
+LAST_SEEN = "ls"
+STARTED = "started"
+EXPIRES = "expires_at"
+CALLS = "calls"
+CALL_IDS = "cids"
+PRINCIPAL = "principal"
+SUSPENDED = "suspended"
+COUNT_PREFIX = "n_"
+RAISED_PREFIX = "r_"
+NOTIFIED_PREFIX = "z_"
+NO_CALL_ID = "-"  # stored call ids are prefixed, so this never equals one
+CALL_ID_PREFIX = "c:"  # an allowed call: its id is what a retry is deduplicated on
+BLOCKED_CALL_ID_PREFIX = "b:"  # a refused call: recorded, never a duplicate
+
+_BASE_NAMES = {
+    "#pk": PK,
+    "#ls": LAST_SEEN,
+    "#started": STARTED,
+    "#exp": EXPIRES,
+    "#calls": CALLS,
+    "#ids": CALL_IDS,
+    "#sus": SUSPENDED,
+}
+
+# Named parts of the check's condition. The store only counts; the policy decided the
+# category and base limit. `#n < #r` lets a per-session raise lift the limit in place.
+_NEW_SESSION = "attribute_not_exists(#pk)"
+_ACTIVE = "#ls >= :cutoff"
+_NOT_SUSPENDED = "attribute_not_exists(#sus)"
+_UNDER_LIMIT = "(attribute_not_exists(#n) OR #n < :limit OR #n < #r)"
+_NOT_SEEN = "NOT contains(#ids, :cid)"
+CONSUME_CONDITION = f"{_NEW_SESSION} OR ({_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT})"
+CONSUME_CONDITION_WITH_CALL_ID = (
+    f"{_NEW_SESSION} OR ({_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT} AND {_NOT_SEEN})"
+)
+
+_TOUCH = "#ls = :now, #exp = :exp"
+_APPEND_CALL = (
+    "#calls = list_append(if_not_exists(#calls, :empty), :rec), "
+    "#ids = list_append(if_not_exists(#ids, :empty), :cidl)"
+)
+_COUNT = "#n = if_not_exists(#n, :zero) + :one, #started = if_not_exists(#started, :now)"
+CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {_APPEND_CALL}"
+CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
+
+# After idle expiry: start the counters again, exactly as if TTL had deleted the item.
+RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
+_RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
+
+# A refused attempt still refreshes the idle clock and is recorded. The swap of z_<cat>
+# with ReturnValues=ALL_OLD tells exactly one writer that the exhaustion is new.
+BLOCK_CONDITION = "attribute_exists(#pk)"
+_APPEND_EXISTING = "#calls = list_append(#calls, :rec), #ids = list_append(#ids, :cidl)"
+BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_EXISTING}"
+BLOCK_UPDATE_NOTIFY = f"{BLOCK_UPDATE}, #z = :limit"
+BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_EXISTING}"
+
+TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """The call was counted; the item as it is now."""
+
+    snapshot: SessionSnapshot
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The condition failed; the item as it was (None if it vanished meanwhile)."""
+
+    snapshot: SessionSnapshot | None
+
+
+def _s(value: str) -> dict[str, Any]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, Any]:
+    return {"N": str(value)}
+
+
+def _stored_call_id(call_id: str | None, allowed: bool = True) -> str:
+    if call_id is None:
+        return NO_CALL_ID
+    return (CALL_ID_PREFIX if allowed else BLOCKED_CALL_ID_PREFIX) + call_id
+
+
+def _call_id_of(stored: str) -> str | None:
+    for prefix in (CALL_ID_PREFIX, BLOCKED_CALL_ID_PREFIX):
+        if stored.startswith(prefix):
+            return stored[len(prefix) :]
+    return None
+
+
+def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
+    """Decode a counter item into the decision core's view of it."""
+    counts: dict[str, int] = {}
+    raised: dict[str, int] = {}
+    notified: dict[str, int] = {}
+    for name, value in item.items():
+        for prefix, target in (
+            (COUNT_PREFIX, counts),
+            (RAISED_PREFIX, raised),
+            (NOTIFIED_PREFIX, notified),
+        ):
+            if name.startswith(prefix) and "N" in value:
+                target[name[len(prefix) :]] = int(value["N"])
+    texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
+    ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
+    calls = tuple(
+        CallRecord.decode(text, _call_id_of(cid)) for text, cid in zip(texts, ids, strict=False)
+    )
+    suspended = item.get(SUSPENDED)
+    principal = item.get(PRINCIPAL)
+    return SessionSnapshot(
+        last_seen_ms=int(item.get(LAST_SEEN, {"N": "0"})["N"]),
+        started_ms=int(item.get(STARTED, {"N": "0"})["N"]),
+        counts=counts,
+        raised=raised,
+        notified=notified,
+        suspended=suspended is not None,
+        suspended_reason=suspended.get("S") if suspended else None,
+        principal=principal.get("S") if principal else None,
+        calls=calls,
+    )
+
+
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+
+
+def _only_used(
+    expressions: Iterable[str], names: Mapping[str, str], values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Names and values that the expressions use: DynamoDB rejects unused ones."""
+    used = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    out: dict[str, Any] = {
+        "ExpressionAttributeNames": {k: v for k, v in names.items() if k in used}
+    }
+    kept = {k: v for k, v in values.items() if k in used}
+    if kept:
+        out["ExpressionAttributeValues"] = kept
+    return out
+
+
+@lru_cache(maxsize=64)
+def _reset_expression(category: str, all_categories: tuple[str, ...]) -> tuple[str, str]:
+    """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
+    removed = [COUNT_PREFIX + c for c in all_categories if c != category]
+    removed += [RAISED_PREFIX + c for c in all_categories]
+    removed += [NOTIFIED_PREFIX + c for c in all_categories]
+    aliases = ", ".join(f"#x{i}" for i in range(len(removed)))
+    update = f"SET {_RESET_SET}" + (f" REMOVE {aliases}" if removed else "")
+    return update, "|".join(removed)
+
+
+class CounterStore:
+    """Counts checks on the session counter item; decides nothing about policy."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str, keep_calls: int = 10) -> None:
+        self._client = client
+        self._table = table_name
+        self._keep = max(1, keep_calls)
+        self._batch = max(1, keep_calls // 2)
+
+    def _names(self, attempt: Attempt) -> dict[str, str]:
+        names = dict(_BASE_NAMES)
+        names["#n"] = COUNT_PREFIX + attempt.category
+        return names
+
+    def _call_values(self, attempt: Attempt, allowed: bool) -> dict[str, Any]:
+        return {
+            ":now": _n(attempt.now_ms),
+            ":exp": _n(attempt.ttl_epoch_seconds),
+            ":rec": {"L": [_s(attempt.record(allowed).encode())]},
+            ":cidl": {"L": [_s(_stored_call_id(attempt.call_id, allowed))]},
+        }
+
+    def consume(self, attempt: Attempt) -> Consumed | Refused:
+        """Count one call if the session is active, not suspended and under its limit.
+
+        Raises:
+            QuotaServiceError: the store failed (throttled, unreachable, misconfigured).
+        """
+        names = self._names(attempt)
+        names["#r"] = RAISED_PREFIX + attempt.category
+        values = self._call_values(attempt, allowed=True)
+        values.update(
+            {
+                ":cutoff": _n(attempt.cutoff_ms),
+                ":limit": _n(attempt.base_limit),
+                ":zero": _n(0),
+                ":one": _n(1),
+                ":empty": {"L": []},
+            }
+        )
+        condition = CONSUME_CONDITION
+        if attempt.call_id is not None:
+            condition = CONSUME_CONDITION_WITH_CALL_ID
+            values[":cid"] = _s(_stored_call_id(attempt.call_id))
+        update = CONSUME_UPDATE
+        if attempt.principal is not None:
+            update = CONSUME_UPDATE_WITH_PRINCIPAL
+            names["#pr"] = PRINCIPAL
+            values[":pr"] = _s(attempt.principal)
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(attempt.key)},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **_only_used((update, condition), names, values),
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return Refused(self._old_item(exc, attempt.key))
+            raise translate(exc, "counting a call") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, "counting a call") from exc
+        snapshot = snapshot_from_item(response["Attributes"])
+        self._maybe_trim(attempt.key, len(snapshot.calls))
+        return Consumed(snapshot)
+
+    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+        """Start idle-expired counters again with this call counted; None if another
+        attempt touched the session first (the caller then simply tries again).
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        update, removed = _reset_expression(attempt.category, attempt.all_categories)
+        names = self._names(attempt)
+        if removed:
+            names.update({f"#x{i}": name for i, name in enumerate(removed.split("|"))})
+        values = self._call_values(attempt, allowed=True)
+        values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
+        if attempt.principal is not None:
+            update = update.replace("SET ", "SET #pr = :pr, ", 1)
+            names["#pr"] = PRINCIPAL
+            values[":pr"] = _s(attempt.principal)
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(attempt.key)},
+                UpdateExpression=update,
+                ConditionExpression=RESET_CONDITION,
+                ReturnValues="ALL_NEW",
+                **_only_used((update, RESET_CONDITION), names, values),
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise translate(exc, "resetting idle counters") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, "resetting idle counters") from exc
+        return Consumed(snapshot_from_item(response["Attributes"]))
+
+    def record_block(self, attempt: Attempt, limit: int, suspended: bool) -> bool | None:
+        """Record a refused attempt and refresh the idle clock.
+
+        Returns whether this is the first refusal at `limit` since the counters started
+        (only for categories that notify), or None if the item vanished meanwhile.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        names = dict(_BASE_NAMES)
+        values = self._call_values(attempt, allowed=False)
+        if suspended:
+            update = BLOCK_UPDATE_SUSPENDED
+        elif attempt.notify:
+            update = BLOCK_UPDATE_NOTIFY
+            names["#z"] = NOTIFIED_PREFIX + attempt.category
+            values[":limit"] = _n(limit)
+        else:
+            update = BLOCK_UPDATE
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(attempt.key)},
+                UpdateExpression=update,
+                ConditionExpression=BLOCK_CONDITION,
+                ReturnValues="ALL_OLD",
+                **_only_used((update, BLOCK_CONDITION), names, values),
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise translate(exc, "recording a refused call") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, "recording a refused call") from exc
+        old = response.get("Attributes", {})
+        self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
+        if suspended or not attempt.notify:
+            return False
+        previous = old.get(NOTIFIED_PREFIX + attempt.category)
+        return previous is None or int(previous["N"]) != limit
+
+    def get(self, key: str) -> SessionSnapshot | None:
+        """Read a session's item (strongly consistent), or None.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        try:
+            response = self._client.get_item(
+                TableName=self._table, Key={PK: _s(key)}, ConsistentRead=True
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "reading a session") from exc
+        item = response.get("Item")
+        return snapshot_from_item(item) if item else None
+
+    def _old_item(self, exc: ClientError, key: str) -> SessionSnapshot | None:
+        item: Any = exc.response.get("Item")
+        if item:
+            return snapshot_from_item(item)
+        # Stores that ignore ReturnValuesOnConditionCheckFailure (dynalite) need a read.
+        return self.get(key)
+
+    def _maybe_trim(self, key: str, length: int) -> None:
+        """Drop the oldest batch of last calls once the list is a batch past `keep`.
+
+        Each append is atomic, so exactly one writer sees each length: one trim per batch.
+        A failed trim is harmless (the next batch boundary trims again), so it is not raised.
+        """
+        over = length - self._keep
+        if over <= 0 or over % self._batch:
+            return
+        positions = range(self._batch)
+        removals: Iterable[str] = [f"#calls[{i}]" for i in positions] + [
+            f"#ids[{i}]" for i in positions
+        ]
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(key)},
+                UpdateExpression="REMOVE " + ", ".join(removals),
+                ConditionExpression=TRIM_CONDITION,
+                ExpressionAttributeNames={"#calls": CALLS, "#ids": CALL_IDS},
+                ExpressionAttributeValues={":min": _n(length)},
+            )
+        except (ClientError, BotoCoreError):
+            return

@@ -1,0 +1,123 @@
+"""The tokens table: one item per token id, holding only the hash of the secret."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chalicelib.errors import NotFound
+from chalicelib.storage.faults import error_code, translate
+from chalicelib.tokens import TokenRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+TOKEN_ID = "token_id"
+_NEW_TOKEN = "attribute_not_exists(#id)"
+_REVOKE = "SET #revoked = if_not_exists(#revoked, :now)"
+_EXISTS = "attribute_exists(#id)"
+
+
+def _record(item: dict[str, Any]) -> TokenRecord:
+    revoked = item.get("revoked_at")
+    return TokenRecord(
+        token_id=item[TOKEN_ID]["S"],
+        secret_hash=item["secret_hash"]["S"],
+        tenant=item["tenant"]["S"],
+        role=item["role"]["S"],
+        name=item.get("name", {}).get("S", ""),
+        created_at_ms=int(item["created_at"]["N"]),
+        revoked_at_ms=int(revoked["N"]) if revoked else None,
+    )
+
+
+class TokenStore:
+    """Create, look up, list and revoke tokens."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def put(self, record: TokenRecord) -> None:
+        """Store a new token record.
+
+        Raises:
+            QuotaServiceError: the store failed or the id is taken.
+        """
+        item = {
+            TOKEN_ID: {"S": record.token_id},
+            "secret_hash": {"S": record.secret_hash},
+            "tenant": {"S": record.tenant},
+            "role": {"S": record.role},
+            "name": {"S": record.name or "-"},
+            "created_at": {"N": str(record.created_at_ms)},
+        }
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=item,
+                ConditionExpression=_NEW_TOKEN,
+                ExpressionAttributeNames={"#id": TOKEN_ID},
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "storing a token") from exc
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        """Look a token up by its public id.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        try:
+            response = self._client.get_item(TableName=self._table, Key={TOKEN_ID: {"S": token_id}})
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "looking up a token") from exc
+        item = response.get("Item")
+        return _record(item) if item else None
+
+    def revoke(self, token_id: str, now_ms: int) -> TokenRecord:
+        """Mark a token revoked (idempotent: the first revocation time is kept).
+
+        Raises:
+            NotFound: no such token.
+            QuotaServiceError: the store failed.
+        """
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={TOKEN_ID: {"S": token_id}},
+                UpdateExpression=_REVOKE,
+                ConditionExpression=_EXISTS,
+                ExpressionAttributeNames={"#revoked": "revoked_at", "#id": TOKEN_ID},
+                ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise NotFound(f"No token with id {token_id!r}.") from exc
+            raise translate(exc, "revoking a token") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, "revoking a token") from exc
+        return _record(response["Attributes"])
+
+    def list(self, tenant: str | None = None) -> list[TokenRecord]:
+        """All tokens (optionally of one tenant); an operator's listing, not a hot path.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        records: list[TokenRecord] = []
+        kwargs: dict[str, Any] = {"TableName": self._table}
+        try:
+            while True:
+                page = self._client.scan(**kwargs)
+                records.extend(_record(item) for item in page.get("Items", []))
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "listing tokens") from exc
+        if tenant is not None:
+            records = [r for r in records if r.tenant == tenant]
+        return sorted(records, key=lambda r: r.created_at_ms)

@@ -1,0 +1,133 @@
+"""Parse and validate request bodies; every error names the offending field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chalicelib.errors import InvalidRequest, PayloadTooLarge
+from chalicelib.policy import Policy
+
+MAX_BODY_BYTES = 16 * 1024
+VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+CHECK_FIELDS = frozenset({"session_id", "tool", "category", "annotations", "principal", "call_id"})
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """A validated `POST /v1/check` body."""
+
+    session_id: str
+    tool: str
+    category: str | None = None
+    read_only_hint: bool | None = None
+    principal: str | None = None
+    call_id: str | None = None
+
+
+def parse_json_object(raw: bytes | None) -> dict[str, Any]:
+    """Decode a request body that must be one JSON object of at most 16 KiB.
+
+    Raises:
+        PayloadTooLarge: the body is over the size limit.
+        InvalidRequest: the body is missing, not JSON, or not an object.
+    """
+    if raw is None or raw == b"":
+        raise InvalidRequest("The request body is empty; send a JSON object.", "body")
+    if len(raw) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"The request body is over {MAX_BODY_BYTES} bytes.")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", "body") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", "body")
+    return body
+
+
+def reject_unknown(body: Mapping[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    """Refuse fields that are not part of the API, so typos never pass silently.
+
+    Raises:
+        InvalidRequest: an unknown field is present.
+    """
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        name = f"{where}{unknown[0]}"
+        raise InvalidRequest(
+            f"Unknown field '{name}'; allowed fields are {', '.join(sorted(allowed))}.", name
+        )
+
+
+def text_field(
+    body: Mapping[str, Any],
+    name: str,
+    max_length: int,
+    pattern: re.Pattern[str] = VISIBLE_ASCII,
+    required: bool = True,
+    rule: str = "visible ASCII characters",
+) -> str | None:
+    """A string field of 1..max_length characters matching `pattern`.
+
+    Raises:
+        InvalidRequest: the field is missing (when required), not a string, or malformed.
+    """
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise InvalidRequest(f"Field '{name}' is required.", name)
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(f"Field '{name}' must be a string.", name)
+    if not 1 <= len(value) <= max_length:
+        raise InvalidRequest(f"Field '{name}' must be 1 to {max_length} characters long.", name)
+    if not pattern.match(value):
+        raise InvalidRequest(f"Field '{name}' must contain only {rule}.", name)
+    return value
+
+
+def _read_only_hint(raw: Any) -> bool | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("Field 'annotations' must be an object.", "annotations")
+    reject_unknown(raw, frozenset((*ANNOTATION_HINTS, "title")), "annotations.")
+    for key in ANNOTATION_HINTS:
+        if key in raw and not isinstance(raw[key], bool):
+            name = f"annotations.{key}"
+            raise InvalidRequest(f"Field '{name}' must be true or false.", name)
+    if "title" in raw and not isinstance(raw["title"], str):
+        raise InvalidRequest("Field 'annotations.title' must be a string.", "annotations.title")
+    # Annotations present without readOnlyHint: the MCP default is "not read-only".
+    return raw.get("readOnlyHint") is True
+
+
+def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
+    """Validate a check request against the API and the stage's policy.
+
+    Raises:
+        InvalidRequest: a field is missing, malformed, unknown, or names no category.
+    """
+    reject_unknown(body, CHECK_FIELDS)
+    session_id = text_field(body, "session_id", 256)
+    tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
+    category: str | None = text_field(body, "category", 32, required=False)
+    if category is not None and category not in policy.categories:
+        known = ", ".join(sorted(policy.categories))
+        raise InvalidRequest(
+            f"Unknown category {category!r}; this policy defines {known}.", "category"
+        )
+    assert session_id is not None and tool is not None  # required=True guarantees it
+    return CheckRequest(
+        session_id=session_id,
+        tool=tool,
+        category=category,
+        read_only_hint=_read_only_hint(body.get("annotations")),
+        principal=text_field(body, "principal", 256, required=False),
+        call_id=text_field(body, "call_id", 128, required=False),
+    )

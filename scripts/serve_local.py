@@ -1,0 +1,100 @@
+"""`make run`: the service on http://127.0.0.1:$PORT over an embedded DynamoDB.
+
+Without AWS_ENDPOINT_URL it starts a moto server in this process, single-threaded so
+every request is serialised (moto is not atomic under concurrent requests), creates the
+tables and runs `chalice local`. With AWS_ENDPOINT_URL set it uses that endpoint instead
+(dynalite, DynamoDB Local, or AWS itself) and creates the tables if missing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    """An unused loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_embedded_backend() -> str:
+    """Start a serialised moto server on loopback; returns its endpoint URL."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    port = int(os.environ.get("QUOTA_BACKEND_PORT") or free_port())
+    server = make_server(
+        "127.0.0.1",
+        port,
+        DomainDispatcherApplication(create_backend_app),
+        threaded=False,
+        request_handler=MotoRequestHandler,
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{port}"
+
+
+def main() -> int:
+    env = os.environ
+    env.setdefault("AWS_ACCESS_KEY_ID", "local")
+    env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    env.setdefault("QUOTA_STAGE", "local")
+    port = int(env.get("PORT", "8000"))
+    if not env.get("AWS_ENDPOINT_URL"):
+        env["AWS_ENDPOINT_URL"] = start_embedded_backend()
+        backend = f"embedded moto at {env['AWS_ENDPOINT_URL']}"
+    else:
+        backend = env["AWS_ENDPOINT_URL"]
+
+    import boto3
+
+    from chalicelib.provision import create_tables
+    from chalicelib.settings import Settings
+
+    settings = Settings.from_env()
+    create_tables(boto3.client("dynamodb"), settings)
+
+    url = f"http://127.0.0.1:{port}"
+    print(
+        f"mcp-quota (stage local) on {url}\n"
+        f"  backend:      {backend}\n"
+        f"  server token: {settings.dev_server_token}   (tenant {settings.dev_tenant})\n"
+        f"  admin token:  {settings.dev_admin_token}\n"
+        f"  idle timeout: {settings.idle_timeout_seconds}s, policy {settings.policy}\n"
+        "  try:\n"
+        f"    curl -s {url}/v1/check -H 'Authorization: Bearer {settings.dev_server_token}' \\\n"
+        "      -H 'Content-Type: application/json' \\\n"
+        '      -d \'{"session_id": "s1", "tool": "delete_tag"}\'\n',
+        flush=True,
+    )
+    chalice = Path(sys.executable).parent / "chalice"
+    command = [str(chalice), "local", "--stage", "local", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--no-autoreload"]
+    child = subprocess.Popen(command, cwd=ROOT, env=env)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Shared test helpers: a settable clock, backends, and a dynalite server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+
+from chalicelib.provision import create_tables
+from chalicelib.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+ROOT = Path(__file__).resolve().parent.parent
+DYNALITE = ROOT / "node_modules" / "dynalite" / "cli.js"
+T0 = 1_796_212_800_000  # 2026-12-02T12:00:00Z, epoch ms
+
+
+class FixedClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, seconds: float) -> None:
+        self.now_ms += int(seconds * 1000)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on port {port} after {timeout}s")
+
+
+@contextmanager
+def dynalite_server() -> Iterator[str]:
+    """Run dynalite (in memory) on a free loopback port; yields its endpoint URL."""
+    node = shutil.which("node")
+    if node is None or not DYNALITE.exists():
+        raise RuntimeError("dynalite is not installed: run `make install` (npm ci)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            node,
+            str(DYNALITE),
+            "--port",
+            str(port),
+            "--createTableMs",
+            "0",
+            "--deleteTableMs",
+            "0",
+            "--updateTableMs",
+            "0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def client_for(endpoint: str | None, pool: int = 10) -> DynamoDBClient:
+    config = Config(max_pool_connections=pool, retries={"max_attempts": 2, "mode": "standard"})
+    return boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", config=config)
+
+
+def fresh_settings(prefix: str, **overrides: object) -> Settings:
+    """Settings with table names unique to one test."""
+    base = Settings.from_env({})
+    settings = replace(
+        base,
+        counters_table=f"{prefix}-counters",
+        tokens_table=f"{prefix}-tokens",
+        token_cache_seconds=0,
+    )
+    return replace(settings, **overrides)  # type: ignore[arg-type]
+
+
+def provisioned(client: DynamoDBClient, settings: Settings) -> Settings:
+    create_tables(client, settings)
+    return settings
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A DynamoDB implementation with this test's tables."""
+
+    name: str
+    client: DynamoDBClient
+    settings: Settings
+
+
+def fake_aws_env() -> None:
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
+        }
+    )
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    os.environ.pop("AWS_PROFILE", None)
