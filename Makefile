@@ -7,6 +7,9 @@ STAGE ?= prod
 
 .PHONY: run test lint typecheck unit install clean
 
+# Feature targets (demo, bench, package) live in mk/*.mk, one file per feature.
+-include mk/*.mk
+
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

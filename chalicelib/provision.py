@@ -17,7 +17,12 @@ if TYPE_CHECKING:
 
 def table_names(settings: Settings) -> dict[str, str]:
     """Logical table key -> physical table name, from the settings."""
-    return {"counters": settings.counters_table, "tokens": settings.tokens_table}
+    return {
+        "counters": settings.counters_table,
+        "tokens": settings.tokens_table,
+        "audit": settings.audit_table,
+        "grants": settings.grants_table,
+    }
 
 
 def create_tables(client: DynamoDBClient, settings: Settings) -> list[str]:

@@ -31,6 +31,10 @@ class Settings:
     stage: str
     counters_table: str
     tokens_table: str
+    audit_table: str
+    grants_table: str
+    topic_arn: str
+    audit_ttl_days: int
     policy: str
     idle_timeout_seconds: int
     last_calls: int
@@ -56,6 +60,10 @@ class Settings:
             stage=env.get("QUOTA_STAGE", LOCAL_STAGE),
             counters_table=env.get("QUOTA_COUNTERS_TABLE", "mcp-quota-counters"),
             tokens_table=env.get("QUOTA_TOKENS_TABLE", "mcp-quota-tokens"),
+            audit_table=env.get("QUOTA_AUDIT_TABLE", "mcp-quota-audit"),
+            grants_table=env.get("QUOTA_GRANTS_TABLE", "mcp-quota-grants"),
+            topic_arn=env.get("QUOTA_TOPIC_ARN", ""),
+            audit_ttl_days=_int(env, "QUOTA_AUDIT_TTL_DAYS", 90, 1),
             policy=env.get("QUOTA_POLICY", "default.json"),
             idle_timeout_seconds=_int(env, "QUOTA_IDLE_TIMEOUT_SECONDS", 3600, 1),
             last_calls=_int(env, "QUOTA_LAST_CALLS", 10, 1),

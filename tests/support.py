@@ -100,6 +100,8 @@ def fresh_settings(prefix: str, **overrides: object) -> Settings:
         base,
         counters_table=f"{prefix}-counters",
         tokens_table=f"{prefix}-tokens",
+        audit_table=f"{prefix}-audit",
+        grants_table=f"{prefix}-grants",
         token_cache_seconds=0,
     )
     return replace(settings, **overrides)  # type: ignore[arg-type]
