@@ -248,9 +248,9 @@ class QuotaClient:
         try:
             response = await self._client().post("/v1/check", json=request.to_json())
         except httpx2.TimeoutException as exc:
-            raise _Fault(f"timed out ({type(exc).__name__})", retryable=True) from exc
+            raise _Fault(f"did not answer in time ({type(exc).__name__})", retryable=True) from exc
         except httpx2.TransportError as exc:
-            raise _Fault(f"unreachable ({type(exc).__name__})", retryable=True) from exc
+            raise _Fault(f"could not be reached ({type(exc).__name__})", retryable=True) from exc
         status = response.status_code
         if status == 503:
             raise _Fault("answered 503", retryable=True, status=status)
@@ -306,7 +306,7 @@ class QuotaClient:
         else:
             self._fail_closed[label] += 1
             message = (
-                f"The quota service is unavailable ({fault.reason}), so the tool "
+                f"The quota service {fault.reason} after {attempts} attempt(s), so the tool "
                 f"'{request.tool}' was NOT run: calls in category '{label}' are refused "
                 "while the quota cannot be checked. Try again in a moment; read-only tools "
                 "may still work. If this persists, an administrator should check the quota "

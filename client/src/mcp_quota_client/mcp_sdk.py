@@ -88,9 +88,18 @@ class QuotaGuard:
                 is_error=True,
             )
         result = await call_next(ctx)
-        if self._attach_meta and isinstance(result, CallToolResult):
-            meta = {**(result.meta or {}), META_DECISION_KEY: decision_meta(decision)}
-            result = result.model_copy(update={"meta": meta})
+        if not self._attach_meta:
+            return result
+        entry = {META_DECISION_KEY: decision_meta(decision)}
+        # The runner hands back the wire form (a dict); a model is possible too.
+        if isinstance(result, CallToolResult):
+            return result.model_copy(update={"meta": {**(result.meta or {}), **entry}})
+        if isinstance(result, dict) and "content" in result:
+            existing = result.get("_meta")
+            return {
+                **result,
+                "_meta": {**(existing if isinstance(existing, dict) else {}), **entry},
+            }
         return result
 
     async def _known(self, name: str) -> bool:

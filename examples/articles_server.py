@@ -1,0 +1,88 @@
+"""Example FastMCP server guarded by mcp-quota.
+
+Run it (the quota service must be running, e.g. `make run`):
+
+    MCP_QUOTA_URL=http://127.0.0.1:8000 MCP_QUOTA_TOKEN=dev-server-token \
+        python examples/articles_server.py --port 8001
+
+Tools: `search_articles` (readOnlyHint) and `delete_tag` (destructiveHint).
+Resource `stats://articles`: how many searches and deletions really ran, and the
+quota client's counters (fail-open calls included). Reading it is not a tool call,
+so it costs no quota.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fastmcp import FastMCP
+from mcp_types import ToolAnnotations
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from articles_library import Library
+from mcp_quota_client import QuotaClient
+from mcp_quota_client.fastmcp import QuotaMiddleware
+
+STATS_URI = "stats://articles"
+
+
+def build_server(client: QuotaClient | None = None, library: Library | None = None) -> FastMCP:
+    """The articles server with the quota middleware installed."""
+    lib = library if library is not None else Library()
+    mcp = FastMCP("articles")
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True, title="Search articles"))
+    def search_articles(query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Find articles whose title or tags match the query."""
+        return lib.search(query, limit)
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=True, title="Delete a tag"))
+    def delete_tag(tag: str) -> dict[str, Any]:
+        """Delete a tag from every article. Destructive."""
+        return lib.delete_tag(tag)
+
+    quota = QuotaMiddleware(client)
+
+    @mcp.resource(STATS_URI, mime_type="application/json")
+    def stats() -> str:
+        """What the tools really did, and the quota client's counters."""
+        client_stats = quota.client.stats()
+        return json.dumps(
+            {
+                **lib.snapshot(),
+                "quota_checks": client_stats.checks,
+                "quota_fail_open": client_stats.fail_open_total,
+                "quota_fail_closed": sum(client_stats.fail_closed.values()),
+            }
+        )
+
+    @mcp.custom_route("/health", methods=["GET"])
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    mcp.add_middleware(quota)
+    return mcp
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--transport", choices=["http", "stdio"], default="http")
+    args = parser.parse_args(argv)
+    server = build_server()
+    if args.transport == "stdio":
+        server.run("stdio", show_banner=False)
+    else:
+        server.run("http", show_banner=False, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
