@@ -92,7 +92,7 @@ class Policy:
 
 
 def _category(name: str, raw: Any) -> Category:
-    if not CATEGORY_NAME.match(name):
+    if not CATEGORY_NAME.fullmatch(name):
         raise ConfigurationError(f"category name {name!r} must match {CATEGORY_NAME.pattern}")
     if not isinstance(raw, dict):
         raise ConfigurationError(f"category {name!r} must be an object")

@@ -55,7 +55,7 @@ def hash_secret(token: str) -> str:
 
 def split_token(token: str) -> str | None:
     """The public token id of a well-formed token, or None."""
-    match = _TOKEN.match(token)
+    match = _TOKEN.fullmatch(token)
     return match.group(1) if match else None
 
 

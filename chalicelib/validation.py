@@ -86,7 +86,7 @@ def text_field(
         raise InvalidRequest(f"Field '{name}' must be a string.", name)
     if not 1 <= len(value) <= max_length:
         raise InvalidRequest(f"Field '{name}' must be 1 to {max_length} characters long.", name)
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise InvalidRequest(f"Field '{name}' must contain only {rule}.", name)
     return value
 

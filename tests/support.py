@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,3 +134,34 @@ def fake_aws_env() -> None:
     )
     os.environ.pop("AWS_ENDPOINT_URL", None)
     os.environ.pop("AWS_PROFILE", None)
+
+
+@contextmanager
+def running_service(extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start the service exactly as `make run` does; yields its base URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTA_")}
+    env.pop("AWS_ENDPOINT_URL", None)
+    env.update({"PORT": str(port), **(extra_env or {})})
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - a pipe nobody reads would block the server
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "serve_local.py")],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        try:
+            wait_for_port(port, timeout=60)
+        except TimeoutError:
+            log.seek(0)
+            raise TimeoutError(log.read().decode(errors="replace")[-3000:]) from None
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,65 @@
+"""The HTTP API in-process through Chalice's test client and the real authorizer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from chalice.test import Client
+from moto import mock_aws
+
+import app as app_module
+from chalicelib.settings import Settings
+from chalicelib.tokens import TokenRecord, hash_secret, new_token
+from chalicelib.wiring import Container
+from tests.support import ROOT, FixedClock, client_for, fresh_settings, provisioned
+
+SERVER = {"Authorization": "Bearer dev-server-token", "Content-Type": "application/json"}
+ADMIN = {"Authorization": "Bearer dev-admin-token", "Content-Type": "application/json"}
+
+
+@dataclass
+class Api:
+    """A test client plus the container behind it."""
+
+    client: Client
+    container: Container
+    clock: FixedClock
+
+    def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
+        return self.client.http.post(path, headers=headers or SERVER, body=raw)
+
+    def check(self, headers: dict[str, str] | None = None, /, **body: Any) -> Any:
+        return self.post("/v1/check", body, headers)
+
+    def token(self, tenant: str, role: str) -> tuple[str, dict[str, str]]:
+        token_id, token = new_token()
+        record = TokenRecord(token_id, hash_secret(token), tenant, role, "test", self.clock())
+        self.container.tokens.put(record)
+        return token_id, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+def make_container(settings: Settings, clock: FixedClock) -> Container:
+    return Container(settings=settings, clock=clock)
+
+
+@pytest.fixture
+def api(clock: FixedClock) -> Iterator[Api]:
+    with mock_aws():
+        settings = provisioned(client_for(None), fresh_settings(f"a{uuid.uuid4().hex[:8]}"))
+        container = make_container(settings, clock)
+        app_module.reset_dependencies(container)
+        try:
+            with Client(app_module.app, stage_name="local", project_dir=str(ROOT)) as client:
+                yield Api(client, container, clock)
+        finally:
+            app_module.reset_dependencies(None)
+
+
+def body(response: Any) -> Any:
+    return json.loads(response.body)
