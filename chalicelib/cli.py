@@ -1,0 +1,307 @@
+"""The `mcp-quota` admin command line: tokens (DynamoDB, with the operator's AWS
+credentials) and sessions, grants and the audit trail (the service's admin HTTP API).
+
+Exit codes: 0 ok, 1 unexpected, 2 usage or bad input (HTTP 400/413), 3 not found (404),
+4 authentication or role (401/403, or no token), 5 conflict (409), 6 service unavailable
+or unreachable (5xx, 429, connection errors). See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from chalicelib import cli_admin
+from chalicelib.cli_errors import CliError, ExitCode
+from chalicelib.cli_http import AdminClient, is_plain_http_to_remote
+from chalicelib.cli_render import Output
+from chalicelib.clock import system_clock
+from chalicelib.errors import ConfigurationError
+from chalicelib.settings import Settings
+from chalicelib.tokens import ROLES
+
+PROG = "mcp-quota"
+DEFAULT_URL = "http://127.0.0.1:8000"
+URL_ENV = "MCP_QUOTA_URL"
+TOKEN_ENV = "MCP_QUOTA_TOKEN"
+
+Handler = Callable[[argparse.Namespace, Mapping[str, str]], Output]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("mcp-quota")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return value
+
+
+# --- HTTP commands -------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
+    """The admin API client from --url/--token or MCP_QUOTA_URL/MCP_QUOTA_TOKEN.
+
+    Raises:
+        CliError: no token (auth) or a malformed URL (usage).
+    """
+    url = args.url or env.get(URL_ENV) or DEFAULT_URL
+    token = args.token or env.get(TOKEN_ENV)
+    if not token:
+        raise CliError(
+            f"No admin token: pass --token or set {TOKEN_ENV} (create one with "
+            f"`{PROG} token create --role admin`).",
+            ExitCode.AUTH,
+        )
+    client = AdminClient(url, token, timeout=args.timeout)
+    if is_plain_http_to_remote(client.base_url):
+        print(
+            f"{PROG}: warning: sending the admin token unencrypted to {client.base_url}",
+            file=sys.stderr,
+        )
+    return client
+
+
+def _session_show(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.session_show(_client(args, env), args.session_id)
+
+
+def _session_raise(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.session_raise(
+        _client(args, env), args.session_id, args.category, args.reason, args.limit, args.add
+    )
+
+
+def _session_action(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.session_action(_client(args, env), args.session_id, args.action, args.reason)
+
+
+def _grant_add(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.grant_add(
+        _client(args, env),
+        args.principal,
+        args.category,
+        args.limit,
+        args.starts_at,
+        args.ends_at,
+        args.reason,
+    )
+
+
+def _grant_list(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.grant_list(_client(args, env))
+
+
+def _grant_rm(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.grant_rm(_client(args, env), args.grant_id)
+
+
+def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return cli_admin.audit(
+        _client(args, env), args.session, args.since, args.limit, args.next, args.all_pages
+    )
+
+
+# --- token commands (DynamoDB) -------------------------------------------------------------
+
+
+def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    # Imported here so that session/grant/audit commands never pay for boto3.
+    from chalicelib import cli_tokens  # noqa: PLC0415
+
+    try:
+        table = args.table or Settings.from_env(env).tokens_table
+    except ConfigurationError as exc:
+        raise CliError(str(exc), ExitCode.USAGE) from exc
+    store = cli_tokens.store_for(table, args.region)
+    if args.token_command == "create":
+        return cli_tokens.command_create(store, args.tenant, args.role, args.name, system_clock())
+    if args.token_command == "revoke":
+        return cli_tokens.command_revoke(store, args.token_id, system_clock())
+    return cli_tokens.command_list(store, args.tenant)
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def _output_options(parser: argparse.ArgumentParser, leaf: bool) -> None:
+    # Leaves repeat the root's options with SUPPRESS defaults, so that an option works
+    # before or after the subcommand without the leaf's default hiding the root's value.
+    default: Any = argparse.SUPPRESS if leaf else False
+    parser.add_argument(
+        "--json", action="store_true", default=default, help="print the JSON result for scripts"
+    )
+
+
+def _http_options(parser: argparse.ArgumentParser, leaf: bool) -> None:
+    _output_options(parser, leaf)
+    suppress = argparse.SUPPRESS if leaf else None
+    parser.add_argument(
+        "--url", default=suppress, help=f"service URL (env {URL_ENV}, default {DEFAULT_URL})"
+    )
+    parser.add_argument("--token", default=suppress, help=f"admin bearer token (env {TOKEN_ENV})")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=argparse.SUPPRESS if leaf else 10.0,
+        help="seconds to wait for the service (default 10)",
+    )
+
+
+def _leaf(
+    group: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    handler: Handler,
+    http: bool = True,
+) -> argparse.ArgumentParser:
+    parser = group.add_parser(name, help=help_text, description=help_text)
+    if http:
+        _http_options(parser, leaf=True)
+    else:
+        _output_options(parser, leaf=True)
+        parser.add_argument(
+            "--table", help="tokens table (env QUOTA_TOKENS_TABLE, default mcp-quota-tokens)"
+        )
+        parser.add_argument("--region", help="AWS region (default: your AWS configuration)")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _add_token_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = root.add_parser(
+        "token",
+        help="create, list and revoke bearer tokens (DynamoDB, your AWS credentials)",
+        description="Tokens are written straight to the tokens table with your own AWS "
+        "credentials; AWS_ENDPOINT_URL selects a DynamoDB-compatible endpoint.",
+    )
+    commands = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+    create = _leaf(commands, "create", "create a token and print it once", _token, http=False)
+    create.add_argument("--tenant", required=True, help="tenant the token belongs to")
+    create.add_argument("--role", required=True, choices=ROLES, help="server or admin")
+    create.add_argument("--name", default="", help="what the token is for, e.g. the host")
+    revoke = _leaf(commands, "revoke", "revoke a token by its id", _token, http=False)
+    revoke.add_argument("token_id", metavar="TOKEN_ID", help="12 hex characters after mcpq_")
+    listing = _leaf(commands, "list", "list tokens (never their secrets)", _token, http=False)
+    listing.add_argument("--tenant", help="only this tenant's tokens")
+
+
+def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    session = root.add_parser("session", help="inspect a session and act on it")
+    commands = session.add_subparsers(dest="session_command", required=True, metavar="COMMAND")
+    show = _leaf(commands, "show", "counters, limits, state and last calls", _session_show)
+    show.add_argument("session_id", metavar="SESSION_ID")
+    raise_ = _leaf(commands, "raise", "raise one category's limit for a session", _session_raise)
+    raise_.add_argument("session_id", metavar="SESSION_ID")
+    raise_.add_argument("--category", required=True, help="category to raise, e.g. write")
+    amount = raise_.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--limit", type=_positive_int, help="the new limit")
+    amount.add_argument("--add", type=_positive_int, help="calls to add to the current limit")
+    raise_.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+    actions = {
+        "suspend": "refuse every check of the session (kill switch)",
+        "resume": "lift a suspension",
+        "reset": "zero the session's counters",
+    }
+    for action, help_text in actions.items():
+        parser = _leaf(commands, action, help_text, _session_action)
+        parser.add_argument("session_id", metavar="SESSION_ID")
+        parser.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+        parser.set_defaults(action=action)
+
+
+def _add_grant_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    grant = root.add_parser("grant", help="raises planned ahead for a principal")
+    commands = grant.add_subparsers(dest="grant_command", required=True, metavar="COMMAND")
+    add = _leaf(commands, "add", "grant a principal a higher limit for a time window", _grant_add)
+    add.add_argument("--principal", required=True, help="who the agent acts for")
+    add.add_argument("--category", required=True, help="category, e.g. write")
+    add.add_argument("--limit", required=True, type=_positive_int, help="limit while open")
+    add.add_argument("--starts-at", required=True, help="ISO-8601 with zone, e.g. ...T09:00Z")
+    add.add_argument("--ends-at", required=True, help="ISO-8601 with zone")
+    add.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+    _leaf(commands, "list", "list this tenant's grants", _grant_list)
+    remove = _leaf(commands, "rm", "delete a grant", _grant_rm)
+    remove.add_argument("grant_id", metavar="GRANT_ID")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Administer mcp-quota: tokens, sessions, grants and the audit trail.",
+        epilog="Exit codes: 0 ok, 1 unexpected, 2 usage/bad input, 3 not found, "
+        "4 auth, 5 conflict, 6 service unavailable or unreachable.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _http_options(parser, leaf=False)
+    root = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_token_commands(root)
+    _add_session_commands(root)
+    _add_grant_commands(root)
+    audit = _leaf(root, "audit", "list audit events: blocks, admin actions, notifications", _audit)
+    audit.add_argument("--session", help="only this session's events")
+    audit.add_argument("--since", help="only events at or after this ISO-8601 time")
+    audit.add_argument("--limit", type=_positive_int, help="events per page")
+    audit.add_argument("--next", help="page token from a previous answer")
+    audit.add_argument("--all-pages", action="store_true", help="follow every page")
+    return parser
+
+
+def _emit(output: Output, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(output.data, indent=2))
+        return
+    print(output.text)
+    if output.note:
+        print(output.note, file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (see the module docstring)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    handler: Handler = args.handler
+    try:
+        output = handler(args, os.environ)
+        _emit(output, args.json)
+    except CliError as exc:
+        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a CLI reports the fault; it does not dump a traceback
+        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return int(ExitCode.UNEXPECTED)
+    return int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

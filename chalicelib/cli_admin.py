@@ -1,0 +1,251 @@
+"""`mcp-quota session|grant|audit ...`: the admin API, one function per command.
+
+Each command returns an `Output`: the service's JSON (what `--json` prints) and the text a
+human reads. Printing is left to `chalicelib.cli`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib import cli_render as render
+from chalicelib.cli_errors import CliError, ExitCode
+from chalicelib.cli_http import AdminClient, quote_segment
+from chalicelib.cli_render import Output
+from chalicelib.clock import iso_utc, parse_iso_utc
+
+# The service's rule for session ids (1 to 256 visible ASCII characters).
+SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
+MAX_AUDIT_PAGES = 1000
+
+
+def check_session_id(session_id: str) -> str:
+    """A session id as the service accepts it.
+
+    Raises:
+        CliError: the id is empty, too long, or not visible ASCII (usage).
+    """
+    if not SESSION_ID.fullmatch(session_id):
+        raise CliError(
+            f"Session id {session_id!r} is not valid: it must be 1 to 256 visible ASCII "
+            "characters (no spaces).",
+            ExitCode.USAGE,
+        )
+    return session_id
+
+
+def check_reason(reason: str) -> str:
+    """A non-blank reason for the audit trail.
+
+    Raises:
+        CliError: the reason is blank (usage).
+    """
+    if not reason.strip():
+        raise CliError(
+            "--reason must not be blank: it is recorded in the audit trail.", ExitCode.USAGE
+        )
+    return reason.strip()
+
+
+def check_timestamp(text: str, option: str) -> str:
+    """An ISO-8601 timestamp with a time zone, normalised to UTC `...Z`.
+
+    Raises:
+        CliError: the text is not such a timestamp (usage).
+    """
+    try:
+        return iso_utc(parse_iso_utc(text))
+    except ValueError as exc:
+        raise CliError(
+            f"{option} must be an ISO-8601 time with a time zone, such as "
+            f"2026-12-01T09:00:00Z; got {text!r}.",
+            ExitCode.USAGE,
+        ) from exc
+
+
+def _object(data: Any, key: str) -> Mapping[str, Any]:
+    """`data[key]` as an object.
+
+    Raises:
+        CliError: the answer does not hold that object (the service broke the contract).
+    """
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(value, Mapping):
+        raise CliError(f"The service's answer has no {key!r} object.", ExitCode.UNEXPECTED)
+    return value
+
+
+def _list(data: Any, key: str) -> list[Mapping[str, Any]]:
+    """`data[key]` as a list of objects.
+
+    Raises:
+        CliError: the answer does not hold that list (the service broke the contract).
+    """
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise CliError(f"The service's answer has no {key!r} list.", ExitCode.UNEXPECTED)
+    return value
+
+
+def _session_path(session_id: str, action: str = "") -> str:
+    path = f"/v1/sessions/{quote_segment(check_session_id(session_id))}"
+    return f"{path}/{action}" if action else path
+
+
+def session_show(client: AdminClient, session_id: str) -> Output:
+    """`session show`: counters, limits, state and last calls.
+
+    Raises:
+        CliError: the request failed (404 when the session was never seen).
+    """
+    data = client.call("GET", _session_path(session_id))
+    if not isinstance(data, Mapping) or "session_id" not in data:
+        raise CliError("The service's answer is not a session.", ExitCode.UNEXPECTED)
+    return Output(data, render.session_view(data))
+
+
+def session_raise(
+    client: AdminClient,
+    session_id: str,
+    category: str,
+    reason: str,
+    limit: int | None = None,
+    add: int | None = None,
+) -> Output:
+    """`session raise`: set a category's limit, or add to it, for one session.
+
+    Raises:
+        CliError: neither or both of limit/add given (usage), or the request failed
+            (409 when it would lower the limit, 400 above the policy's maximum).
+    """
+    if (limit is None) == (add is None):
+        raise CliError("Give exactly one of --limit and --add.", ExitCode.USAGE)
+    body: dict[str, Any] = {"category": category}
+    if limit is not None:
+        body["limit"] = limit
+    else:
+        body["add"] = add
+    body["reason"] = check_reason(reason)
+    data = client.call("POST", _session_path(session_id, "raise"), body)
+    session = _object(data, "session")
+    headline = (
+        f"Raised {data.get('category', category)!s} for session {session_id}: "
+        f"limit {render.change(data.get('before'), data.get('after'))}."
+    )
+    return Output(data, f"{headline}\n\n{render.session_view(session)}")
+
+
+_DONE = {"suspend": "suspended", "resume": "resumed", "reset": "reset (counters zeroed)"}
+
+
+def session_action(client: AdminClient, session_id: str, action: str, reason: str) -> Output:
+    """`session suspend|resume|reset`.
+
+    Raises:
+        CliError: the action is unknown (usage) or the request failed.
+    """
+    if action not in _DONE:
+        raise CliError(f"Unknown session action {action!r}.", ExitCode.USAGE)
+    body = {"reason": check_reason(reason)}
+    data = client.call("POST", _session_path(session_id, action), body)
+    session = _object(data, "session")
+    headline = f"Session {session_id} {_DONE[action]}."
+    return Output(data, f"{headline}\n\n{render.session_view(session)}")
+
+
+def grant_add(
+    client: AdminClient,
+    principal: str,
+    category: str,
+    limit: int,
+    starts_at: str,
+    ends_at: str,
+    reason: str,
+) -> Output:
+    """`grant add`: a raise planned ahead for every session of one principal.
+
+    Raises:
+        CliError: a time is malformed or the window is empty (usage), or the request failed.
+    """
+    starts = check_timestamp(starts_at, "--starts-at")
+    ends = check_timestamp(ends_at, "--ends-at")
+    if parse_iso_utc(ends) <= parse_iso_utc(starts):
+        raise CliError("--ends-at must be later than --starts-at.", ExitCode.USAGE)
+    body = {
+        "principal": principal,
+        "category": category,
+        "limit": limit,
+        "starts_at": starts,
+        "ends_at": ends,
+        "reason": check_reason(reason),
+    }
+    data = client.call("POST", "/v1/grants", body)
+    grant = _object(data, "grant")
+    return Output(data, f"Grant created.\n\n{render.grant_view(grant)}")
+
+
+def grant_list(client: AdminClient) -> Output:
+    """`grant list`: this tenant's grants.
+
+    Raises:
+        CliError: the request failed.
+    """
+    data = client.call("GET", "/v1/grants")
+    return Output(data, render.grants(_list(data, "grants")))
+
+
+def grant_rm(client: AdminClient, grant_id: str) -> Output:
+    """`grant rm`: delete one grant.
+
+    Raises:
+        CliError: the id is blank (usage) or the request failed (404 when unknown).
+    """
+    if not grant_id.strip():
+        raise CliError("The grant id must not be blank.", ExitCode.USAGE)
+    data = client.call("DELETE", f"/v1/grants/{quote_segment(grant_id)}")
+    grant = _object(data, "grant")
+    return Output(data, f"Grant removed.\n\n{render.grant_view(grant)}")
+
+
+def audit(
+    client: AdminClient,
+    session_id: str | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+    next_token: str | None = None,
+    all_pages: bool = False,
+) -> Output:
+    """`audit`: one page of audit events, or every page with `all_pages`.
+
+    Raises:
+        CliError: an option is malformed (usage), the request failed, or the service
+            repeats a page token (it would never end).
+    """
+    query: dict[str, str | int | None] = {
+        "session_id": None if session_id is None else check_session_id(session_id),
+        "since": None if since is None else check_timestamp(since, "--since"),
+        "limit": limit,
+        "next": next_token,
+    }
+    events: list[Mapping[str, Any]] = []
+    seen: set[str] = set()
+    for _ in range(MAX_AUDIT_PAGES):
+        data = client.call("GET", "/v1/audit", query=query)
+        events.extend(_list(data, "events"))
+        following = data.get("next")
+        if not all_pages or not following:
+            break
+        if following in seen:
+            raise CliError("The service repeated an audit page token.", ExitCode.UNEXPECTED)
+        seen.add(str(following))
+        query["next"] = str(following)
+    else:
+        raise CliError(f"Stopped after {MAX_AUDIT_PAGES} audit pages.", ExitCode.UNEXPECTED)
+    if all_pages:
+        data = {"events": events, "next": None}
+    note = None
+    if data.get("next"):
+        note = f"More events: add --all-pages, or --next {data['next']} for the next page."
+    return Output(data, render.audit_events(events), note)

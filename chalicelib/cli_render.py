@@ -1,0 +1,177 @@
+"""Plain-text rendering for the CLI: aligned tables and key/value blocks, no dependencies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+EMPTY = "-"
+MAX_CELL = 60
+
+
+@dataclass(frozen=True)
+class Output:
+    """A command's result: JSON for scripts (`--json`), text for people, an optional hint."""
+
+    data: Any
+    text: str
+    note: str | None = None
+
+
+def cell(value: Any, max_width: int | None = None) -> str:
+    """One value as table text: `-` for nothing, compact JSON for structures."""
+    if value is None or value == "":
+        text = EMPTY
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, Mapping | list):
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    else:
+        text = str(value)
+    text = " ".join(text.split())  # a table row stays on one line
+    if max_width is not None and len(text) > max_width:
+        text = text[: max_width - 1] + "…"
+    return text
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """An aligned table with a header line; the last column is not padded."""
+    body = [[cell(v, MAX_CELL) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+    lines = []
+    for row in [list(headers), *body]:
+        padded = [text.ljust(widths[i]) for i, text in enumerate(row)]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def fields(pairs: Sequence[tuple[str, Any]]) -> str:
+    """`Label:  value` lines with the values aligned."""
+    width = max((len(label) for label, _ in pairs), default=0) + 1
+    return "\n".join(f"{(label + ':').ljust(width)}  {cell(value)}" for label, value in pairs)
+
+
+def change(before: Any, after: Any) -> str:
+    """A before/after pair as `before -> after`, or `-` when neither is known."""
+    if before is None and after is None:
+        return EMPTY
+    return f"{cell(before)} -> {cell(after)}"
+
+
+def session_view(session: Mapping[str, Any]) -> str:
+    """A session: identity and state, a row per category, then its last calls."""
+    pairs: list[tuple[str, Any]] = [
+        ("Session", session.get("session_id")),
+        ("Tenant", session.get("tenant")),
+        ("State", session.get("state")),
+    ]
+    if session.get("suspended_reason"):
+        pairs.append(("Suspended", session.get("suspended_reason")))
+    pairs += [
+        ("Principal", session.get("principal")),
+        ("Started", session.get("started_at")),
+        ("Last seen", session.get("last_seen_at")),
+        ("Resets at", session.get("resets_at")),
+    ]
+    parts = [fields(pairs)]
+    categories = session.get("categories") or {}
+    if isinstance(categories, Mapping) and categories:
+        rows = [
+            (
+                name,
+                c.get("used"),
+                c.get("limit"),
+                c.get("base_limit"),
+                c.get("raised_limit"),
+                c.get("remaining"),
+            )
+            for name, c in sorted(categories.items())
+            if isinstance(c, Mapping)
+        ]
+        headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING")
+        parts.append(table(headers, rows))
+    calls = session.get("last_calls") or []
+    if isinstance(calls, list) and calls:
+        rows = [
+            (
+                c.get("at"),
+                c.get("tool"),
+                c.get("category"),
+                "allowed" if c.get("allowed") else "BLOCKED",
+                c.get("call_id"),
+                c.get("principal"),
+            )
+            for c in calls
+            if isinstance(c, Mapping)
+        ]
+        headers = ("AT", "TOOL", "CATEGORY", "RESULT", "CALL ID", "PRINCIPAL")
+        parts.append("Last calls:\n" + table(headers, rows))
+    else:
+        parts.append("Last calls: none")
+    return "\n\n".join(parts)
+
+
+GRANT_HEADERS = ("GRANT ID", "PRINCIPAL", "CATEGORY", "LIMIT", "STARTS", "ENDS", "BY", "REASON")
+
+
+def grant_row(grant: Mapping[str, Any]) -> tuple[Any, ...]:
+    """One grant as a table row matching `GRANT_HEADERS`."""
+    return (
+        grant.get("grant_id"),
+        grant.get("principal"),
+        grant.get("category"),
+        grant.get("limit"),
+        grant.get("starts_at"),
+        grant.get("ends_at"),
+        grant.get("created_by"),
+        grant.get("reason"),
+    )
+
+
+def grants(items: Sequence[Mapping[str, Any]]) -> str:
+    """Grants as a table, or a line saying there are none."""
+    if not items:
+        return "No grants."
+    return table(GRANT_HEADERS, [grant_row(g) for g in items])
+
+
+def grant_view(grant: Mapping[str, Any]) -> str:
+    """One grant as a key/value block."""
+    return fields(
+        [
+            ("Grant", grant.get("grant_id")),
+            ("Principal", grant.get("principal")),
+            ("Category", grant.get("category")),
+            ("Limit", grant.get("limit")),
+            ("Starts", grant.get("starts_at")),
+            ("Ends", grant.get("ends_at")),
+            ("Reason", grant.get("reason")),
+            ("Created by", grant.get("created_by")),
+            ("Created at", grant.get("created_at")),
+        ]
+    )
+
+
+def audit_events(events: Sequence[Mapping[str, Any]]) -> str:
+    """Audit events as a table, or a line saying there are none."""
+    if not events:
+        return "No audit events."
+    headers = ("AT", "TYPE", "SESSION", "ACTOR", "REASON", "CHANGE", "DETAIL")
+    rows = [
+        (
+            e.get("at"),
+            e.get("type"),
+            e.get("session_id"),
+            e.get("actor"),
+            e.get("reason"),
+            change(e.get("before"), e.get("after")),
+            e.get("detail"),
+        )
+        for e in events
+    ]
+    return table(headers, rows)

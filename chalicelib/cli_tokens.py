@@ -1,0 +1,247 @@
+"""`mcp-quota token ...`: create, list and revoke bearer tokens in the tokens table.
+
+These commands talk to DynamoDB with the operator's own AWS credentials (the root of trust),
+not to the service, so that the first admin token can be created at all. Only the hash of a
+token is stored; the token itself is printed once. `chalicelib.cli` imports this module only
+for token commands, so the HTTP commands never load boto3.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.exceptions import NoCredentialsError, NoRegionError
+
+from chalicelib import cli_render as render
+from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
+from chalicelib.cli_render import Output
+from chalicelib.clock import iso_utc
+from chalicelib.errors import QuotaServiceError
+from chalicelib.storage.tokens import TokenStore
+from chalicelib.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+TOKEN_ID = re.compile(r"^[0-9a-f]{12}$")
+MAX_NAME = 64
+STORED_EMPTY_NAME = "-"  # TokenStore stores an empty name as "-"
+
+
+def check_tenant(tenant: str) -> str:
+    """A valid tenant name.
+
+    Raises:
+        CliError: the name breaks the tenant naming rule (usage).
+    """
+    if not TENANT_NAME.fullmatch(tenant):
+        raise CliError(
+            f"Tenant {tenant!r} is not a valid tenant name: use 1 to 63 lowercase letters, "
+            "digits and '-', starting with a letter or digit.",
+            ExitCode.USAGE,
+        )
+    return tenant
+
+
+def check_role(role: str) -> str:
+    """A known role.
+
+    Raises:
+        CliError: the role is not one of ROLES (usage).
+    """
+    if role not in ROLES:
+        raise CliError(
+            f"Role {role!r} is not a role: use one of {', '.join(ROLES)}.", ExitCode.USAGE
+        )
+    return role
+
+
+def check_name(name: str) -> str:
+    """A token's descriptive name: printable, at most MAX_NAME characters.
+
+    Raises:
+        CliError: the name is too long or holds control characters (usage).
+    """
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise CliError(
+            f"The token name must be at most {MAX_NAME} printable characters.", ExitCode.USAGE
+        )
+    return name
+
+
+def check_token_id(token_id: str) -> str:
+    """A token's public id (the 12 hex characters after `mcpq_`).
+
+    Raises:
+        CliError: the text is not a token id (usage).
+    """
+    if not TOKEN_ID.fullmatch(token_id):
+        raise CliError(
+            f"{token_id!r} is not a token id: a token id is the 12 hex characters after "
+            "'mcpq_' in the token, as printed by `mcp-quota token create` and `token list`.",
+            ExitCode.USAGE,
+        )
+    return token_id
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Turn the token store's errors into CLI errors with the matching exit code.
+
+    Raises:
+        CliError: the store failed, refused the credentials, or found nothing.
+    """
+    try:
+        yield
+    except QuotaServiceError as exc:
+        if isinstance(exc.__cause__, NoCredentialsError):
+            raise CliError(
+                "No AWS credentials found: token commands write the tokens table with your "
+                "own AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY).",
+                ExitCode.AUTH,
+            ) from exc
+        raise CliError(exc.message, exit_code_for_status(exc.STATUS_CODE)) from exc
+
+
+def dynamodb_client(region: str | None) -> DynamoDBClient:
+    """A DynamoDB client from the operator's environment (AWS_ENDPOINT_URL is honoured).
+
+    Raises:
+        CliError: no AWS region is configured (usage).
+    """
+    try:
+        return boto3.client("dynamodb", region_name=region)
+    except NoRegionError as exc:
+        raise CliError(
+            "No AWS region configured: pass --region or set AWS_REGION.", ExitCode.USAGE
+        ) from exc
+
+
+def create_token(
+    store: TokenStore, tenant: str, role: str, name: str, now_ms: int
+) -> tuple[TokenRecord, str]:
+    """Store a new token's hash and return the record with the token (never stored).
+
+    Raises:
+        CliError: the input is invalid or the store failed.
+    """
+    record_name = check_name(name)
+    token_id, token = new_token()
+    record = TokenRecord(
+        token_id=token_id,
+        secret_hash=hash_secret(token),
+        tenant=check_tenant(tenant),
+        role=check_role(role),
+        name=record_name,
+        created_at_ms=now_ms,
+    )
+    with store_errors():
+        store.put(record)
+    return record, token
+
+
+def revoke_token(store: TokenStore, token_id: str, now_ms: int) -> tuple[TokenRecord, bool]:
+    """Revoke a token; returns its record and whether it had already been revoked.
+
+    Raises:
+        CliError: the id is malformed, unknown (not found), or the store failed.
+    """
+    with store_errors():
+        record = store.revoke(check_token_id(token_id), now_ms)
+    # The store keeps the first revocation time, so a different time means "already".
+    return record, record.revoked_at_ms != now_ms
+
+
+def list_tokens(store: TokenStore, tenant: str | None) -> list[TokenRecord]:
+    """Every token, or one tenant's, oldest first.
+
+    Raises:
+        CliError: the tenant name is invalid or the store failed.
+    """
+    if tenant is not None:
+        check_tenant(tenant)
+    with store_errors():
+        return store.list(tenant)
+
+
+def token_json(record: TokenRecord) -> dict[str, Any]:
+    """A token's public fields for `--json` (never the hash)."""
+    return {
+        "token_id": record.token_id,
+        "tenant": record.tenant,
+        "role": record.role,
+        "name": "" if record.name == STORED_EMPTY_NAME else record.name,
+        "created_at": iso_utc(record.created_at_ms),
+        "revoked_at": None if record.revoked_at_ms is None else iso_utc(record.revoked_at_ms),
+    }
+
+
+def store_for(table: str, region: str | None) -> TokenStore:
+    """The token store on `table`, reached with the operator's AWS configuration.
+
+    Raises:
+        CliError: no AWS region is configured (usage).
+    """
+    return TokenStore(dynamodb_client(region), table)
+
+
+def command_create(store: TokenStore, tenant: str, role: str, name: str, now_ms: int) -> Output:
+    """`token create`: the new token, shown this once.
+
+    Raises:
+        CliError: the input is invalid or the store failed.
+    """
+    record, token = create_token(store, tenant, role, name, now_ms)
+    data = {**token_json(record), "token": token}
+    text = "\n".join(
+        [
+            f"Created {record.role} token for tenant {record.tenant}.",
+            "",
+            render.fields([("Token id", record.token_id), ("Name", record.name), ("Token", token)]),
+            "",
+            "Store the token now: it is shown only this once, and only its hash is kept.",
+        ]
+    )
+    return Output(data, text)
+
+
+def command_revoke(store: TokenStore, token_id: str, now_ms: int) -> Output:
+    """`token revoke`: revoke one token (again is harmless).
+
+    Raises:
+        CliError: the id is malformed or unknown, or the store failed.
+    """
+    record, already = revoke_token(store, token_id, now_ms)
+    data = token_json(record)
+    when = data["revoked_at"]
+    if already:
+        text = f"Token {record.token_id} (tenant {record.tenant}) was already revoked at {when}."
+    else:
+        text = (
+            f"Revoked {record.role} token {record.token_id} (tenant {record.tenant}) at {when}. "
+            "Running services may accept it for up to QUOTA_TOKEN_CACHE_SECONDS more."
+        )
+    return Output(data, text)
+
+
+def command_list(store: TokenStore, tenant: str | None) -> Output:
+    """`token list`: tokens with their tenant, role and state; never hashes.
+
+    Raises:
+        CliError: the tenant name is invalid or the store failed.
+    """
+    records = list_tokens(store, tenant)
+    data = {"tokens": [token_json(r) for r in records]}
+    if not records:
+        return Output(data, "No tokens.")
+    headers = ("TOKEN ID", "TENANT", "ROLE", "NAME", "CREATED", "REVOKED")
+    rows = [
+        (t["token_id"], t["tenant"], t["role"], t["name"], t["created_at"], t["revoked_at"])
+        for t in data["tokens"]
+    ]
+    return Output(data, render.table(headers, rows))
