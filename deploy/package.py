@@ -1,0 +1,62 @@
+"""`make package STAGE=prod`: the merge template, then `chalice package --merge-template`,
+into one directory holding `sam.json` and `deployment.zip`. Needs a region, never
+credentials: nothing here talks to AWS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from deploy.build_template import (  # noqa: E402
+    app_function_names,
+    build_merge_template,
+    load_config,
+)
+
+DEFAULT_REGION = "us-east-1"
+MERGE_TEMPLATE = "merge-template.json"
+
+
+def package(stage: str, outdir: Path) -> Path:
+    """Package `stage` into `outdir` (replaced); returns the path of the SAM template.
+
+    Raises:
+        subprocess.CalledProcessError: `chalice package` failed.
+        SystemExit: the stage cannot be packaged.
+    """
+    template = build_merge_template(stage, load_config(), app_function_names())
+    outdir = outdir.resolve()
+    if outdir.exists():
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True)
+    merge = outdir / MERGE_TEMPLATE
+    merge.write_text(json.dumps(template, indent=2, sort_keys=True) + "\n")
+    env = dict(os.environ)
+    env.setdefault("AWS_DEFAULT_REGION", DEFAULT_REGION)
+    chalice = Path(sys.executable).parent / "chalice"
+    command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
+    subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
+    return outdir / "sam.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Package one stage for CloudFormation.")
+    parser.add_argument("--stage", required=True)
+    parser.add_argument("--out", type=Path, help="output directory (default build/<stage>)")
+    args = parser.parse_args(argv)
+    sam = package(args.stage, args.out or ROOT / "build" / args.stage)
+    print(f"packaged {args.stage}: {sam} and {sam.parent / 'deployment.zip'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
