@@ -1,0 +1,113 @@
+"""Start the real pieces as a user does: the quota service (`make run`) and the example servers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE_LOCAL = ROOT / "scripts" / "serve_local.py"
+EXAMPLES = ROOT / "examples"
+SERVER_TOKEN = "dev-server-token"
+ADMIN_TOKEN = "dev-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Running:
+    """A started process, its base URL and where its output goes."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def wait_healthy(running: Running, timeout: float = 60.0) -> None:
+    """Poll `GET /health` until it answers 200, the process dies, or time runs out.
+
+    Raises:
+        RuntimeError: the process exited or never became healthy.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if running.process.poll() is not None:
+            raise RuntimeError(f"{running.name} exited early:\n{running.output()}")
+        try:
+            with urllib.request.urlopen(f"{running.url}/health", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    running.stop()
+    raise RuntimeError(f"{running.name} not healthy after {timeout}s:\n{running.output()}")
+
+
+@contextmanager
+def started(
+    name: str, command: list[str], port: int, log_dir: Path, env: Mapping[str, str]
+) -> Iterator[Running]:
+    log = log_dir / f"{name}-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **env}, stdout=sink, stderr=subprocess.STDOUT
+        )
+    running = Running(name, f"http://127.0.0.1:{port}", process, log)
+    try:
+        wait_healthy(running)
+        yield running
+    finally:
+        running.stop()
+
+
+@contextmanager
+def quota_service(log_dir: Path) -> Iterator[Running]:
+    """`make run`: scripts/serve_local.py on a free port, embedded backend."""
+    port = free_port()
+    env = {"PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    with started("quota-service", [sys.executable, str(SERVE_LOCAL)], port, log_dir, env) as run:
+        yield run
+
+
+@contextmanager
+def articles_server(
+    quota_url: str, log_dir: Path, script: str = "articles_server.py"
+) -> Iterator[Running]:
+    """An example MCP server over streamable HTTP on loopback, guarded by `quota_url`."""
+    port = free_port()
+    env = {
+        "MCP_QUOTA_URL": quota_url,
+        "MCP_QUOTA_TOKEN": SERVER_TOKEN,
+        "MCP_QUOTA_MAX_ATTEMPTS": "2",
+        "PYTHONUNBUFFERED": "1",
+    }
+    command = [sys.executable, str(EXAMPLES / script), "--port", str(port)]
+    with started(script.removesuffix(".py"), command, port, log_dir, env) as run:
+        yield run
