@@ -66,7 +66,7 @@ def _error_message(status: int, raw: bytes) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         message: str = error["message"]
         field = error.get("field")
-        if isinstance(field, str) and field and field not in message:
+        if isinstance(field, str) and field and f"'{field}'" not in message:
             message = f"{message} (field: {field})"
         return message
     text = raw.decode("utf-8", "replace").strip()
