@@ -1,4 +1,7 @@
-"""Start the real pieces as a user does: the quota service (`make run`) and the example servers."""
+"""Start the real pieces as a user does: the quota service (`make run`) and the example servers.
+
+Used by `examples/demo.py` and by the end-to-end tests in `tests/mcp/`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +10,14 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import httpx2
+
+ROOT = Path(__file__).resolve().parent.parent
 SERVE_LOCAL = ROOT / "scripts" / "serve_local.py"
 EXAMPLES = ROOT / "examples"
 SERVER_TOKEN = "dev-server-token"
@@ -60,10 +63,9 @@ def wait_healthy(running: Running, timeout: float = 60.0) -> None:
         if running.process.poll() is not None:
             raise RuntimeError(f"{running.name} exited early:\n{running.output()}")
         try:
-            with urllib.request.urlopen(f"{running.url}/health", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
+            if httpx2.get(f"{running.url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx2.TransportError:
             pass
         time.sleep(0.05)
     running.stop()
@@ -76,7 +78,8 @@ def started(
 ) -> Iterator[Running]:
     log = log_dir / f"{name}-{port}.log"
     with log.open("wb") as sink:
-        process = subprocess.Popen(
+        # The command is built here from fixed paths, never from outside input.
+        process = subprocess.Popen(  # noqa: S603
             command, cwd=ROOT, env={**os.environ, **env}, stdout=sink, stderr=subprocess.STDOUT
         )
     running = Running(name, f"http://127.0.0.1:{port}", process, log)

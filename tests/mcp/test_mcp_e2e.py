@@ -13,9 +13,8 @@ import mcp
 import mcp_types as mt
 import pytest
 from fastmcp import Client
+from launch import SERVE_LOCAL, Running, articles_server, quota_service
 from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
-
-from tests.mcp.processes import SERVE_LOCAL, Running, articles_server, quota_service
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

@@ -1,0 +1,161 @@
+"""`make demo`: replay the incident with the real pieces.
+
+An agent loop calls the destructive `delete_tag` tool 400 times, as fast as it can,
+through a real MCP client, against the example FastMCP server guarded by mcp-quota.
+The quota service is started here as `make run` starts it (or, with MCP_QUOTA_URL
+set, the one already running is used). At the end it prints what happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as mt
+from fastmcp import Client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from launch import ADMIN_TOKEN, articles_server, quota_service
+from mcp_quota_client import META_SESSION_KEY
+
+STATS_URI = "stats://articles"
+
+
+@contextmanager
+def quota_url(logs: Path) -> Iterator[tuple[str, str]]:
+    """The quota service to use: MCP_QUOTA_URL if set, else one started for the demo."""
+    existing = os.environ.get("MCP_QUOTA_URL")
+    if existing:
+        yield existing.rstrip("/"), "already running (MCP_QUOTA_URL)"
+        return
+    with quota_service(logs) as running:
+        yield running.url, f"started for this demo, log {running.log}"
+
+
+async def read_stats(client: Client[Any]) -> dict[str, int]:
+    [contents] = await client.read_resource(STATS_URI)
+    assert isinstance(contents, mt.TextResourceContents)
+    loaded: dict[str, int] = json.loads(contents.text)
+    return loaded
+
+
+def text_of(result: mt.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, mt.TextContent))
+
+
+async def agent_loop(mcp_url: str, session: str, calls: int) -> dict[str, Any]:
+    """What a runaway agent does: call delete_tag in a tight loop, ignoring refusals."""
+    meta = {META_SESSION_KEY: session}
+    allowed = refused = 0
+    first_refusal: mt.CallToolResult | None = None
+    first_refused_at = 0
+    async with Client(mcp_url) as client:
+        before = await read_stats(client)
+        started = time.perf_counter()
+        for number in range(1, calls + 1):
+            result = await client.call_tool_mcp("delete_tag", {"tag": f"tag-{number}"}, meta=meta)
+            if result.is_error:
+                refused += 1
+                if first_refusal is None:
+                    first_refusal, first_refused_at = result, number
+            else:
+                allowed += 1
+        elapsed = time.perf_counter() - started
+        after = await read_stats(client)
+    return {
+        "allowed": allowed,
+        "refused": refused,
+        "elapsed": elapsed,
+        "deletions": after["deletions"] - before["deletions"],
+        "first_refusal": first_refusal,
+        "first_refused_at": first_refused_at,
+    }
+
+
+def admin_view(base_url: str, session: str) -> list[str]:
+    """The session and its audit trail from the admin API, when the service has one."""
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    lines: list[str] = []
+    with httpx2.Client(base_url=base_url, headers=headers, timeout=5.0) as http:
+        for title, path, params in (
+            ("Session (GET /v1/sessions/{id})", f"/v1/sessions/{session}", {}),
+            ("Audit trail (GET /v1/audit)", "/v1/audit", {"session_id": session}),
+        ):
+            try:
+                response = http.get(path, params=params)
+            except httpx2.TransportError as exc:
+                lines.append(f"{title}: unreachable ({type(exc).__name__})")
+                continue
+            if response.status_code != 200:
+                lines.append(f"{title}: not available on this service yet ({response.status_code})")
+                continue
+            lines.append(f"{title}:")
+            body = json.dumps(response.json(), indent=2)
+            lines.extend("    " + line for line in body.splitlines()[:60])
+    return lines
+
+
+def report(outcome: dict[str, Any], calls: int, session: str, where: dict[str, str]) -> str:
+    refusal: mt.CallToolResult | None = outcome["first_refusal"]
+    per_call_ms = 1000 * outcome["elapsed"] / calls
+    lines = [
+        "",
+        f"mcp-quota demo: an agent loop called delete_tag {calls} times, as fast as it could.",
+        f"  quota service:  {where['quota']} ({where['quota_note']})",
+        f"  MCP server:     {where['mcp']} (examples/articles_server.py + QuotaMiddleware)",
+        f"  quota session:  {session}  (sent as _meta['{META_SESSION_KEY}'])",
+        "",
+        f"  allowed:        {outcome['allowed']}",
+        f"  refused:        {outcome['refused']}",
+        f"  elapsed:        {outcome['elapsed']:.1f} s ({per_call_ms:.0f} ms per call)",
+        f"  tags really deleted (server-side counter): {outcome['deletions']}",
+        "",
+    ]
+    if refusal is None:
+        lines.append("No call was refused: is the write limit above the number of calls?")
+    else:
+        lines += [
+            f"What the agent saw from call {outcome['first_refused_at']} on "
+            "(a tool result with isError: true, not a protocol error):",
+            "",
+            "    " + text_of(refusal),
+            "",
+            "    structuredContent: " + json.dumps(refusal.structured_content),
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    args = parser.parse_args(argv)
+    session = f"incident-{uuid.uuid4().hex[:8]}"
+    logs = Path(tempfile.mkdtemp(prefix="mcp-quota-demo-"))
+    with ExitStack() as stack:
+        print("Starting the quota service and the example MCP server...", flush=True)
+        base_url, note = stack.enter_context(quota_url(logs))
+        server = stack.enter_context(articles_server(base_url, logs))
+        mcp_url = f"{server.url}/mcp"
+        print(f"Replaying the incident: {args.calls} delete_tag calls...", flush=True)
+        outcome = anyio.run(agent_loop, mcp_url, session, args.calls)
+        where = {"quota": base_url, "quota_note": note, "mcp": mcp_url}
+        print(report(outcome, args.calls, session, where))
+        print()
+        print("\n".join(admin_view(base_url, session)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
