@@ -264,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_commands(root)
     _add_grant_commands(root)
     audit = _leaf(root, "audit", "list audit events: blocks, admin actions, notifications", _audit)
-    audit.add_argument("--session", help="only this session's events")
+    audit.add_argument(
+        "--session", help="this session's events (default: tenant-level events: grants, tokens)"
+    )
     audit.add_argument("--since", help="only events at or after this ISO-8601 time")
     audit.add_argument("--limit", type=_positive_int, help="events per page")
     audit.add_argument("--next", help="page token from a previous answer")

@@ -57,9 +57,18 @@ def fields(pairs: Sequence[tuple[str, Any]]) -> str:
 
 
 def change(before: Any, after: Any) -> str:
-    """A before/after pair as `before -> after`, or `-` when neither is known."""
+    """A before/after pair: `b -> a`; for two objects, only what changed, keys named."""
     if before is None and after is None:
         return EMPTY
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        parts = []
+        for key in [*before, *(k for k in after if k not in before)]:
+            old, new = before.get(key), after.get(key)
+            if old == new:
+                parts.append(f"{key}={cell(old)}")
+            else:
+                parts.append(f"{key}: {cell(old)} -> {cell(new)}")
+        return ", ".join(parts) or EMPTY
     return f"{cell(before)} -> {cell(after)}"
 
 
@@ -79,41 +88,50 @@ def session_view(session: Mapping[str, Any]) -> str:
         ("Resets at", session.get("resets_at")),
     ]
     parts = [fields(pairs)]
-    categories = session.get("categories") or {}
+    categories = session.get("categories")
     if isinstance(categories, Mapping) and categories:
-        rows = [
-            (
-                name,
-                c.get("used"),
-                c.get("limit"),
-                c.get("base_limit"),
-                c.get("raised_limit"),
-                c.get("remaining"),
-            )
-            for name, c in sorted(categories.items())
-            if isinstance(c, Mapping)
-        ]
-        headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING")
-        parts.append(table(headers, rows))
-    calls = session.get("last_calls") or []
+        parts.append(_categories(categories))
+    calls = session.get("last_calls")
     if isinstance(calls, list) and calls:
-        rows = [
-            (
-                c.get("at"),
-                c.get("tool"),
-                c.get("category"),
-                "allowed" if c.get("allowed") else "BLOCKED",
-                c.get("call_id"),
-                c.get("principal"),
-            )
-            for c in calls
-            if isinstance(c, Mapping)
-        ]
-        headers = ("AT", "TOOL", "CATEGORY", "RESULT", "CALL ID", "PRINCIPAL")
-        parts.append("Last calls:\n" + table(headers, rows))
+        parts.append("Last calls:\n" + _calls(calls))
     else:
         parts.append("Last calls: none")
     return "\n\n".join(parts)
+
+
+def _categories(categories: Mapping[str, Any]) -> str:
+    headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING", "REFUSED")
+    rows = [
+        (
+            name,
+            c.get("used"),
+            c.get("limit"),
+            c.get("base_limit"),
+            c.get("raised_limit"),
+            c.get("remaining"),
+            c.get("refused"),
+        )
+        for name, c in sorted(categories.items())
+        if isinstance(c, Mapping)
+    ]
+    return table(headers, rows)
+
+
+def _calls(calls: list[Any]) -> str:
+    headers = ("AT", "TOOL", "CATEGORY", "RESULT", "CALL ID", "PRINCIPAL")
+    rows = [
+        (
+            c.get("at"),
+            c.get("tool"),
+            c.get("category"),
+            "allowed" if c.get("allowed") else "BLOCKED",
+            c.get("call_id"),
+            c.get("principal"),
+        )
+        for c in calls
+        if isinstance(c, Mapping)
+    ]
+    return table(headers, rows)
 
 
 GRANT_HEADERS = ("GRANT ID", "PRINCIPAL", "CATEGORY", "LIMIT", "STARTS", "ENDS", "BY", "REASON")

@@ -157,6 +157,7 @@ def session_view(session_id: str = "sess-1", **overrides: Any) -> dict[str, Any]
                 "base_limit": 15,
                 "raised_limit": None,
                 "remaining": 0,
+                "refused": 1,
             },
         },
         "last_calls": [

@@ -199,6 +199,17 @@ def test_audit_all_pages_stops_when_the_service_repeats_a_token(
     assert len(api.requests) == 2
 
 
+def test_audit_object_changes_show_what_changed(cli: Cli, api: FakeAdminApi) -> None:
+    before = {"category": "write", "limit": 15}
+    after = {"category": "write", "limit": 25}
+    event = _event(1, type="session_raised", before=before, after=after)
+    api.reply("GET", "/v1/audit", 200, {"events": [event], "next": None})
+
+    lines = cli.admin(api, "audit", "--session", "sess-1").out.splitlines()
+
+    assert "category=write, limit: 15 -> 25" in lines[1]
+
+
 def test_audit_detail_is_compact_json_on_one_line(cli: Cli, api: FakeAdminApi) -> None:
     detail = {"last_calls": [{"tool": "delete_article", "allowed": False}]}
     api.reply("GET", "/v1/audit", 200, {"events": [_event(1, detail=detail)], "next": None})

@@ -27,7 +27,15 @@ def test_show_sends_an_authenticated_get_and_renders_the_session(
     assert "State:      active" in lines
     assert "Principal:  alice@example.com" in lines
     header = next(line for line in lines if line.startswith("CATEGORY"))
-    assert header.split() == ["CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING"]
+    assert header.split() == [
+        "CATEGORY",
+        "USED",
+        "LIMIT",
+        "BASE",
+        "RAISED",
+        "REMAINING",
+        "REFUSED",
+    ]
     assert next(line for line in lines if line.startswith("write")).split() == [
         "write",
         "15",
@@ -35,6 +43,7 @@ def test_show_sends_an_authenticated_get_and_renders_the_session(
         "15",
         "-",
         "0",
+        "1",
     ]
     blocked = next(line for line in lines if "BLOCKED" in line)
     assert blocked.split()[:4] == ["2026-12-02T11:59:00Z", "delete_article", "write", "BLOCKED"]
@@ -160,7 +169,7 @@ def test_raise_by_add_posts_category_add_and_reason(cli: Cli, api: FakeAdminApi)
     assert request.headers["content-type"] == "application/json"
     assert run.out.splitlines()[0] == "Raised write for session sess-1: limit 15 -> 25."
     row = next(line for line in run.out.splitlines() if line.startswith("write"))
-    assert row.split() == ["write", "15", "25", "15", "25", "10"]
+    assert row.split() == ["write", "15", "25", "15", "25", "10", "-"]
 
 
 def test_raise_to_limit_posts_limit_not_add(cli: Cli, api: FakeAdminApi) -> None:
