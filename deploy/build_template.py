@@ -31,7 +31,6 @@ Template = dict[str, Any]
 LOCAL_STAGE = "local"
 TOPIC = "AlertTopic"
 ALARM = "BlockedWritesAlarm"
-LOGS_POLICY = "LambdaLogsPolicy"
 REST_API = "RestAPI"  # Chalice's logical id for the API
 API_HANDLER = "api_handler"  # Chalice's name for the function behind every route
 ALARM_CATEGORY = "write"
@@ -149,17 +148,17 @@ def alarm_resource() -> Template:
     }
 
 
-def logs_policy(functions: list[LambdaNames]) -> Template:
-    """Log-writing rights for each function, on its own log group only.
+def logs_policy(names: LambdaNames) -> Template:
+    """Log-writing rights for one function, on its own log group only.
 
-    A separate policy, not part of the roles: the log groups' names depend on the
-    functions, which depend on the roles, so an inline grant would be a cycle.
+    A separate policy, not part of the role: the log group's name depends on the
+    function, which depends on the role, so an inline grant would be a cycle.
     """
     return {
         "Type": "AWS::IAM::Policy",
         "Properties": {
-            "PolicyName": "lambda-logs",
-            "Roles": [{"Ref": names.role} for names in functions],
+            "PolicyName": "write-own-logs",
+            "Roles": [{"Ref": names.role}],
             "PolicyDocument": {
                 "Version": "2012-10-17",
                 "Statement": [
@@ -167,9 +166,7 @@ def logs_policy(functions: list[LambdaNames]) -> Template:
                         "Sid": "WriteOwnLogGroup",
                         "Effect": "Allow",
                         "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                        "Resource": [
-                            {"Fn::GetAtt": [names.log_group, "Arn"]} for names in functions
-                        ],
+                        "Resource": [{"Fn::GetAtt": [names.log_group, "Arn"]}],
                     }
                 ],
             },
@@ -210,7 +207,9 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
         },
     }
     resources[ALARM] = alarm_resource()
-    resources[LOGS_POLICY] = logs_policy(functions)
+    log_policies = [f"{names.role}Logs" for names in functions]
+    for policy, names in zip(log_policies, functions, strict=True):
+        resources[policy] = logs_policy(names)
     api_properties: Template = {
         "MethodSettings": [
             {
@@ -223,9 +222,9 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     }
     if xray:
         api_properties["TracingEnabled"] = True
-    # The API is the only way in: it waits for the log grant, so no first request can
+    # The API is the only way in: it waits for the log grants, so no first request can
     # run before its function may log.
-    resources[REST_API] = {"DependsOn": [LOGS_POLICY], "Properties": api_properties}
+    resources[REST_API] = {"DependsOn": log_policies, "Properties": api_properties}
     for names in functions:
         # Chalice 1.34 names the API handler's log group `/aws/lambda/${ApiHandler}`,
         # but the function's logical id is `APIHandler`.

@@ -1,0 +1,207 @@
+"""What the Lambda roles may do: exactly the calls the code makes, on this stack's
+resources only. The required set is read from the code (see code_calls.py), so a new
+boto3 call without a grant fails here, and so does a grant nothing uses."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chalicelib.schema import ALL_TABLES
+from tests.deploy.code_calls import ROOT, ApiCall, api_calls, attribute_calls, relative
+from tests.deploy.conftest import Packaged
+
+Grant = tuple[str, str]  # (IAM action, logical id of the resource)
+
+API_HANDLER = "APIHandler"
+AUTHORIZER = "Bearer"
+TOPIC = "AlertTopic"
+LOG_ACTIONS = frozenset({"logs:CreateLogStream", "logs:PutLogEvents"})
+
+# The whole grant, reviewed: a change here is a change to production permissions.
+EXPECTED_ACTIONS = {
+    API_HANDLER: {
+        "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "sns:Publish",
+    },
+    AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
+}
+
+# Code that runs with the operator's own credentials, never in the Lambda.
+OPERATOR_MODULES = ("chalicelib/provision.py", "chalicelib/cli.py", "chalicelib/cli_*.py")
+OPERATOR_FUNCTIONS = {
+    # `mcp-quota token create|revoke|list` talk to the tokens table directly: the
+    # operator's AWS credentials are the root of trust, no API can mint a token.
+    ("chalicelib/storage/tokens.py", "TokenStore.put"),
+    ("chalicelib/storage/tokens.py", "TokenStore.revoke"),
+    ("chalicelib/storage/tokens.py", "TokenStore.list"),
+}
+# The authorizer only resolves tokens; every route runs in the API handler.
+TABLE_FUNCTION = {"TokensTable": AUTHORIZER}
+
+
+def is_operator_module(module: str) -> bool:
+    return any(fnmatch.fnmatch(module, pattern) for pattern in OPERATOR_MODULES)
+
+
+def target_of(call: ApiCall) -> str:
+    """The logical id of the resource a call acts on, from the module that makes it."""
+    if call.service == "sns":
+        return TOPIC
+    stem = call.module.rsplit("/", 1)[-1].removesuffix(".py")
+    if call.module.startswith("chalicelib/storage/") and stem in ALL_TABLES:
+        return ALL_TABLES[stem].logical_name
+    raise AssertionError(
+        f"{call.module}:{call.line} calls {call.action}, but which table it acts on is "
+        "unknown: keep DynamoDB calls in chalicelib/storage/<table>.py"
+    )
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of the modules a file imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def lambda_calls() -> list[ApiCall]:
+    return [
+        call
+        for call in api_calls()
+        if not is_operator_module(call.module)
+        and (call.module, call.function) not in OPERATOR_FUNCTIONS
+    ]
+
+
+def required_grants() -> dict[str, set[Grant]]:
+    required: dict[str, set[Grant]] = defaultdict(set)
+    for call in lambda_calls():
+        target = target_of(call)
+        required[TABLE_FUNCTION.get(target, API_HANDLER)].add((call.action, target))
+    return required
+
+
+def resource_id(resource: Any) -> str:
+    """The logical id a policy Resource points at; literal ARNs are not allowed."""
+    assert isinstance(resource, dict), f"literal resource {resource!r}: use Fn::GetAtt/Ref"
+    if "Fn::GetAtt" in resource:
+        target, attribute = resource["Fn::GetAtt"]
+        assert attribute == "Arn"
+        return str(target)
+    assert set(resource) == {"Ref"}, resource
+    return str(resource["Ref"])
+
+
+def statements_of_role(packaged: Packaged, role: str) -> list[dict[str, Any]]:
+    """Every statement that applies to a role: inline policies and attached ones."""
+    props = packaged.resources[role]["Properties"]
+    assert "ManagedPolicyArns" not in props  # X-Ray is off in prod
+    statements = [s for p in props.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+    for resource in packaged.resources.values():
+        if (
+            resource["Type"] == "AWS::IAM::Policy"
+            and {"Ref": role} in resource["Properties"]["Roles"]
+        ):
+            statements += resource["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def granted(packaged: Packaged) -> dict[str, set[Grant]]:
+    """Function logical id -> (action, resource) pairs its role allows."""
+    grants: dict[str, set[Grant]] = {}
+    for name, resource in packaged.resources.items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        role, _ = resource["Properties"]["Role"]["Fn::GetAtt"]
+        pairs: set[Grant] = set()
+        for statement in statements_of_role(packaged, role):
+            assert statement["Effect"] == "Allow"
+            assert set(statement) <= {"Sid", "Effect", "Action", "Resource"}, statement
+            actions = statement["Action"]
+            targets = statement["Resource"]
+            actions = [actions] if isinstance(actions, str) else actions
+            targets = targets if isinstance(targets, list) else [targets]
+            pairs |= {(a, resource_id(t)) for a in actions for t in targets}
+        grants[name] = pairs
+    return grants
+
+
+def test_exact_action_set_per_function(packaged: Packaged) -> None:
+    grants = granted(packaged)
+    assert {name: {a for a, _ in pairs} for name, pairs in grants.items()} == EXPECTED_ACTIONS
+
+
+def test_no_wildcards_anywhere_in_the_lambda_policies(packaged: Packaged) -> None:
+    for pairs in granted(packaged).values():
+        for action, target in pairs:
+            assert "*" not in action
+            assert target in packaged.resources, f"{action} on unknown resource {target}"
+    assert '"*"' not in json.dumps(
+        [
+            r
+            for r in packaged.resources.values()
+            if r["Type"] in ("AWS::IAM::Role", "AWS::IAM::Policy")
+        ]
+    )
+
+
+def test_each_function_writes_only_its_own_log_group(packaged: Packaged) -> None:
+    for name, pairs in granted(packaged).items():
+        log_targets = {target for action, target in pairs if action in LOG_ACTIONS}
+        assert log_targets == {f"{'ApiHandler' if name == API_HANDLER else name}LogGroup"}
+        assert {a for a, t in pairs if t in log_targets} == LOG_ACTIONS
+
+
+def test_every_call_the_code_makes_is_granted_and_nothing_more(packaged: Packaged) -> None:
+    grants = granted(packaged)
+    data = {name: {g for g in pairs if g[0] not in LOG_ACTIONS} for name, pairs in grants.items()}
+    required = required_grants()
+    missing = {name: sorted(required[name] - data.get(name, set())) for name in required}
+    assert {k: v for k, v in missing.items() if v} == {}, (
+        "calls without a grant: add them to .chalice/policy-prod*.json"
+    )
+    unused = {name: sorted(pairs - required.get(name, set())) for name, pairs in data.items()}
+    assert {k: v for k, v in unused.items() if v} == {}, "grants no code uses: remove them"
+
+
+def test_the_scan_sees_the_calls_we_know_about() -> None:
+    found = {(c.module, c.function, c.action) for c in api_calls()}
+    assert (
+        "chalicelib/storage/counters.py",
+        "CounterStore.consume",
+        "dynamodb:UpdateItem",
+    ) in found
+    assert ("chalicelib/storage/tokens.py", "TokenStore.get", "dynamodb:GetItem") in found
+    # Every operator-only exemption still names a function that makes a call.
+    assert {(m, f) for m, f, _ in found} >= OPERATOR_FUNCTIONS
+
+
+@pytest.mark.parametrize("path", [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))])
+def test_lambda_code_never_mints_or_revokes_tokens(path: Path) -> None:
+    """The exemptions above hold only if no code that runs in the Lambda uses them."""
+    module = relative(path)
+    if is_operator_module(module) or module == "chalicelib/storage/tokens.py":
+        return
+    for imported in imported_modules(path):
+        assert not is_operator_module(imported.replace(".", "/") + ".py"), (module, imported)
+    operator_methods = {function.split(".")[-1] for _, function in OPERATOR_FUNCTIONS}
+    for receiver, method, line in attribute_calls(path):
+        if "token" in receiver.lower():
+            assert method not in operator_methods, f"{module}:{line} {receiver}.{method}"

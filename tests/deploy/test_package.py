@@ -1,0 +1,37 @@
+"""`make package STAGE=prod` produces a deployable, lint-clean SAM template and zip."""
+
+from __future__ import annotations
+
+import zipfile
+
+from cfnlint.api import ManualArgs, lint_file  # type: ignore[import-untyped]
+
+from tests.deploy.conftest import Packaged
+
+
+def test_cfn_lint_reports_no_errors_or_warnings(packaged: Packaged) -> None:
+    matches = lint_file(packaged.sam, config=ManualArgs(regions=["us-east-1"]))
+    problems = [
+        f"{m.rule.id} {m.message} (line {m.linenumber})" for m in matches if m.rule.id[0] in "EW"
+    ]
+    assert problems == []
+
+
+def test_template_is_sam_with_the_parameters_the_docs_use(packaged: Packaged) -> None:
+    template = packaged.template
+    assert template["Transform"] == "AWS::Serverless-2016-10-31"
+    assert "Default" not in template["Parameters"]["AlertEmail"]
+    assert {"EndpointURL", "TokensTableName", "AlertTopicArn"} <= set(template["Outputs"])
+
+
+def test_deployment_zip_holds_the_app_and_its_runtime_dependencies_only(
+    packaged: Packaged,
+) -> None:
+    with zipfile.ZipFile(packaged.zip) as archive:
+        names = archive.namelist()
+    tops = {name.split("/", 1)[0] for name in names}
+    assert "app.py" in names
+    assert "chalicelib/policies/default.json" in names  # the stage's quota policy ships
+    assert "aws_lambda_powertools" in tops
+    # The Lambda runtime provides boto3; tests, tooling and the local backend stay out.
+    assert not tops & {"boto3", "botocore", "moto", "tests", "deploy", "scripts", "client"}

@@ -1,0 +1,132 @@
+"""The packaged stack: tables from the one schema, alerting, throttling and wiring."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cfnlint.template.transforms._sam_globals import (  # type: ignore[import-untyped]
+    merge_globals,
+)
+
+from chalicelib.observability import NAMESPACE, SERVICE
+from chalicelib.schema import ALL_TABLES
+from chalicelib.settings import Settings
+from tests.deploy.code_calls import ROOT
+from tests.deploy.conftest import Packaged
+
+
+def of_type(packaged: Packaged, kind: str) -> dict[str, Any]:
+    return {k: v for k, v in packaged.resources.items() if v["Type"] == kind}
+
+
+def test_tables_are_exactly_the_schema_on_demand_with_ttl_and_pitr(packaged: Packaged) -> None:
+    tables = of_type(packaged, "AWS::DynamoDB::Table")
+    assert set(tables) == {spec.logical_name for spec in ALL_TABLES.values()}
+    for spec in ALL_TABLES.values():
+        props = tables[spec.logical_name]["Properties"]
+        expected = spec.create_table_kwargs("-")
+        assert props["KeySchema"] == expected["KeySchema"], spec.logical_name
+        assert props["AttributeDefinitions"] == expected["AttributeDefinitions"]
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+        assert "TableName" not in props  # CloudFormation names them per stack
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+        if spec.ttl_attribute is None:
+            assert "TimeToLiveSpecification" not in props
+        else:
+            assert props["TimeToLiveSpecification"] == {
+                "AttributeName": spec.ttl_attribute,
+                "Enabled": True,
+            }
+
+
+def test_audit_table_is_protected_from_deletion(packaged: Packaged) -> None:
+    audit = packaged.resources[ALL_TABLES["audit"].logical_name]
+    assert audit["Properties"]["DeletionProtectionEnabled"] is True
+    assert audit["DeletionPolicy"] == "Retain"
+    assert audit["UpdateReplacePolicy"] == "Retain"
+    counters = packaged.resources[ALL_TABLES["counters"].logical_name]
+    assert "DeletionProtectionEnabled" not in counters["Properties"]
+
+
+def test_alert_topic_has_an_email_subscription_from_the_parameter(packaged: Packaged) -> None:
+    (topic,) = of_type(packaged, "AWS::SNS::Topic")
+    (subscription,) = of_type(packaged, "AWS::SNS::Subscription").values()
+    assert subscription["Properties"] == {
+        "TopicArn": {"Ref": topic},
+        "Protocol": "email",
+        "Endpoint": {"Ref": "AlertEmail"},
+    }
+
+
+def test_alarm_watches_the_metric_the_service_emits_and_notifies_the_topic(
+    packaged: Packaged,
+) -> None:
+    (alarm,) = of_type(packaged, "AWS::CloudWatch::Alarm").values()
+    props = alarm["Properties"]
+    assert props["Namespace"] == NAMESPACE
+    assert props["MetricName"] == "ChecksBlocked"
+    # EMF metrics match only on the exact dimension set observability.count emits.
+    assert props["Dimensions"] == [
+        {"Name": "service", "Value": SERVICE},
+        {"Name": "category", "Value": "write"},
+    ]
+    assert props["AlarmActions"] == [{"Ref": "AlertTopic"}]
+    assert props["TreatMissingData"] == "notBreaching"
+    assert '"ChecksBlocked"' in (ROOT / "app.py").read_text()
+
+
+def test_api_stage_is_throttled(packaged: Packaged) -> None:
+    api = packaged.resources["RestAPI"]
+    (setting,) = api["Properties"]["MethodSettings"]
+    assert setting["ResourcePath"] == "/*"
+    assert setting["HttpMethod"] == "*"
+    assert setting["ThrottlingRateLimit"] == {"Ref": "ApiThrottleRateLimit"}
+    assert setting["ThrottlingBurstLimit"] == {"Ref": "ApiThrottleBurstLimit"}
+    params = packaged.template["Parameters"]
+    assert params["ApiThrottleRateLimit"]["Default"] > 0
+    assert params["ApiThrottleBurstLimit"]["Default"] >= params["ApiThrottleRateLimit"]["Default"]
+    assert api["Properties"]["StageName"] == "api"
+
+
+def _resolve(value: Any) -> str:
+    """Stand-in physical values: a Ref becomes `<LogicalId>`."""
+    if isinstance(value, dict):
+        (name,) = value.values()
+        return f"<{name}>"
+    return str(value)
+
+
+def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packaged) -> None:
+    template = merge_globals(copy.deepcopy(packaged.template))
+    functions = of_type(Packaged(packaged.directory, template), "AWS::Serverless::Function")
+    assert set(functions) == {"APIHandler", "Bearer"}
+    for name, function in functions.items():
+        variables = function["Properties"]["Environment"]["Variables"]
+        for value in variables.values():
+            if isinstance(value, dict):
+                (target,) = value.values()
+                assert target in packaged.resources, (name, value)
+        settings = Settings.from_env({k: _resolve(v) for k, v in variables.items()})
+        assert settings.stage == "prod"
+        assert not settings.is_local  # no development tokens in a deployed stage
+        assert settings.counters_table == "<CountersTable>"
+        assert settings.tokens_table == "<TokensTable>"
+        assert settings.audit_table == "<AuditTable>"
+        assert settings.grants_table == "<GrantsTable>"
+        assert settings.topic_arn == "<AlertTopic>"
+        assert settings.idle_timeout_seconds == 3600
+        assert variables["POWERTOOLS_LOG_LEVEL"] == "INFO"
+        assert not any(key.startswith("QUOTA_DEV_") for key in variables)
+        props = function["Properties"]
+        assert props["Tracing"] == "PassThrough"  # X-Ray is opt-in per stage
+        assert props["Runtime"] == "python3.11"
+
+
+def test_log_groups_belong_to_the_functions_and_expire(packaged: Packaged) -> None:
+    groups = of_type(packaged, "AWS::Logs::LogGroup")
+    assert {g["Properties"]["LogGroupName"]["Fn::Sub"] for g in groups.values()} == {
+        "/aws/lambda/${APIHandler}",
+        "/aws/lambda/${Bearer}",
+    }
+    assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
