@@ -74,7 +74,7 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
     if not token:
         raise CliError(
             f"No admin token: pass --token or set {TOKEN_ENV} (create one with "
-            f"`{PROG} token create --role admin`).",
+            f"`{PROG} token create --tenant T --role admin`).",
             ExitCode.AUTH,
         )
     client = AdminClient(url, token, timeout=args.timeout)
@@ -283,6 +283,15 @@ def _emit(output: Output, as_json: bool) -> None:
         print(output.note, file=sys.stderr)
 
 
+def _silence_stdout() -> None:
+    # Python flushes stdout again at exit; point it at devnull so that flush cannot fail.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see the module docstring)."""
     parser = build_parser()
@@ -297,6 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as other CLIs do.
+        _silence_stdout()
+        return int(ExitCode.UNEXPECTED)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a CLI reports the fault; it does not dump a traceback

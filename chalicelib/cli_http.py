@@ -56,8 +56,18 @@ def is_plain_http_to_remote(url: str) -> bool:
     return parsed.scheme == "http" and (parsed.hostname or "") not in _LOOPBACK
 
 
+_GATEWAY_HINTS = {
+    401: "no token reached the service, or it was not understood; check --token or MCP_QUOTA_TOKEN",
+    403: "the token is unknown, revoked, or not an admin token",
+}
+
+
 def _error_message(status: int, raw: bytes) -> str:
-    """The server's `error.message` (with the field it names), or a readable fallback."""
+    """The server's `error.message` (with the field it names), or a readable fallback.
+
+    The authorizer answers in API Gateway's shape (`{"message"}` or `{"Message"}`), which
+    says little, so those get a hint about what to check.
+    """
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -69,6 +79,11 @@ def _error_message(status: int, raw: bytes) -> str:
         if isinstance(field, str) and field and f"'{field}'" not in message:
             message = f"{message} (field: {field})"
         return message
+    if isinstance(body, dict):
+        gateway = body.get("message", body.get("Message"))
+        if isinstance(gateway, str) and gateway:
+            hint = _GATEWAY_HINTS.get(status)
+            return f"{gateway} (HTTP {status}){': ' + hint if hint else ''}."
     text = raw.decode("utf-8", "replace").strip()
     snippet = f": {text[:200]}" if text else ""
     return f"The service answered HTTP {status}{snippet}"

@@ -160,3 +160,27 @@ def test_an_unexpected_fault_exits_1_with_a_message_not_a_traceback(
     assert run.code == 1
     assert run.err.strip() == "mcp-quota: unexpected error: RuntimeError: renderer broke"
     assert "Traceback" not in run.err
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected", "code"),
+    [
+        (401, {"message": "Unauthorized"}, "Unauthorized (HTTP 401): no token reached", 4),
+        (
+            403,
+            {"Message": "User is not authorized"},
+            "(HTTP 403): the token is unknown, revoked",
+            4,
+        ),
+        (405, {"message": "Method not allowed"}, "Method not allowed (HTTP 405).", 1),
+    ],
+)
+def test_gateway_shaped_errors_are_explained(
+    cli: Cli, api: FakeAdminApi, status: int, body: dict[str, str], expected: str, code: int
+) -> None:
+    api.reply("GET", "/v1/grants", status, body)
+
+    run = cli.admin(api, "grant", "list")
+
+    assert run.code == code
+    assert expected in run.err
