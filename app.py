@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
 
+from chalicelib.admin import session_id_param
 from chalicelib.clock import iso_utc
-from chalicelib.errors import QuotaServiceError
+from chalicelib.errors import Forbidden, QuotaServiceError
 from chalicelib.observability import count, logger
 from chalicelib.quota import Decision
 from chalicelib.tokens import ADMIN, SERVER, Identity
@@ -49,7 +51,12 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
         logger.info("token refused", extra={"reason": result.reason})
         return AuthResponse(routes=[], principal_id="anonymous")
     routes: list[str | AuthRoute] = ["*"] if identity.role == ADMIN else list(SERVER_ROUTES)
-    context = {"tenant": identity.tenant, "role": identity.role, "token_id": identity.token_id}
+    context = {
+        "tenant": identity.tenant,
+        "role": identity.role,
+        "token_id": identity.token_id,
+        "name": identity.name,
+    }
     return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
 
 
@@ -85,7 +92,29 @@ def caller() -> Identity:
     request = app.current_request
     assert request is not None
     context = request.context.get("authorizer", {})
-    return Identity(tenant=context["tenant"], role=context["role"], token_id=context["token_id"])
+    return Identity(
+        tenant=context["tenant"],
+        role=context["role"],
+        token_id=context["token_id"],
+        name=context.get("name", ""),
+    )
+
+
+def admin_caller() -> Identity:
+    """The authenticated identity, which must hold the admin role.
+
+    Raises:
+        Forbidden: the token is not an admin token.
+    """
+    identity = caller()
+    if identity.role != ADMIN:
+        raise Forbidden("This endpoint needs an admin token.")
+    return identity
+
+
+def path_session(raw: str) -> str:
+    """A session id from the URL path (percent-decoded, validated)."""
+    return session_id_param(unquote(raw))
 
 
 def request_body() -> dict[str, Any]:
@@ -154,3 +183,81 @@ def check() -> Response:
             },
         )
     return decision_response(decision)
+
+
+# -- administrator endpoints (admin tokens only; tenant from the token) ---------------
+
+
+@app.route("/v1/sessions/{session_id}", methods=["GET"], authorizer=bearer)
+@handled
+def show_session(session_id: str) -> Response:
+    """A session's counters, limits, state and last calls."""
+    who = admin_caller()
+    return Response(body=deps().admin.show(who.tenant, path_session(session_id)), status_code=200)
+
+
+@app.route("/v1/sessions/{session_id}/raise", methods=["POST"], authorizer=bearer)
+@handled
+def raise_session(session_id: str) -> Response:
+    """Raise one category's limit for this session, at once."""
+    who = admin_caller()
+    result = deps().admin.raise_limit(who, path_session(session_id), request_body())
+    return Response(body=result, status_code=200)
+
+
+@app.route("/v1/sessions/{session_id}/suspend", methods=["POST"], authorizer=bearer)
+@handled
+def suspend_session(session_id: str) -> Response:
+    """Kill switch: refuse every check of this session until resumed."""
+    who = admin_caller()
+    result = deps().admin.suspend(who, path_session(session_id), request_body())
+    return Response(body=result, status_code=200)
+
+
+@app.route("/v1/sessions/{session_id}/resume", methods=["POST"], authorizer=bearer)
+@handled
+def resume_session(session_id: str) -> Response:
+    """Lift a suspension."""
+    who = admin_caller()
+    result = deps().admin.resume(who, path_session(session_id), request_body())
+    return Response(body=result, status_code=200)
+
+
+@app.route("/v1/sessions/{session_id}/reset", methods=["POST"], authorizer=bearer)
+@handled
+def reset_session(session_id: str) -> Response:
+    """Zero this session's counters."""
+    who = admin_caller()
+    result = deps().admin.reset(who, path_session(session_id), request_body())
+    return Response(body=result, status_code=200)
+
+
+@app.route("/v1/grants", methods=["POST"], authorizer=bearer)
+@handled
+def add_grant() -> Response:
+    """Plan a raise for a principal in a time window."""
+    return Response(body=deps().admin.add_grant(admin_caller(), request_body()), status_code=201)
+
+
+@app.route("/v1/grants", methods=["GET"], authorizer=bearer)
+@handled
+def list_grants() -> Response:
+    """The tenant's grants."""
+    return Response(body=deps().admin.list_grants(admin_caller()), status_code=200)
+
+
+@app.route("/v1/grants/{grant_id}", methods=["DELETE"], authorizer=bearer)
+@handled
+def delete_grant(grant_id: str) -> Response:
+    """Delete a grant."""
+    return Response(body=deps().admin.delete_grant(admin_caller(), grant_id), status_code=200)
+
+
+@app.route("/v1/audit", methods=["GET"], authorizer=bearer)
+@handled
+def audit_trail() -> Response:
+    """A page of the audit trail."""
+    request = app.current_request
+    assert request is not None
+    params = dict(request.query_params or {})
+    return Response(body=deps().admin.audit_page(admin_caller(), params), status_code=200)

@@ -49,6 +49,13 @@ class PayloadTooLarge(QuotaServiceError):
     CODE = "payload_too_large"
 
 
+class Forbidden(QuotaServiceError):
+    """The token is valid but its role may not do this."""
+
+    STATUS_CODE = 403
+    CODE = "forbidden"
+
+
 class NotFound(QuotaServiceError):
     """The addressed resource does not exist for this tenant."""
 

@@ -67,6 +67,7 @@ class SessionSnapshot:
     counts: Mapping[str, int] = field(default_factory=dict)
     raised: Mapping[str, int] = field(default_factory=dict)
     notified: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, int] = field(default_factory=dict)
     suspended: bool = False
     suspended_reason: str | None = None
     principal: str | None = None

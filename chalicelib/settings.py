@@ -39,6 +39,7 @@ class Settings:
     idle_timeout_seconds: int
     last_calls: int
     token_cache_seconds: int
+    grant_cache_seconds: int
     dev_server_token: str
     dev_admin_token: str
     dev_tenant: str
@@ -68,6 +69,7 @@ class Settings:
             idle_timeout_seconds=_int(env, "QUOTA_IDLE_TIMEOUT_SECONDS", 3600, 1),
             last_calls=_int(env, "QUOTA_LAST_CALLS", 10, 1),
             token_cache_seconds=_int(env, "QUOTA_TOKEN_CACHE_SECONDS", 60, 0),
+            grant_cache_seconds=_int(env, "QUOTA_GRANT_CACHE_SECONDS", 30, 0),
             dev_server_token=env.get("QUOTA_DEV_SERVER_TOKEN", "dev-server-token"),
             dev_admin_token=env.get("QUOTA_DEV_ADMIN_TOKEN", "dev-admin-token"),
             dev_tenant=env.get("QUOTA_DEV_TENANT", "demo"),

@@ -9,16 +9,24 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
+from chalicelib.admin import AdminService
+from chalicelib.alerts import BlockReporter
+from chalicelib.audit import Auditor
 from chalicelib.auth import Authenticator
 from chalicelib.clock import Clock, system_clock
+from chalicelib.grants import GrantLimits
+from chalicelib.notify import Notifier
 from chalicelib.policy import Policy, load_policy
 from chalicelib.service import CheckService
 from chalicelib.settings import Settings
+from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.counters import CounterStore
+from chalicelib.storage.grants import GrantStore
 from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore.
 CLIENT_CONFIG = Config(
@@ -57,6 +65,45 @@ class Container:
         return TokenStore(self.dynamodb, self.settings.tokens_table)
 
     @cached_property
+    def sns(self) -> SNSClient:
+        return boto3.client("sns", config=CLIENT_CONFIG)
+
+    @cached_property
+    def audit_store(self) -> AuditStore:
+        return AuditStore(self.dynamodb, self.settings.audit_table, self.settings.audit_ttl_days)
+
+    @cached_property
+    def auditor(self) -> Auditor:
+        return Auditor(self.audit_store)
+
+    @cached_property
+    def grants(self) -> GrantStore:
+        return GrantStore(self.dynamodb, self.settings.grants_table)
+
+    @cached_property
+    def limits(self) -> GrantLimits:
+        return GrantLimits(
+            self.policy, self.grants.list, self.clock, self.settings.grant_cache_seconds
+        )
+
+    @cached_property
+    def notifier(self) -> Notifier:
+        return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)
+
+    @cached_property
+    def admin(self) -> AdminService:
+        return AdminService(
+            self.policy,
+            self.counters,
+            self.grants,
+            self.limits,
+            self.audit_store,
+            self.auditor,
+            self.clock,
+            self.settings.idle_timeout_seconds,
+        )
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         return Authenticator(self.settings, lambda: self.tokens, self.clock)
 
@@ -67,4 +114,6 @@ class Container:
             self.counters,
             self.clock,
             self.settings.idle_timeout_seconds,
+            limits=self.limits,
+            listener=BlockReporter(self.policy, self.auditor, self.notifier),
         )

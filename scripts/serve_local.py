@@ -67,6 +67,9 @@ def main() -> int:
     from chalicelib.provision import create_tables
     from chalicelib.settings import Settings
 
+    if not env.get("QUOTA_TOPIC_ARN"):
+        topic = boto3.client("sns").create_topic(Name="mcp-quota-alerts")["TopicArn"]
+        env["QUOTA_TOPIC_ARN"] = topic
     settings = Settings.from_env()
     create_tables(boto3.client("dynamodb"), settings)
 
@@ -77,6 +80,7 @@ def main() -> int:
         f"  server token: {settings.dev_server_token}   (tenant {settings.dev_tenant})\n"
         f"  admin token:  {settings.dev_admin_token}\n"
         f"  idle timeout: {settings.idle_timeout_seconds}s, policy {settings.policy}\n"
+        f"  alerts topic: {settings.topic_arn} (notifications are also printed here)\n"
         "  try:\n"
         f"    curl -s {url}/v1/check -H 'Authorization: Bearer {settings.dev_server_token}' \\\n"
         "      -H 'Content-Type: application/json' \\\n"

@@ -7,7 +7,8 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     expires_at   TTL, epoch s: clean-up only; expiry is enforced by the `ls` condition
     n_<cat>      calls counted in a category
     r_<cat>      a per-session raised limit (admin)
-    z_<cat>      the limit at which the last exhaustion was notified (dedupe)
+    z_<cat>      the limit at which the category was last exhausted (one event each)
+    b_<cat>      refused attempts since the counters started
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
     calls, cids  the last calls (compact strings) and their call ids, trimmed in batches
@@ -40,6 +41,7 @@ SUSPENDED = "suspended"
 COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
+REFUSED_PREFIX = "b_"
 NO_CALL_ID = "-"  # stored call ids are prefixed, so this never equals one
 CALL_ID_PREFIX = "c:"  # an allowed call: its id is what a retry is deduplicated on
 BLOCKED_CALL_ID_PREFIX = "b:"  # a refused call: recorded, never a duplicate
@@ -83,11 +85,27 @@ _RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec
 # with ReturnValues=ALL_OLD tells exactly one writer that the exhaustion is new.
 BLOCK_CONDITION = "attribute_exists(#pk)"
 _APPEND_EXISTING = "#calls = list_append(#calls, :rec), #ids = list_append(#ids, :cidl)"
-BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_EXISTING}"
-BLOCK_UPDATE_NOTIFY = f"{BLOCK_UPDATE}, #z = :limit"
+BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_EXISTING}, #z = :limit ADD #b :one"
 BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_EXISTING}"
 
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
+
+# Administrator actions. A raise may only lift a limit, so concurrent raises never lower
+# one; on an idle session it starts the counters again, as the next check would.
+_LIVE = f"attribute_exists(#pk) AND ({_ACTIVE} OR attribute_exists(#sus))"
+RAISE_ACTIVE_CONDITION = f"{_LIVE} AND (attribute_not_exists(#r) OR #r <= :new)"
+RAISE_ACTIVE_UPDATE = "SET #r = :new"
+RAISE_NEW_CONDITION = _NEW_SESSION
+RAISE_IDLE_CONDITION = RESET_CONDITION
+_START = "#started = :now, #ls = :now, #exp = :exp"
+RAISE_FRESH_SET = f"SET #r = :new, {_START}"
+SUSPEND_UPDATE = (
+    "SET #sus = :why, #ls = if_not_exists(#ls, :now), #started = if_not_exists(#started, :now)"
+    " REMOVE #exp"
+)
+RESUME_UPDATE = "SET #ls = :now, #exp = :exp REMOVE #sus"
+RESET_COUNTERS_SET = f"SET {_START}"
+EXISTS_CONDITION = "attribute_exists(#pk)"
 
 
 @dataclass(frozen=True)
@@ -130,11 +148,13 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     counts: dict[str, int] = {}
     raised: dict[str, int] = {}
     notified: dict[str, int] = {}
+    refused: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
             (RAISED_PREFIX, raised),
             (NOTIFIED_PREFIX, notified),
+            (REFUSED_PREFIX, refused),
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
@@ -151,6 +171,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         counts=counts,
         raised=raised,
         notified=notified,
+        refused=refused,
         suspended=suspended is not None,
         suspended_reason=suspended.get("S") if suspended else None,
         principal=principal.get("S") if principal else None,
@@ -175,12 +196,25 @@ def _only_used(
     return out
 
 
+def _remove_clause(removed: list[str]) -> tuple[str, dict[str, str]]:
+    """` REMOVE #x0, #x1...` and its names, for a list of attribute names."""
+    if not removed:
+        return "", {}
+    names = {f"#x{i}": name for i, name in enumerate(removed)}
+    return " REMOVE " + ", ".join(names), names
+
+
+class SessionChanged(Exception):
+    """An admin update's condition failed: the session changed since it was read."""
+
+
 @lru_cache(maxsize=64)
 def _reset_expression(category: str, all_categories: tuple[str, ...]) -> tuple[str, str]:
     """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
     removed = [COUNT_PREFIX + c for c in all_categories if c != category]
     removed += [RAISED_PREFIX + c for c in all_categories]
     removed += [NOTIFIED_PREFIX + c for c in all_categories]
+    removed += [REFUSED_PREFIX + c for c in all_categories]
     aliases = ", ".join(f"#x{i}" for i in range(len(removed)))
     update = f"SET {_RESET_SET}" + (f" REMOVE {aliases}" if removed else "")
     return update, "|".join(removed)
@@ -293,21 +327,18 @@ class CounterStore:
         """Record a refused attempt and refresh the idle clock.
 
         Returns whether this is the first refusal at `limit` since the counters started
-        (only for categories that notify), or None if the item vanished meanwhile.
+        (always False while suspended), or None if the item vanished meanwhile.
 
         Raises:
             QuotaServiceError: the store failed.
         """
         names = dict(_BASE_NAMES)
         values = self._call_values(attempt, allowed=False)
-        if suspended:
-            update = BLOCK_UPDATE_SUSPENDED
-        elif attempt.notify:
-            update = BLOCK_UPDATE_NOTIFY
-            names["#z"] = NOTIFIED_PREFIX + attempt.category
-            values[":limit"] = _n(limit)
-        else:
-            update = BLOCK_UPDATE
+        update = BLOCK_UPDATE_SUSPENDED if suspended else BLOCK_UPDATE
+        names["#z"] = NOTIFIED_PREFIX + attempt.category
+        names["#b"] = REFUSED_PREFIX + attempt.category
+        values[":limit"] = _n(limit)
+        values[":one"] = _n(1)
         try:
             response = self._client.update_item(
                 TableName=self._table,
@@ -325,7 +356,7 @@ class CounterStore:
             raise translate(exc, "recording a refused call") from exc
         old = response.get("Attributes", {})
         self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
-        if suspended or not attempt.notify:
+        if suspended:
             return False
         previous = old.get(NOTIFIED_PREFIX + attempt.category)
         return previous is None or int(previous["N"]) != limit
@@ -376,3 +407,125 @@ class CounterStore:
             )
         except (ClientError, BotoCoreError):
             return
+
+    # -- administrator actions -------------------------------------------------------
+
+    def _admin_update(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        what: str,
+    ) -> SessionSnapshot:
+        names = {**_BASE_NAMES, **names}
+        kwargs: dict[str, Any] = _only_used((update, condition), names, values)
+        if condition:
+            kwargs["ConditionExpression"] = condition
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(key)},
+                UpdateExpression=update,
+                ReturnValues="ALL_NEW",
+                **kwargs,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise SessionChanged(what) from exc
+            raise translate(exc, what) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, what) from exc
+        return snapshot_from_item(response["Attributes"])
+
+    def raise_limit(
+        self,
+        key: str,
+        category: str,
+        new_limit: int,
+        now_ms: int,
+        idle_ms: int,
+        all_categories: tuple[str, ...],
+        seen: SessionSnapshot | None,
+    ) -> SessionSnapshot:
+        """Set a session's raised limit for a category, as read in `seen`.
+
+        Raises:
+            SessionChanged: the session changed since `seen` was read; read and retry.
+            QuotaServiceError: the store failed.
+        """
+        names = {"#r": RAISED_PREFIX + category}
+        values = {
+            ":new": _n(new_limit),
+            ":now": _n(now_ms),
+            ":exp": _n((now_ms + idle_ms) // 1000 + 1),
+            ":cutoff": _n(now_ms - idle_ms),
+        }
+        if seen is None:
+            update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
+        elif not seen.suspended and seen.is_idle(now_ms, idle_ms):
+            removed = [
+                p + c
+                for p in (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX)
+                for c in all_categories
+            ]
+            removed += [RAISED_PREFIX + c for c in all_categories if c != category]
+            clause, extra = _remove_clause(removed)
+            update, condition = RAISE_FRESH_SET + clause, RAISE_IDLE_CONDITION
+            names.update(extra)
+            values[":old_ls"] = _n(seen.last_seen_ms)
+        else:
+            update, condition = RAISE_ACTIVE_UPDATE, RAISE_ACTIVE_CONDITION
+        return self._admin_update(key, update, condition, names, values, "raising a limit")
+
+    def suspend(self, key: str, reason: str, now_ms: int) -> SessionSnapshot:
+        """Suspend a session (creating it if unseen): every check is refused until resumed.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        values = {":why": _s(reason), ":now": _n(now_ms)}
+        return self._admin_update(
+            key,
+            SUSPEND_UPDATE,
+            "",
+            {},
+            values,
+            "suspending a session",
+        )
+
+    def resume(self, key: str, now_ms: int, idle_ms: int) -> SessionSnapshot:
+        """Lift a suspension; the idle clock starts again now.
+
+        Raises:
+            SessionChanged: the session does not exist.
+            QuotaServiceError: the store failed.
+        """
+        values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
+        return self._admin_update(
+            key, RESUME_UPDATE, EXISTS_CONDITION, {}, values, "resuming a session"
+        )
+
+    def reset(
+        self, key: str, now_ms: int, idle_ms: int, all_categories: tuple[str, ...]
+    ) -> SessionSnapshot:
+        """Zero every counter of a session; raises, suspension and last calls stay.
+
+        Raises:
+            SessionChanged: the session does not exist.
+            QuotaServiceError: the store failed.
+        """
+        removed = [
+            p + c for p in (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX) for c in all_categories
+        ]
+        clause, names = _remove_clause(removed)
+        values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
+        return self._admin_update(
+            key,
+            RESET_COUNTERS_SET + clause,
+            EXISTS_CONDITION,
+            names,
+            values,
+            "resetting a session",
+        )

@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 from chalice.test import Client
 from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.sns import sns_backends
 
 import app as app_module
 from chalicelib.settings import Settings
@@ -34,6 +37,16 @@ class Api:
         raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
         return self.client.http.post(path, headers=headers or SERVER, body=raw)
 
+    def get(self, path: str, headers: dict[str, str] | None = None) -> Any:
+        return self.client.http.get(path, headers=headers or ADMIN)
+
+    def admin(self, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self.post(path, body, headers or ADMIN)
+
+    def sent(self) -> list[tuple[str, str, str | None, dict[str, Any] | None, str | None]]:
+        backend = sns_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        return list(backend.topics[self.container.settings.topic_arn].sent_notifications)
+
     def check(self, headers: dict[str, str] | None = None, /, **body: Any) -> Any:
         return self.post("/v1/check", body, headers)
 
@@ -51,7 +64,9 @@ def make_container(settings: Settings, clock: FixedClock) -> Container:
 @pytest.fixture
 def api(clock: FixedClock) -> Iterator[Api]:
     with mock_aws():
-        settings = provisioned(client_for(None), fresh_settings(f"a{uuid.uuid4().hex[:8]}"))
+        topic = boto3.client("sns").create_topic(Name="alerts")["TopicArn"]
+        settings = fresh_settings(f"a{uuid.uuid4().hex[:8]}", topic_arn=topic)
+        provisioned(client_for(None), settings)
         container = make_container(settings, clock)
         app_module.reset_dependencies(container)
         try:

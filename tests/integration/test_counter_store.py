@@ -113,7 +113,8 @@ def test_exhaustion_is_first_exactly_once(backend: Backend, clock: FixedClock) -
     firsts = [a for a in answers if a.first_exhaustion]
     assert len(firsts) == 1 and firsts[0] is answers[15]
     reads = [service.check("demo", read()) for _ in range(205)]
-    assert not any(a.first_exhaustion for a in reads)  # read does not notify
+    assert [i for i, a in enumerate(reads) if a.first_exhaustion] == [200]
+    assert item(backend, "demo#s1")["b_write"] == {"N": "25"}
 
 
 def test_suspended_session_is_refused_explicitly(backend: Backend, clock: FixedClock) -> None:

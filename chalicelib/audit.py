@@ -1,0 +1,108 @@
+"""Audit events: what happened, to which session, by whom, with before/after values.
+
+Every event is written to the audit table and also emitted as a structured log line, so
+a failed table write never loses the event: the log keeps it, and a metric counts it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chalicelib.clock import iso_utc
+from chalicelib.errors import QuotaServiceError
+from chalicelib.observability import count, logger
+
+QUOTA_EXCEEDED = "quota_exceeded"
+NOTIFICATION_SENT = "notification_sent"
+NOTIFICATION_FAILED = "notification_failed"
+SESSION_RAISED = "session_raised"
+SESSION_SUSPENDED = "session_suspended"
+SESSION_RESUMED = "session_resumed"
+SESSION_RESET = "session_reset"
+GRANT_CREATED = "grant_created"
+GRANT_DELETED = "grant_deleted"
+TOKEN_CREATED = "token_created"
+TOKEN_REVOKED = "token_revoked"
+TENANT_SCOPE = "~tenant"  # the "session" of events that belong to no session
+SERVICE_ACTOR = "mcp-quota"
+
+
+_SEQUENCE = itertools.count()
+
+
+def _next_event_id() -> str:
+    """Orders events of one container within the same millisecond; random across them."""
+    return f"{next(_SEQUENCE) % 1_000_000:06d}{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One entry of the append-only audit trail."""
+
+    at_ms: int
+    type: str
+    tenant: str
+    session_id: str
+    actor: str
+    reason: str | None = None
+    before: Any = None
+    after: Any = None
+    detail: Any = None
+    event_id: str = field(default_factory=_next_event_id)
+
+    @property
+    def sort_key(self) -> str:
+        """Time-ordered and unique: zero-padded epoch ms, then a random suffix."""
+        return f"{self.at_ms:013d}#{self.event_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as the API and the logs show it."""
+        out: dict[str, Any] = {
+            "at": iso_utc(self.at_ms),
+            "type": self.type,
+            "tenant": self.tenant,
+            "session_id": None if self.session_id == TENANT_SCOPE else self.session_id,
+            "actor": self.actor,
+        }
+        for name in ("reason", "before", "after", "detail"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+class AuditSink(Protocol):
+    """Where audit events go (the audit table)."""
+
+    def put(self, event: AuditEvent) -> None:
+        """Store one event.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+
+
+class Auditor:
+    """Records events in the audit table and in the logs; a failed write is logged with
+    the whole event and counted, never raised: an audit outage must not change a decision."""
+
+    def __init__(self, sink: AuditSink) -> None:
+        self._sink = sink
+
+    def record(self, event: AuditEvent) -> bool:
+        """Record one event; returns whether the table write succeeded."""
+        logger.info("audit event", extra={"audit": event.to_json()})
+        try:
+            self._sink.put(event)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, QuotaServiceError) else repr(exc)
+            logger.error(
+                "audit write failed; the event above is the record",
+                extra={"audit": event.to_json(), "error": message},
+            )
+            count("AuditWriteFailed")
+            return False
+        return True

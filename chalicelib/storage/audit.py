@@ -1,0 +1,141 @@
+"""The audit table: partition per tenant + session, time-ordered sort key, long TTL."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chalicelib.audit import AuditEvent
+from chalicelib.errors import InvalidRequest
+from chalicelib.storage.faults import translate
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+_NEW_EVENT = "attribute_not_exists(#pk)"
+_SINCE = "#pk = :pk AND #sk >= :since"
+_JSON_FIELDS = ("before", "after", "detail")
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One page of events, oldest first, and the token for the next page."""
+
+    events: list[AuditEvent]
+    next_token: str | None
+
+
+def _key(tenant: str, session_id: str) -> str:
+    return f"{tenant}#{session_id}"
+
+
+def _item(event: AuditEvent, ttl_seconds: int) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": {"S": _key(event.tenant, event.session_id)},
+        "sk": {"S": event.sort_key},
+        "at": {"N": str(event.at_ms)},
+        "type": {"S": event.type},
+        "tenant": {"S": event.tenant},
+        "session_id": {"S": event.session_id},
+        "actor": {"S": event.actor},
+        "expires_at": {"N": str(event.at_ms // 1000 + ttl_seconds)},
+    }
+    if event.reason is not None:
+        item["reason"] = {"S": event.reason}
+    for name in _JSON_FIELDS:
+        value = getattr(event, name)
+        if value is not None:
+            item[name] = {"S": json.dumps(value, sort_keys=True)}
+    return item
+
+
+def _event(item: dict[str, Any]) -> AuditEvent:
+    extra = {name: json.loads(item[name]["S"]) for name in _JSON_FIELDS if name in item}
+    return AuditEvent(
+        at_ms=int(item["at"]["N"]),
+        type=item["type"]["S"],
+        tenant=item["tenant"]["S"],
+        session_id=item["session_id"]["S"],
+        actor=item["actor"]["S"],
+        reason=item.get("reason", {}).get("S"),
+        event_id=item["sk"]["S"].split("#", 1)[1],
+        **extra,
+    )
+
+
+def _encode_token(key: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+
+
+def _decode_token(token: str, pk: str) -> dict[str, Any]:
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next") from exc
+    if not isinstance(key, dict) or key.get("pk") != {"S": pk}:
+        raise InvalidRequest("Parameter 'next' belongs to another listing.", "next")
+    return key
+
+
+class AuditStore:
+    """Append and page through audit events."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str, ttl_days: int = 90) -> None:
+        self._client = client
+        self._table = table_name
+        self._ttl_seconds = ttl_days * 86_400
+
+    def put(self, event: AuditEvent) -> None:
+        """Append one event (never overwrites).
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=_item(event, self._ttl_seconds),
+                ConditionExpression=_NEW_EVENT,
+                ExpressionAttributeNames={"#pk": "pk"},
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "writing the audit trail") from exc
+
+    def page(
+        self,
+        tenant: str,
+        session_id: str,
+        since_ms: int = 0,
+        limit: int = 50,
+        next_token: str | None = None,
+    ) -> AuditPage:
+        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
+
+        Raises:
+            InvalidRequest: the page token is not one this listing issued.
+            QuotaServiceError: the store failed.
+        """
+        pk = _key(tenant, session_id)
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": _SINCE,
+            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": f"{since_ms:013d}"}},
+            "Limit": limit,
+        }
+        if next_token is not None:
+            kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk)
+        try:
+            response = self._client.query(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "reading the audit trail") from exc
+        last = response.get("LastEvaluatedKey")
+        return AuditPage(
+            events=[_event(item) for item in response.get("Items", [])],
+            next_token=_encode_token(dict(last)) if last else None,
+        )

@@ -1,0 +1,120 @@
+"""The grants table: partition per tenant, one item per grant."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chalicelib.errors import NotFound
+from chalicelib.grants import Grant
+from chalicelib.storage.faults import error_code, translate
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+_NEW = "attribute_not_exists(#id)"
+_EXISTS = "attribute_exists(#id)"
+_OF_TENANT = "#tenant = :tenant"
+_NAMES = {"#id": "grant_id"}
+
+
+def _item(grant: Grant) -> dict[str, Any]:
+    return {
+        "tenant": {"S": grant.tenant},
+        "grant_id": {"S": grant.grant_id},
+        "principal": {"S": grant.principal},
+        "category": {"S": grant.category},
+        "limit": {"N": str(grant.limit)},
+        "starts_at": {"N": str(grant.starts_at_ms)},
+        "ends_at": {"N": str(grant.ends_at_ms)},
+        "reason": {"S": grant.reason},
+        "created_by": {"S": grant.created_by},
+        "created_at": {"N": str(grant.created_at_ms)},
+    }
+
+
+def _grant(item: dict[str, Any]) -> Grant:
+    return Grant(
+        grant_id=item["grant_id"]["S"],
+        tenant=item["tenant"]["S"],
+        principal=item["principal"]["S"],
+        category=item["category"]["S"],
+        limit=int(item["limit"]["N"]),
+        starts_at_ms=int(item["starts_at"]["N"]),
+        ends_at_ms=int(item["ends_at"]["N"]),
+        reason=item["reason"]["S"],
+        created_by=item["created_by"]["S"],
+        created_at_ms=int(item["created_at"]["N"]),
+    )
+
+
+class GrantStore:
+    """Create, list and delete grants."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def put(self, grant: Grant) -> None:
+        """Store a new grant.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=_item(grant),
+                ConditionExpression=_NEW,
+                ExpressionAttributeNames=_NAMES,
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "storing a grant") from exc
+
+    def list(self, tenant: str) -> list[Grant]:
+        """All grants of a tenant, in id order.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": _OF_TENANT,
+            "ExpressionAttributeNames": {"#tenant": "tenant"},
+            "ExpressionAttributeValues": {":tenant": {"S": tenant}},
+            "ConsistentRead": True,
+        }
+        grants: list[Grant] = []
+        try:
+            while True:
+                page = self._client.query(**kwargs)
+                grants.extend(_grant(item) for item in page.get("Items", []))
+                if "LastEvaluatedKey" not in page:
+                    return grants
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "listing grants") from exc
+
+    def delete(self, tenant: str, grant_id: str) -> Grant:
+        """Delete a grant; returns it.
+
+        Raises:
+            NotFound: no such grant in this tenant.
+            QuotaServiceError: the store failed.
+        """
+        try:
+            response = self._client.delete_item(
+                TableName=self._table,
+                Key={"tenant": {"S": tenant}, "grant_id": {"S": grant_id}},
+                ConditionExpression=_EXISTS,
+                ExpressionAttributeNames=_NAMES,
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
+            raise translate(exc, "deleting a grant") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, "deleting a grant") from exc
+        return _grant(dict(response["Attributes"]))
