@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from datetime import UTC
 
 import pytest
@@ -278,3 +280,14 @@ def test_config_from_env_reads_url_token_and_fail_mode_overrides() -> None:
     assert config.fail_mode_for("anything-else") is FailMode.CLOSED
     with pytest.raises(ValueError, match="MCP_QUOTA_TOKEN"):
         QuotaClientConfig.from_env({"MCP_QUOTA_URL": "http://quota.local"})
+
+
+def test_importing_the_client_pulls_in_no_framework_and_no_aws() -> None:
+    probe = (
+        "import sys, mcp_quota_client; "
+        "print(sorted({'chalice', 'boto3', 'botocore', 'fastmcp', 'mcp'} & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
