@@ -34,14 +34,14 @@ STATS_URI = "stats://articles"
 
 
 @contextmanager
-def quota_url(logs: Path) -> Iterator[tuple[str, str]]:
+def quota_url(logs: Path) -> Iterator[tuple[str, Path | None]]:
     """The quota service to use: MCP_QUOTA_URL if set, else one started for the demo."""
     existing = os.environ.get("MCP_QUOTA_URL")
     if existing:
-        yield existing.rstrip("/"), "already running (MCP_QUOTA_URL)"
+        yield existing.rstrip("/"), None
         return
     with quota_service(logs) as running:
-        yield running.url, f"started for this demo, log {running.log}"
+        yield running.url, running.log
 
 
 async def read_stats(client: Client[Any]) -> dict[str, int]:
@@ -84,27 +84,63 @@ async def agent_loop(mcp_url: str, session: str, calls: int) -> dict[str, Any]:
     }
 
 
+def _get(http: httpx2.Client, path: str, params: dict[str, str]) -> dict[str, Any] | str:
+    try:
+        response = http.get(path, params=params)
+    except httpx2.TransportError as exc:
+        return f"unreachable ({type(exc).__name__})"
+    if response.status_code != 200:
+        return f"not available on this service ({response.status_code})"
+    body: dict[str, Any] = response.json()
+    return body
+
+
 def admin_view(base_url: str, session: str) -> list[str]:
-    """The session and its audit trail from the admin API, when the service has one."""
+    """What an administrator sees afterwards: the session and its audit trail."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    lines: list[str] = []
     with httpx2.Client(base_url=base_url, headers=headers, timeout=5.0) as http:
-        for title, path, params in (
-            ("Session (GET /v1/sessions/{id})", f"/v1/sessions/{session}", {}),
-            ("Audit trail (GET /v1/audit)", "/v1/audit", {"session_id": session}),
-        ):
-            try:
-                response = http.get(path, params=params)
-            except httpx2.TransportError as exc:
-                lines.append(f"{title}: unreachable ({type(exc).__name__})")
-                continue
-            if response.status_code != 200:
-                lines.append(f"{title}: not available on this service yet ({response.status_code})")
-                continue
-            lines.append(f"{title}:")
-            body = json.dumps(response.json(), indent=2)
-            lines.extend("    " + line for line in body.splitlines()[:60])
+        state = _get(http, f"/v1/sessions/{session}", {})
+        audit = _get(http, "/v1/audit", {"session_id": session})
+    lines = [f"The session, as an administrator sees it (GET /v1/sessions/{session}):"]
+    if isinstance(state, str):
+        lines.append(f"    {state}")
+    else:
+        lines.append(f"    state: {state.get('state')}, resets at {state.get('resets_at')}")
+        for name, counts in sorted(state.get("categories", {}).items()):
+            lines.append(
+                f"    {name:<6} {counts.get('used')}/{counts.get('limit')} used, "
+                f"{counts.get('refused')} refused"
+            )
+        lines.append(f"    last calls kept: {len(state.get('last_calls', []))}")
+    lines += ["", "Its audit trail (GET /v1/audit):"]
+    if isinstance(audit, str):
+        lines.append(f"    {audit}")
+    else:
+        for event in audit.get("events", []):
+            detail = event.get("detail", {})
+            summary = detail.get("subject") or (
+                f"{detail.get('tool')}: {detail.get('category')} "
+                f"{detail.get('used')}/{detail.get('limit')}, "
+                f"{len(detail.get('last_calls', []))} last calls kept as evidence"
+            )
+            lines.append(f"    {event.get('at')}  {event.get('type'):<20} {summary}")
     return lines
+
+
+def notification_from(log: Path | None) -> list[str]:
+    """The e-mail the local stage prints on the service console, if this demo started it."""
+    if log is None:
+        return ["(The notification, if any, is printed on the quota service's console.)"]
+    lines = log.read_text(errors="replace").splitlines()
+    marker = next((i for i, line in enumerate(lines) if "=== notification" in line), None)
+    if marker is None:
+        return ["(No notification was printed by the service.)"]
+    email: list[str] = []
+    for line in lines[marker:]:
+        if line.startswith(("127.0.0.1 - -", "{", "Found ")):
+            break
+        email.append("    " + line if line else "")
+    return ["The one e-mail sent for the whole loop (printed by the local stage):", *email]
 
 
 def report(outcome: dict[str, Any], calls: int, session: str, where: dict[str, str]) -> str:
@@ -145,15 +181,18 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="mcp-quota-demo-"))
     with ExitStack() as stack:
         print("Starting the quota service and the example MCP server...", flush=True)
-        base_url, note = stack.enter_context(quota_url(logs))
+        base_url, service_log = stack.enter_context(quota_url(logs))
         server = stack.enter_context(articles_server(base_url, logs))
         mcp_url = f"{server.url}/mcp"
         print(f"Replaying the incident: {args.calls} delete_tag calls...", flush=True)
         outcome = anyio.run(agent_loop, mcp_url, session, args.calls)
+        note = f"started for this demo, log {service_log}" if service_log else "MCP_QUOTA_URL"
         where = {"quota": base_url, "quota_note": note, "mcp": mcp_url}
         print(report(outcome, args.calls, session, where))
         print()
         print("\n".join(admin_view(base_url, session)))
+        print()
+        print("\n".join(notification_from(service_log)))
     return 0
 
 

@@ -4,6 +4,10 @@ servers over streamable HTTP on loopback, and real MCP clients (fastmcp and the 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +220,24 @@ async def test_with_the_quota_service_stopped_deletes_are_refused_and_searches_r
     assert after["deletions"] == before["deletions"]
     assert after["searches"] - before["searches"] == 1
     assert after["quota_fail_open"] - before["quota_fail_open"] == 1
+
+
+def test_make_demo_replays_the_incident() -> None:
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+    env = {k: v for k, v in os.environ.items() if k != "MCP_QUOTA_URL"}
+    result = subprocess.run(
+        [sys.executable, str(demo), "--calls", "20"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"allowed:\s+15\n", out)
+    assert re.search(r"refused:\s+5\n", out)
+    assert "tags really deleted (server-side counter): 15" in out
+    assert "The tool 'delete_tag' was NOT run" in out
+    assert '"kind": "quota_exceeded"' in out
