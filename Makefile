@@ -10,10 +10,13 @@ STAGE ?= prod
 # Feature targets (demo, bench, package) live in mk/*.mk, one file per feature.
 -include mk/*.mk
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt
+$(BIN)/.installed: requirements.txt requirements-dev.txt client/requirements-test.txt \
+		pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt
+	# chalice 1.34 packages with pip and needs pip < 26.3
+	$(BIN)/pip install --quiet --upgrade "pip<26.3"
+	$(BIN)/pip install --quiet -r requirements-dev.txt -r client/requirements-test.txt
+	$(BIN)/pip install --quiet --no-deps -e . -e ./client
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -31,7 +34,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy app.py chalicelib scripts tests bench
+	$(BIN)/mypy app.py chalicelib scripts tests bench deploy
 
 ## Install everything, lint, type-check and run the whole test suite.
 test: install lint typecheck

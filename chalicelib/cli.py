@@ -134,14 +134,19 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     from chalicelib import cli_tokens  # noqa: PLC0415
 
     try:
-        table = args.table or Settings.from_env(env).tokens_table
+        settings = Settings.from_env(env)
     except ConfigurationError as exc:
         raise CliError(str(exc), ExitCode.USAGE) from exc
-    store = cli_tokens.store_for(table, args.region)
+    store = cli_tokens.store_for(args.table or settings.tokens_table, args.region)
+    trail = cli_tokens.TokenAudit(
+        cli_tokens.audit_store_for(settings.audit_table, args.region, settings.audit_ttl_days)
+    )
     if args.token_command == "create":
-        return cli_tokens.command_create(store, args.tenant, args.role, args.name, system_clock())
+        return cli_tokens.command_create(
+            store, args.tenant, args.role, args.name, system_clock(), trail
+        )
     if args.token_command == "revoke":
-        return cli_tokens.command_revoke(store, args.token_id, system_clock())
+        return cli_tokens.command_revoke(store, args.token_id, system_clock(), trail)
     return cli_tokens.command_list(store, args.tenant)
 
 

@@ -8,7 +8,9 @@ for token commands, so the HTTP commands never load boto3.
 
 from __future__ import annotations
 
+import getpass
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -17,10 +19,12 @@ import boto3
 from botocore.exceptions import NoCredentialsError, NoRegionError
 
 from chalicelib import cli_render as render
+from chalicelib.audit import TENANT_SCOPE, TOKEN_CREATED, TOKEN_REVOKED, AuditEvent
 from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
 from chalicelib.cli_render import Output
 from chalicelib.clock import iso_utc
 from chalicelib.errors import QuotaServiceError
+from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
 from chalicelib.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
 
@@ -190,13 +194,56 @@ def store_for(table: str, region: str | None) -> TokenStore:
     return TokenStore(dynamodb_client(region), table)
 
 
-def command_create(store: TokenStore, tenant: str, role: str, name: str, now_ms: int) -> Output:
+class TokenAudit:
+    """Records token changes in the audit trail; a failed write is a warning on stderr
+    (the token change itself already happened and is reported on stdout)."""
+
+    def __init__(self, store: AuditStore | None) -> None:
+        self._store = store
+
+    def record(self, event_type: str, record: TokenRecord, now_ms: int, after: Any) -> None:
+        """Append one token event to the tenant's audit trail."""
+        if self._store is None:
+            return
+        try:
+            user = getpass.getuser()
+        except (OSError, KeyError):
+            user = "unknown"
+        actor = f"operator:{user}"
+        event = AuditEvent(now_ms, event_type, record.tenant, TENANT_SCOPE, actor, after=after)
+        try:
+            self._store.put(event)
+        except QuotaServiceError as exc:
+            print(
+                f"mcp-quota: warning: not written to the audit trail: {exc.message}",
+                file=sys.stderr,
+            )
+
+
+def audit_store_for(table: str, region: str | None, ttl_days: int) -> AuditStore:
+    """The audit table, reached with the operator's AWS configuration.
+
+    Raises:
+        CliError: no AWS region is configured (usage).
+    """
+    return AuditStore(dynamodb_client(region), table, ttl_days)
+
+
+def command_create(
+    store: TokenStore,
+    tenant: str,
+    role: str,
+    name: str,
+    now_ms: int,
+    trail: TokenAudit | None = None,
+) -> Output:
     """`token create`: the new token, shown this once.
 
     Raises:
         CliError: the input is invalid or the store failed.
     """
     record, token = create_token(store, tenant, role, name, now_ms)
+    (trail or TokenAudit(None)).record(TOKEN_CREATED, record, now_ms, token_json(record))
     data = {**token_json(record), "token": token}
     text = "\n".join(
         [
@@ -210,13 +257,17 @@ def command_create(store: TokenStore, tenant: str, role: str, name: str, now_ms:
     return Output(data, text)
 
 
-def command_revoke(store: TokenStore, token_id: str, now_ms: int) -> Output:
+def command_revoke(
+    store: TokenStore, token_id: str, now_ms: int, trail: TokenAudit | None = None
+) -> Output:
     """`token revoke`: revoke one token (again is harmless).
 
     Raises:
         CliError: the id is malformed or unknown, or the store failed.
     """
     record, already = revoke_token(store, token_id, now_ms)
+    if not already:
+        (trail or TokenAudit(None)).record(TOKEN_REVOKED, record, now_ms, token_json(record))
     data = token_json(record)
     when = data["revoked_at"]
     if already:

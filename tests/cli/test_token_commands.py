@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 import pytest
 from moto import mock_aws
 
+from chalicelib.audit import TENANT_SCOPE
 from chalicelib.auth import Authenticator
 from chalicelib.provision import create_tables
 from chalicelib.settings import Settings
+from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
 from chalicelib.tokens import ADMIN, SERVER, hash_secret
 from tests.cli.conftest import Cli
@@ -212,3 +214,22 @@ def test_token_commands_do_not_need_the_service_url_or_token(cli: Cli, tables: T
 
     assert run.code == 0, run.err
     assert run.out.strip() == "No tokens."
+
+
+def test_token_changes_go_to_the_tenant_audit_trail(
+    cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUOTA_AUDIT_TABLE", tables.settings.audit_table)
+    created = _create(cli, tables, "--tenant", "acme", "--role", "admin")
+    assert cli("token", "revoke", created["token_id"], "--table", tables.table).code == 0
+    store = AuditStore(tables.client, tables.settings.audit_table)
+    events = store.page("acme", TENANT_SCOPE).events
+    assert [e.type for e in events] == ["token_created", "token_revoked"]
+    assert all(e.actor.startswith("operator:") for e in events)
+    assert events[0].after["token_id"] == created["token_id"]
+    assert created["token"] not in json.dumps([e.to_json() for e in events])
+
+
+def test_an_audit_outage_is_a_warning_not_a_failed_create(cli: Cli, tables: Tables) -> None:
+    run = cli("token", "create", "--table", tables.table, "--tenant", "acme", "--role", "admin")
+    assert run.code == 0 and "not written to the audit trail" in run.err
