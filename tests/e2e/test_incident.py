@@ -1,0 +1,72 @@
+"""The incident, replayed over HTTP against the service as `make run` starts it:
+400 delete calls in a tight loop, one email, one audit event, then an admin raise."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.e2e.http import ADMIN_TOKEN, call
+from tests.support import free_port, running_service
+
+
+@dataclass(frozen=True)
+class Stack:
+    url: str
+    queue_url: str
+    sqs: Any
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    backend_port = free_port()
+    backend = f"http://127.0.0.1:{backend_port}"
+    with running_service({"QUOTA_BACKEND_PORT": str(backend_port)}) as url:
+        sns = boto3.client("sns", endpoint_url=backend, region_name="us-east-1")
+        sqs = boto3.client("sqs", endpoint_url=backend, region_name="us-east-1")
+        [topic] = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
+        queue_url = sqs.create_queue(QueueName="admin-inbox")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn["Attributes"]["QueueArn"])
+        yield Stack(url, queue_url, sqs)
+
+
+def inbox(stack: Stack) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    while True:
+        batch = stack.sqs.receive_message(QueueUrl=stack.queue_url, MaxNumberOfMessages=10)
+        received = batch.get("Messages", [])
+        if not received:
+            return messages
+        messages += [json.loads(m["Body"]) for m in received]
+
+
+def test_the_incident_over_http(stack: Stack) -> None:
+    body = {"session_id": "tag-cleanup", "tool": "delete_tag", "principal": "cleanup-agent"}
+    statuses = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(400)]
+    assert statuses[:15] == [200] * 15 and statuses[15:] == [429] * 385
+
+    [email] = inbox(stack)
+    assert "tag-cleanup" in email["Subject"] and len(email["Subject"]) <= 100
+    assert "mcp-quota session raise 'tag-cleanup'" in email["Message"]
+    assert email["MessageAttributes"]["category"]["Value"] == "write"
+
+    trail = call(f"{stack.url}/v1/audit?session_id=tag-cleanup", token=ADMIN_TOKEN).body
+    blocks = [e for e in trail["events"] if e["type"] == "quota_exceeded"]
+    assert len(blocks) == 1
+    assert [c["tool"] for c in blocks[0]["detail"]["last_calls"]][-1] == "delete_tag"
+
+    raised = call(
+        f"{stack.url}/v1/sessions/tag-cleanup/raise",
+        "POST",
+        {"category": "write", "add": 10, "reason": "let the last batch finish"},
+        token=ADMIN_TOKEN,
+    )
+    assert raised.status == 200 and raised.body["after"] == 25
+    more = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(20)]
+    assert more == [200] * 10 + [429] * 10
