@@ -16,6 +16,7 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,11 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chalicelib.errors import QuotaServiceError
 from chalicelib.quota import Attempt, CallRecord, SessionSnapshot
 from chalicelib.storage.faults import error_code, translate
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+_log = logging.getLogger(__name__)
 
 PK = "pk"
 LAST_SEEN = "ls"
@@ -208,16 +212,27 @@ class SessionChanged(Exception):
     """An admin update's condition failed: the session changed since it was read."""
 
 
+class _ConditionFailed(Exception):
+    """The update's condition failed; carries the old item when the store returned it."""
+
+    def __init__(self, old_item: Mapping[str, Any] | None) -> None:
+        super().__init__("conditional check failed")
+        self.old_item = old_item
+
+
+def _counter_names(prefixes: Iterable[str], categories: Iterable[str]) -> list[str]:
+    return [prefix + c for prefix in prefixes for c in categories]
+
+
 @lru_cache(maxsize=64)
-def _reset_expression(category: str, all_categories: tuple[str, ...]) -> tuple[str, str]:
+def _reset_expression(
+    category: str, all_categories: tuple[str, ...]
+) -> tuple[str, tuple[tuple[str, str], ...]]:
     """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
     removed = [COUNT_PREFIX + c for c in all_categories if c != category]
-    removed += [RAISED_PREFIX + c for c in all_categories]
-    removed += [NOTIFIED_PREFIX + c for c in all_categories]
-    removed += [REFUSED_PREFIX + c for c in all_categories]
-    aliases = ", ".join(f"#x{i}" for i in range(len(removed)))
-    update = f"SET {_RESET_SET}" + (f" REMOVE {aliases}" if removed else "")
-    return update, "|".join(removed)
+    removed += _counter_names((RAISED_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories)
+    clause, names = _remove_clause(removed)
+    return f"SET {_RESET_SET}{clause}", tuple(names.items())
 
 
 class CounterStore:
@@ -229,18 +244,62 @@ class CounterStore:
         self._keep = max(1, keep_calls)
         self._batch = max(1, keep_calls // 2)
 
+    def _update(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        what: str,
+        returns: str = "ALL_NEW",
+        old_on_failure: bool = False,
+    ) -> dict[str, Any]:
+        """One UpdateItem; every other store error is translated here.
+
+        Raises:
+            _ConditionFailed: the condition failed.
+            QuotaServiceError: the store failed.
+        """
+        kwargs: dict[str, Any] = _only_used((update, condition), names, values)
+        if condition:
+            kwargs["ConditionExpression"] = condition
+        if old_on_failure:
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key={PK: _s(key)},
+                UpdateExpression=update,
+                ReturnValues=returns,  # type: ignore[arg-type]
+                **kwargs,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                item: Any = exc.response.get("Item")
+                raise _ConditionFailed(item) from exc
+            raise translate(exc, what) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, what) from exc
+        return dict(response.get("Attributes", {}))
+
     def _names(self, attempt: Attempt) -> dict[str, str]:
         names = dict(_BASE_NAMES)
         names["#n"] = COUNT_PREFIX + attempt.category
+        if attempt.principal is not None:
+            names["#pr"] = PRINCIPAL
         return names
 
     def _call_values(self, attempt: Attempt, allowed: bool) -> dict[str, Any]:
-        return {
+        values = {
             ":now": _n(attempt.now_ms),
             ":exp": _n(attempt.ttl_epoch_seconds),
             ":rec": {"L": [_s(attempt.record(allowed).encode())]},
             ":cidl": {"L": [_s(_stored_call_id(attempt.call_id, allowed))]},
         }
+        if attempt.principal is not None:
+            values[":pr"] = _s(attempt.principal)
+        return values
 
     def consume(self, attempt: Attempt) -> Consumed | Refused:
         """Count one call if the session is active, not suspended and under its limit.
@@ -264,28 +323,23 @@ class CounterStore:
         if attempt.call_id is not None:
             condition = CONSUME_CONDITION_WITH_CALL_ID
             values[":cid"] = _s(_stored_call_id(attempt.call_id))
-        update = CONSUME_UPDATE
-        if attempt.principal is not None:
-            update = CONSUME_UPDATE_WITH_PRINCIPAL
-            names["#pr"] = PRINCIPAL
-            values[":pr"] = _s(attempt.principal)
+        update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
         try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(attempt.key)},
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **_only_used((update, condition), names, values),
+            item = self._update(
+                attempt.key,
+                update,
+                condition,
+                names,
+                values,
+                "counting a call",
+                old_on_failure=True,
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return Refused(self._old_item(exc, attempt.key))
-            raise translate(exc, "counting a call") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "counting a call") from exc
-        snapshot = snapshot_from_item(response["Attributes"])
+        except _ConditionFailed as failed:
+            if failed.old_item:
+                return Refused(snapshot_from_item(failed.old_item))
+            # Stores that ignore ReturnValuesOnConditionCheckFailure (dynalite) need a read.
+            return Refused(self.get(attempt.key))
+        snapshot = snapshot_from_item(item)
         self._maybe_trim(attempt.key, len(snapshot.calls))
         return Consumed(snapshot)
 
@@ -297,31 +351,18 @@ class CounterStore:
             QuotaServiceError: the store failed.
         """
         update, removed = _reset_expression(attempt.category, attempt.all_categories)
-        names = self._names(attempt)
-        if removed:
-            names.update({f"#x{i}": name for i, name in enumerate(removed.split("|"))})
-        values = self._call_values(attempt, allowed=True)
-        values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
         if attempt.principal is not None:
             update = update.replace("SET ", "SET #pr = :pr, ", 1)
-            names["#pr"] = PRINCIPAL
-            values[":pr"] = _s(attempt.principal)
+        names = {**self._names(attempt), **dict(removed)}
+        values = self._call_values(attempt, allowed=True)
+        values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
         try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(attempt.key)},
-                UpdateExpression=update,
-                ConditionExpression=RESET_CONDITION,
-                ReturnValues="ALL_NEW",
-                **_only_used((update, RESET_CONDITION), names, values),
+            item = self._update(
+                attempt.key, update, RESET_CONDITION, names, values, "resetting idle counters"
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return None
-            raise translate(exc, "resetting idle counters") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "resetting idle counters") from exc
-        return Consumed(snapshot_from_item(response["Attributes"]))
+        except _ConditionFailed:
+            return None
+        return Consumed(snapshot_from_item(item))
 
     def record_block(self, attempt: Attempt, limit: int, suspended: bool) -> bool | None:
         """Record a refused attempt and refresh the idle clock.
@@ -332,29 +373,24 @@ class CounterStore:
         Raises:
             QuotaServiceError: the store failed.
         """
-        names = dict(_BASE_NAMES)
-        values = self._call_values(attempt, allowed=False)
-        update = BLOCK_UPDATE_SUSPENDED if suspended else BLOCK_UPDATE
+        names = self._names(attempt)
         names["#z"] = NOTIFIED_PREFIX + attempt.category
         names["#b"] = REFUSED_PREFIX + attempt.category
-        values[":limit"] = _n(limit)
-        values[":one"] = _n(1)
+        values = self._call_values(attempt, allowed=False)
+        values.update({":limit": _n(limit), ":one": _n(1)})
+        update = BLOCK_UPDATE_SUSPENDED if suspended else BLOCK_UPDATE
         try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(attempt.key)},
-                UpdateExpression=update,
-                ConditionExpression=BLOCK_CONDITION,
-                ReturnValues="ALL_OLD",
-                **_only_used((update, BLOCK_CONDITION), names, values),
+            old = self._update(
+                attempt.key,
+                update,
+                BLOCK_CONDITION,
+                names,
+                values,
+                "recording a refused call",
+                returns="ALL_OLD",
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return None
-            raise translate(exc, "recording a refused call") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "recording a refused call") from exc
-        old = response.get("Attributes", {})
+        except _ConditionFailed:
+            return None
         self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
         if suspended:
             return False
@@ -376,37 +412,32 @@ class CounterStore:
         item = response.get("Item")
         return snapshot_from_item(item) if item else None
 
-    def _old_item(self, exc: ClientError, key: str) -> SessionSnapshot | None:
-        item: Any = exc.response.get("Item")
-        if item:
-            return snapshot_from_item(item)
-        # Stores that ignore ReturnValuesOnConditionCheckFailure (dynalite) need a read.
-        return self.get(key)
-
     def _maybe_trim(self, key: str, length: int) -> None:
         """Drop the oldest batch of last calls once the list is a batch past `keep`.
 
         Each append is atomic, so exactly one writer sees each length: one trim per batch.
-        A failed trim is harmless (the next batch boundary trims again), so it is not raised.
+        A failed trim is harmless (the next batch boundary trims again), so it is logged,
+        not raised.
         """
         over = length - self._keep
         if over <= 0 or over % self._batch:
             return
         positions = range(self._batch)
-        removals: Iterable[str] = [f"#calls[{i}]" for i in positions] + [
-            f"#ids[{i}]" for i in positions
-        ]
+        removals = [f"#calls[{i}]" for i in positions] + [f"#ids[{i}]" for i in positions]
         try:
-            self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(key)},
-                UpdateExpression="REMOVE " + ", ".join(removals),
-                ConditionExpression=TRIM_CONDITION,
-                ExpressionAttributeNames={"#calls": CALLS, "#ids": CALL_IDS},
-                ExpressionAttributeValues={":min": _n(length)},
+            self._update(
+                key,
+                "REMOVE " + ", ".join(removals),
+                TRIM_CONDITION,
+                _BASE_NAMES,
+                {":min": _n(length)},
+                "trimming the last calls",
+                returns="NONE",
             )
-        except (ClientError, BotoCoreError):
-            return
+        except _ConditionFailed:
+            return  # the session was reset meanwhile: nothing to trim
+        except QuotaServiceError as exc:
+            _log.warning("last-calls trim failed: %s", exc.message)
 
     # -- administrator actions -------------------------------------------------------
 
@@ -419,25 +450,11 @@ class CounterStore:
         values: dict[str, Any],
         what: str,
     ) -> SessionSnapshot:
-        names = {**_BASE_NAMES, **names}
-        kwargs: dict[str, Any] = _only_used((update, condition), names, values)
-        if condition:
-            kwargs["ConditionExpression"] = condition
         try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(key)},
-                UpdateExpression=update,
-                ReturnValues="ALL_NEW",
-                **kwargs,
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise SessionChanged(what) from exc
-            raise translate(exc, what) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, what) from exc
-        return snapshot_from_item(response["Attributes"])
+            item = self._update(key, update, condition, {**_BASE_NAMES, **names}, values, what)
+        except _ConditionFailed as exc:
+            raise SessionChanged(what) from exc
+        return snapshot_from_item(item)
 
     def raise_limit(
         self,
@@ -465,11 +482,9 @@ class CounterStore:
         if seen is None:
             update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
         elif not seen.suspended and seen.is_idle(now_ms, idle_ms):
-            removed = [
-                p + c
-                for p in (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX)
-                for c in all_categories
-            ]
+            removed = _counter_names(
+                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories
+            )
             removed += [RAISED_PREFIX + c for c in all_categories if c != category]
             clause, extra = _remove_clause(removed)
             update, condition = RAISE_FRESH_SET + clause, RAISE_IDLE_CONDITION
@@ -516,9 +531,7 @@ class CounterStore:
             SessionChanged: the session does not exist.
             QuotaServiceError: the store failed.
         """
-        removed = [
-            p + c for p in (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX) for c in all_categories
-        ]
+        removed = _counter_names((COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories)
         clause, names = _remove_clause(removed)
         values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
         return self._admin_update(
