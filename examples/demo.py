@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,25 @@ from fastmcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from launch import ADMIN_TOKEN, articles_server, quota_service
+from launch import ADMIN_TOKEN, articles_server, service_and_server
 from mcp_quota_client import META_SESSION_KEY
 
 STATS_URI = "stats://articles"
 
 
 @contextmanager
-def quota_url(logs: Path) -> Iterator[tuple[str, Path | None]]:
-    """The quota service to use: MCP_QUOTA_URL if set, else one started for the demo."""
+def pieces(logs: Path) -> Iterator[tuple[str, Path | None, str]]:
+    """Quota URL, its log (None if not ours) and the MCP URL.
+
+    Uses the service at MCP_QUOTA_URL if set, else starts one as `make run` does.
+    """
     existing = os.environ.get("MCP_QUOTA_URL")
     if existing:
-        yield existing.rstrip("/"), None
+        with articles_server(existing.rstrip("/"), logs) as server:
+            yield existing.rstrip("/"), None, f"{server.url}/mcp"
         return
-    with quota_service(logs) as running:
-        yield running.url, running.log
+    with service_and_server(logs) as (service, server):
+        yield service.url, service.log, f"{server.url}/mcp"
 
 
 async def read_stats(client: Client[Any]) -> dict[str, int]:
@@ -179,11 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     session = f"incident-{uuid.uuid4().hex[:8]}"
     logs = Path(tempfile.mkdtemp(prefix="mcp-quota-demo-"))
-    with ExitStack() as stack:
-        print("Starting the quota service and the example MCP server...", flush=True)
-        base_url, service_log = stack.enter_context(quota_url(logs))
-        server = stack.enter_context(articles_server(base_url, logs))
-        mcp_url = f"{server.url}/mcp"
+    print("Starting the quota service and the example MCP server...", flush=True)
+    with pieces(logs) as (base_url, service_log, mcp_url):
         print(f"Replaying the incident: {args.calls} delete_tag calls...", flush=True)
         outcome = anyio.run(agent_loop, mcp_url, session, args.calls)
         note = f"started for this demo, log {service_log}" if service_log else "MCP_QUOTA_URL"

@@ -72,38 +72,34 @@ def wait_healthy(running: Running, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{running.name} not healthy after {timeout}s:\n{running.output()}")
 
 
-@contextmanager
-def started(
+def spawn(
     name: str, command: list[str], port: int, log_dir: Path, env: Mapping[str, str]
-) -> Iterator[Running]:
+) -> Running:
+    """Start a process with its output in `log_dir`; does not wait for it."""
     log = log_dir / f"{name}-{port}.log"
     with log.open("wb") as sink:
         # The command is built here from fixed paths, never from outside input.
         process = subprocess.Popen(  # noqa: S603
             command, cwd=ROOT, env={**os.environ, **env}, stdout=sink, stderr=subprocess.STDOUT
         )
-    running = Running(name, f"http://127.0.0.1:{port}", process, log)
-    try:
-        wait_healthy(running)
-        yield running
-    finally:
-        running.stop()
+    return Running(name, f"http://127.0.0.1:{port}", process, log)
 
 
-@contextmanager
-def quota_service(log_dir: Path) -> Iterator[Running]:
+def spawn_quota_service(log_dir: Path) -> Running:
     """`make run`: scripts/serve_local.py on a free port, embedded backend."""
     port = free_port()
     env = {"PORT": str(port), "PYTHONUNBUFFERED": "1"}
-    with started("quota-service", [sys.executable, str(SERVE_LOCAL)], port, log_dir, env) as run:
-        yield run
+    return spawn("quota-service", [sys.executable, str(SERVE_LOCAL)], port, log_dir, env)
 
 
-@contextmanager
-def articles_server(
+def spawn_articles_server(
     quota_url: str, log_dir: Path, script: str = "articles_server.py"
-) -> Iterator[Running]:
-    """An example MCP server over streamable HTTP on loopback, guarded by `quota_url`."""
+) -> Running:
+    """An example MCP server over streamable HTTP on loopback, guarded by `quota_url`.
+
+    It does not call the quota service until a tool is called, so it can start
+    alongside the service.
+    """
     port = free_port()
     env = {
         "MCP_QUOTA_URL": quota_url,
@@ -112,5 +108,45 @@ def articles_server(
         "PYTHONUNBUFFERED": "1",
     }
     command = [sys.executable, str(EXAMPLES / script), "--port", str(port)]
-    with started(script.removesuffix(".py"), command, port, log_dir, env) as run:
-        yield run
+    return spawn(script.removesuffix(".py"), command, port, log_dir, env)
+
+
+@contextmanager
+def healthy(*processes: Running) -> Iterator[None]:
+    """Wait until every process answers /health; stop them all (last first) on exit."""
+    try:
+        for running in processes:
+            wait_healthy(running)
+        yield
+    finally:
+        for running in reversed(processes):
+            running.stop()
+
+
+@contextmanager
+def quota_service(log_dir: Path) -> Iterator[Running]:
+    """The quota service, started and healthy."""
+    service = spawn_quota_service(log_dir)
+    with healthy(service):
+        yield service
+
+
+@contextmanager
+def service_and_server(
+    log_dir: Path, script: str = "articles_server.py"
+) -> Iterator[tuple[Running, Running]]:
+    """The quota service and an example server guarded by it, started side by side."""
+    service = spawn_quota_service(log_dir)
+    server = spawn_articles_server(service.url, log_dir, script)
+    with healthy(service, server):
+        yield service, server
+
+
+@contextmanager
+def articles_server(
+    quota_url: str, log_dir: Path, script: str = "articles_server.py"
+) -> Iterator[Running]:
+    """An example server guarded by an already running quota service."""
+    server = spawn_articles_server(quota_url, log_dir, script)
+    with healthy(server):
+        yield server

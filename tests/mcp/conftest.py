@@ -136,6 +136,9 @@ class FakeQuotaService:
 def _handler_for(service: FakeQuotaService) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes; with Nagle on, the body waits for
+        # the client's delayed ACK (~40 ms) on every keep-alive request.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: object) -> None:
             return

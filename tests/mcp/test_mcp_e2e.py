@@ -17,7 +17,14 @@ import mcp
 import mcp_types as mt
 import pytest
 from fastmcp import Client
-from launch import SERVE_LOCAL, Running, articles_server, quota_service
+from launch import (
+    SERVE_LOCAL,
+    Running,
+    healthy,
+    service_and_server,
+    spawn_articles_server,
+    spawn_quota_service,
+)
 from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -34,21 +41,23 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def service(logs: Path) -> Iterator[Running]:
-    with quota_service(logs) as running:
-        yield running
+def stack(logs: Path) -> Iterator[tuple[Running, Running, Running]]:
+    """The quota service and both example servers, started side by side."""
+    service = spawn_quota_service(logs)
+    fastmcp_server = spawn_articles_server(service.url, logs)
+    sdk_server = spawn_articles_server(service.url, logs, "articles_server_sdk.py")
+    with healthy(service, fastmcp_server, sdk_server):
+        yield service, fastmcp_server, sdk_server
 
 
-@pytest.fixture(scope="module")
-def fastmcp_server(service: Running, logs: Path) -> Iterator[Running]:
-    with articles_server(service.url, logs) as running:
-        yield running
+@pytest.fixture
+def fastmcp_server(stack: tuple[Running, Running, Running]) -> Running:
+    return stack[1]
 
 
-@pytest.fixture(scope="module")
-def sdk_server(service: Running, logs: Path) -> Iterator[Running]:
-    with articles_server(service.url, logs, "articles_server_sdk.py") as running:
-        yield running
+@pytest.fixture
+def sdk_server(stack: tuple[Running, Running, Running]) -> Running:
+    return stack[2]
 
 
 def session_meta(**extra: str) -> dict[str, Any]:
@@ -199,7 +208,7 @@ async def test_official_sdk_client_against_the_sdk_example_server(sdk_server: Ru
 async def test_with_the_quota_service_stopped_deletes_are_refused_and_searches_run(
     logs: Path,
 ) -> None:
-    with quota_service(logs) as own_service, articles_server(own_service.url, logs) as server:
+    with service_and_server(logs) as (own_service, server):
         meta = session_meta()
         async with Client(f"{server.url}/mcp") as client:
             assert (
