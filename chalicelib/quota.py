@@ -6,7 +6,9 @@ item comes back and `explain_refusal` says why, with the same rules the conditio
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -15,6 +17,26 @@ from chalicelib.clock import iso_utc
 QUOTA_EXCEEDED = "quota_exceeded"
 SESSION_SUSPENDED = "session_suspended"
 _FIELD_SEP = "|"
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+MAX_PLAIN_CALL_ID = 20
+
+
+def _base36(value: int) -> str:
+    out = ""
+    while True:
+        value, digit = divmod(value, 36)
+        out = _DIGITS36[digit] + out
+        if value == 0:
+            return out
+
+
+def call_id_key(call_id: str) -> str:
+    """The form a call id is stored and compared in: short ids (JSON-RPC ids are usually
+    small numbers) as they are, long ones as a 90-bit hash, to keep the item near 1 KB."""
+    if len(call_id) <= MAX_PLAIN_CALL_ID:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8")).digest()
+    return "~" + base64.urlsafe_b64encode(digest).decode("ascii")[:15]
 
 
 @dataclass(frozen=True)
@@ -29,19 +51,17 @@ class CallRecord:
     call_id: str | None = None
 
     def encode(self) -> str:
-        """Compact form stored in the counter item (the call id is kept beside it)."""
-        parts = [str(self.at_ms), self.category, self.tool, "1" if self.allowed else "0"]
-        if self.principal is not None:
-            parts.append(self.principal)
-        return _FIELD_SEP.join(parts)
+        """Compact form stored in the counter item, about 30 bytes: the time in base 36,
+        category, tool, allowed. The call id is kept beside it; the principal is the
+        session's, stored once."""
+        allowed = "1" if self.allowed else "0"
+        return _FIELD_SEP.join((_base36(self.at_ms), self.category, self.tool, allowed))
 
     @classmethod
-    def decode(cls, text: str, call_id: str | None) -> CallRecord:
-        """Rebuild a record from its stored form; the principal may itself hold '|'."""
-        parts = text.split(_FIELD_SEP, 4)
-        at_ms, category, tool, allowed = parts[:4]
-        principal = parts[4] if len(parts) > 4 else None
-        return cls(int(at_ms), category, tool, allowed == "1", principal, call_id)
+    def decode(cls, text: str, call_id: str | None, principal: str | None = None) -> CallRecord:
+        """Rebuild a record from its stored form."""
+        at, category, tool, allowed = text.split(_FIELD_SEP, 3)
+        return cls(int(at, 36), category, tool, allowed == "1", principal, call_id)
 
     def to_json(self) -> dict[str, object]:
         """The record as the API shows it."""
@@ -83,8 +103,9 @@ class SessionSnapshot:
 
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed call recorded under this call id, if still in the record."""
+        key = call_id_key(call_id)
         for record in reversed(self.calls):
-            if record.call_id == call_id and record.allowed:
+            if record.call_id == key and record.allowed:
                 return record
         return None
 
@@ -127,9 +148,8 @@ class Attempt:
 
     def record(self, allowed: bool) -> CallRecord:
         """The last-calls entry for this attempt."""
-        return CallRecord(
-            self.now_ms, self.category, self.tool, allowed, self.principal, self.call_id
-        )
+        call_id = None if self.call_id is None else call_id_key(self.call_id)
+        return CallRecord(self.now_ms, self.category, self.tool, allowed, self.principal, call_id)
 
 
 class Refusal(enum.Enum):

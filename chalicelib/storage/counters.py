@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.errors import QuotaServiceError
-from chalicelib.quota import Attempt, CallRecord, SessionSnapshot
+from chalicelib.quota import Attempt, CallRecord, SessionSnapshot, call_id_key
 from chalicelib.storage.faults import error_code, translate
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _n(value: int) -> dict[str, Any]:
 def _stored_call_id(call_id: str | None, allowed: bool = True) -> str:
     if call_id is None:
         return NO_CALL_ID
-    return (CALL_ID_PREFIX if allowed else BLOCKED_CALL_ID_PREFIX) + call_id
+    return (CALL_ID_PREFIX if allowed else BLOCKED_CALL_ID_PREFIX) + call_id_key(call_id)
 
 
 def _call_id_of(stored: str) -> str | None:
@@ -162,13 +162,14 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
+    suspended = item.get(SUSPENDED)
+    principal = item.get(PRINCIPAL, {}).get("S")
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
     ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
     calls = tuple(
-        CallRecord.decode(text, _call_id_of(cid)) for text, cid in zip(texts, ids, strict=False)
+        CallRecord.decode(text, _call_id_of(cid), principal)
+        for text, cid in zip(texts, ids, strict=False)
     )
-    suspended = item.get(SUSPENDED)
-    principal = item.get(PRINCIPAL)
     return SessionSnapshot(
         last_seen_ms=int(item.get(LAST_SEEN, {"N": "0"})["N"]),
         started_ms=int(item.get(STARTED, {"N": "0"})["N"]),
@@ -178,7 +179,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         refused=refused,
         suspended=suspended is not None,
         suspended_reason=suspended.get("S") if suspended else None,
-        principal=principal.get("S") if principal else None,
+        principal=principal,
         calls=calls,
     )
 

@@ -7,6 +7,7 @@ from chalicelib.quota import (
     Decision,
     Refusal,
     SessionSnapshot,
+    call_id_key,
     explain_refusal,
 )
 from tests.support import T0
@@ -28,11 +29,21 @@ def attempt(call_id: str | None = None, now: int = T0) -> Attempt:
     )
 
 
-def test_record_round_trips_even_with_separators_in_the_principal() -> None:
+def test_record_round_trips_compactly() -> None:
     record = CallRecord(T0, "write", "delete_tag", False, "a|b|c", "id-1")
-    assert CallRecord.decode(record.encode(), "id-1") == record
+    assert record.encode().endswith("|write|delete_tag|0")
+    assert len(record.encode()) <= 30
+    assert CallRecord.decode(record.encode(), "id-1", "a|b|c") == record
     bare = CallRecord(T0, "read", "search", True)
     assert CallRecord.decode(bare.encode(), None) == bare
+
+
+def test_long_call_ids_are_stored_as_a_short_stable_hash() -> None:
+    assert call_id_key("17") == "17"
+    long_id = "4f1c2d9e-0b7a-4c55-9e51-8d3f6a2b1c00"
+    key = call_id_key(long_id)
+    assert key.startswith("~") and len(key) == 16 and key == call_id_key(long_id)
+    assert key != call_id_key(long_id[:-1] + "1")
 
 
 def test_refusal_reasons_mirror_the_condition_in_order() -> None:
