@@ -1,0 +1,254 @@
+"""`make bench`: every figure of issue 6 in one run, printed as a table and written as JSON
+to bench/results/latest.json. Figures are printed, never asserted.
+
+    .venv/bin/python -m bench.run [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before chalicelib builds its Logger
+
+from bench import cold_start, mcp_overhead, workloads
+from tests.support import dynalite_server
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+ZAE_PYTHON = ROOT / "bench" / ".venv-zae" / "bin" / "python"
+ZIP = ROOT / "build" / "prod" / "deployment.zip"
+
+
+def quiet() -> contextlib.AbstractContextManager[Any]:
+    """Swallow the metrics (EMF) the service prints to stdout while it is measured."""
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def zae(endpoint: str | None, checks: int) -> dict[str, Any]:
+    """zae-limiter's figures from its own venv, or why it could not run."""
+    if not ZAE_PYTHON.exists():
+        return {"ok": False, "error": "bench/.venv-zae missing: run `make bench`"}
+    command = [str(ZAE_PYTHON), "-m", "bench.zae_runner", "--checks", str(checks)]
+    if endpoint is not None:
+        command += ["--endpoint", endpoint]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    try:
+        result: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        result = {"ok": False, "error": (done.stderr or done.stdout)[-300:]}
+    return result
+
+
+def cold(runs: int) -> dict[str, Any]:
+    """bench/cold_start.py's measurement of the packaged handler and a bare app."""
+    if not ZIP.exists():
+        return {"error": f"{ZIP.relative_to(ROOT)} missing: run `make package`"}
+    with tempfile.TemporaryDirectory() as tmp:
+        service, bare = Path(tmp) / "service", Path(tmp) / "bare"
+        with zipfile.ZipFile(ZIP) as archive:
+            archive.extractall(service)
+            for name in archive.namelist():
+                if name.startswith("chalice/"):
+                    archive.extract(name, bare)
+        (bare / "app.py").write_text(cold_start.BARE_APP)
+        cold_start.time_runs(service, "service", 1)
+        cold_start.time_runs(bare, "bare", 1)
+        ours = cold_start.time_runs(service, "service", runs)
+        base = cold_start.time_runs(bare, "bare", runs)
+    return {
+        "service_init_ms": round(ours["init"], 1),
+        "bare_init_ms": round(base["init"], 1),
+        "init_ratio": round(ours["init"] / base["init"], 2),
+        "service_ready_ms": round(ours["ready"], 1),
+        "bare_ready_ms": round(base["ready"], 1),
+        "ready_ratio": round(ours["ready"] / base["ready"], 2),
+        "package_bytes": ZIP.stat().st_size,
+        "runs": runs,
+    }
+
+
+def measure(quick: bool) -> dict[str, Any]:
+    per_client = 40 if quick else 100
+    runs = 5 if quick else 20
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "budget": {"read": workloads.READ_LIMIT, "write": workloads.WRITE_LIMIT},
+        "backends": {},
+    }
+    with dynalite_server() as dynalite:
+        for name, endpoint in (("moto", None), ("dynalite", dynalite)):
+            print(f"measuring on {name} ...", file=sys.stderr, flush=True)
+            with workloads.backend(name, endpoint) as b, quiet():
+                figures: dict[str, Any] = {
+                    "cost": {
+                        "ours": workloads.cost_of_ours(b, endpoint).as_json(),
+                        "naive": workloads.cost_of_naive(b).as_json(),
+                    },
+                    "latency": {
+                        "ours": [
+                            workloads.timed(workloads.ours_checker(b), 1, per_client * 2).as_json(),
+                            workloads.timed(workloads.ours_checker(b), 8, per_client).as_json(),
+                        ],
+                        "naive": [
+                            workloads.timed(
+                                workloads.naive_checker(b), 1, per_client * 2
+                            ).as_json(),
+                            workloads.timed(workloads.naive_checker(b), 8, per_client).as_json(),
+                        ],
+                    },
+                }
+                if endpoint is not None:
+                    figures["over_admission"] = workloads.over_admission(b, 64, runs)
+            figures["zae"] = zae(endpoint, per_client)
+            out["backends"][name] = figures
+        print("measuring the MCP round trip ...", file=sys.stderr, flush=True)
+        out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 300)
+    print("measuring cold start ...", file=sys.stderr, flush=True)
+    out["cold_start"] = cold(5 if quick else 10)
+    return out
+
+
+# -- the table ---------------------------------------------------------------------------
+
+
+def _ratio(theirs: float | None, ours: float | None) -> str:
+    if not theirs or not ours:
+        return "n/a"
+    return f"{theirs / ours:.2f}x"
+
+
+def table(r: dict[str, Any]) -> str:
+    lines: list[str] = []
+    add = lines.append
+    add(f"mcp-quota benchmark (python {r['python']}, {r['machine']})")
+    add("")
+    add("## Cost per check (DynamoDB requests counted from botocore's before-call events)")
+    add("")
+    add(
+        "| backend | implementation | requests / allowed | requests / blocked | "
+        "write units / allowed | write units / blocked | item bytes (max) |"
+    )
+    add("|---|---|---|---|---|---|---|")
+    for name, b in r["backends"].items():
+        rows = [("ours", b["cost"]["ours"]), ("naive read-then-write", b["cost"]["naive"])]
+        if b["zae"].get("ok"):
+            rows.append(("zae-limiter", b["zae"]["cost"]))
+        for label, c in rows:
+            ops_a = ", ".join(f"{k} {v}" for k, v in sorted(c["allowed_requests_by_op"].items()))
+            ops_b = ", ".join(f"{k} {v}" for k, v in sorted(c["blocked_requests_by_op"].items()))
+            add(
+                f"| {name} | {label} | {c['requests_per_allowed']} ({ops_a} / "
+                f"{c['allowed_checks']}) | {c['requests_per_blocked']} ({ops_b} / "
+                f"{c['blocked_checks']}) | {c.get('wcu_per_allowed', 'n/a')} | "
+                f"{c.get('wcu_per_blocked', 'n/a')} | {c['max_item_bytes']} |"
+            )
+        if not b["zae"].get("ok"):
+            add(f"| {name} | zae-limiter | n/a | n/a | n/a | n/a | n/a |")
+    add("")
+    add("## Latency and throughput of the check, in-process (allowed reads)")
+    add("")
+    add(
+        "| backend | implementation | clients | p50 ms | p99 ms | checks/s | "
+        "p50 vs ours | checks/s vs ours |"
+    )
+    add("|---|---|---|---|---|---|---|---|")
+    for name, b in r["backends"].items():
+        ours = b["latency"]["ours"]
+        impls = [("ours", ours), ("naive read-then-write", b["latency"]["naive"])]
+        if b["zae"].get("ok"):
+            impls.append(("zae-limiter", b["zae"]["timings"]))
+        for label, timings in impls:
+            for mine, t in zip(ours, timings, strict=True):
+                add(
+                    f"| {name} | {label} | {t['clients']} | {t['p50_ms']:.2f} | "
+                    f"{t['p99_ms']:.2f} | {t['checks_per_second']:.0f} | "
+                    f"{_ratio(t['p50_ms'], mine['p50_ms'])} | "
+                    f"{_ratio(t['checks_per_second'], mine['checks_per_second'])} |"
+                )
+        if not b["zae"].get("ok"):
+            add(f"| {name} | zae-limiter | - | n/a | n/a | n/a | n/a | n/a |")
+    for name, b in r["backends"].items():
+        if not b["zae"].get("ok"):
+            add("")
+            add(f"zae-limiter on {name}: n/a, {b['zae']['error']}")
+    add("")
+    add("## Over-admission: 64 concurrent clients, write limit 15, on dynalite")
+    add("")
+    add("| implementation | runs | allowed min | allowed max | allowed mean | per run |")
+    add("|---|---|---|---|---|---|")
+    for label, counts in r["backends"]["dynalite"]["over_admission"].items():
+        add(
+            f"| {label} | {len(counts)} | {min(counts)} | {max(counts)} | "
+            f"{statistics.mean(counts):.1f} | {' '.join(map(str, counts))} |"
+        )
+    m = r["mcp"]
+    add("")
+    add("## MCP tool call end to end (fastmcp client -> example server, loopback HTTP)")
+    add("")
+    add("| | calls | median ms | p99 ms |")
+    add("|---|---|---|---|")
+    add(
+        f"| without the middleware | {m['without']['calls']} | {m['without']['median_ms']:.2f} "
+        f"| {m['without']['p99_ms']:.2f} |"
+    )
+    add(
+        f"| with the middleware | {m['with']['calls']} | {m['with']['median_ms']:.2f} | "
+        f"{m['with']['p99_ms']:.2f} |"
+    )
+    add(f"| added per call | | {m['added_median_ms']:.2f} | {m['added_p99_ms']:.2f} |")
+    add(
+        f"| (one POST /v1/check straight to the service) | {m['direct_check']['calls']} | "
+        f"{m['direct_check']['median_ms']:.2f} | {m['direct_check']['p99_ms']:.2f} |"
+    )
+    add(f"Quota service: {m['quota_backend']}.")
+    c = r["cold_start"]
+    add("")
+    add("## Cold start (bench/cold_start.py: fresh interpreters, medians)")
+    add("")
+    if "error" in c:
+        add(f"n/a: {c['error']}")
+    else:
+        add("| | ours ms | bare Chalice+boto3 ms | ratio |")
+        add("|---|---|---|---|")
+        add(
+            f"| init (import app) | {c['service_init_ms']} | {c['bare_init_ms']} | "
+            f"{c['init_ratio']}x |"
+        )
+        add(
+            f"| first check ready | {c['service_ready_ms']} | {c['bare_ready_ms']} | "
+            f"{c['ready_ratio']}x |"
+        )
+        add(
+            f"deployment.zip: {c['package_bytes'] / 1e6:.2f} MB ({c['package_bytes']} bytes); "
+            f"{c['runs']} runs each"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer checks and runs")
+    args = parser.parse_args()
+    results = measure(args.quick)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\nJSON: {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

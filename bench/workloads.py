@@ -1,0 +1,354 @@
+"""What `make bench` measures against ours and the naive counter, on one backend at a time.
+
+Ours is the service's `CheckService` as the container builds it (classification, grant
+cache, block reporter, counter store). The naive counter is the read-then-write quota a
+hand-rolled service typically starts with. Both run on the same client and tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from moto import mock_aws
+
+from bench.sizing import item_size, write_units
+from chalicelib.settings import Settings
+from chalicelib.validation import CheckRequest
+from chalicelib.wiring import Container
+from tests.support import client_for, fake_aws_env, fresh_settings, provisioned
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+TENANT = "acme-prod"
+PRINCIPAL = "editor@example.com"
+READ_TOOLS = ("search_articles", "get_article", "list_tags")
+WRITE_TOOLS = ("delete_tag", "update_article", "publish_article")
+READ_LIMIT = 200
+WRITE_LIMIT = 15
+
+
+@dataclass
+class Backend:
+    """One DynamoDB implementation with fresh tables and a container for our service."""
+
+    name: str
+    client: DynamoDBClient
+    settings: Settings
+    container: Container
+
+
+@contextmanager
+def backend(name: str, endpoint: str | None, pool: int = 80) -> Iterator[Backend]:
+    """Fresh tables on moto in-process (endpoint None) or on a DynamoDB-API endpoint."""
+    fake_aws_env()
+    context = mock_aws() if endpoint is None else _nothing()
+    with context:
+        client = client_for(endpoint, pool=pool)
+        settings = provisioned(client, fresh_settings(f"b{uuid.uuid4().hex[:8]}"))
+        settings = replace(settings, grant_cache_seconds=3600)
+        container = Container(settings=settings)
+        container.__dict__["dynamodb"] = client  # one client for ours, the naive, and counting
+        yield Backend(name, client, settings, container)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def session_id() -> str:
+    """An MCP-style session id."""
+    return f"mcp-session-{uuid.uuid4()}"
+
+
+def write_request(session: str, i: int = 0) -> CheckRequest:
+    return CheckRequest(
+        session_id=session,
+        tool=WRITE_TOOLS[i % len(WRITE_TOOLS)],
+        principal=PRINCIPAL,
+        call_id=str(uuid.uuid4()),
+    )
+
+
+def read_request(session: str, i: int = 0) -> CheckRequest:
+    return CheckRequest(
+        session_id=session,
+        tool=READ_TOOLS[i % len(READ_TOOLS)],
+        principal=PRINCIPAL,
+        call_id=str(uuid.uuid4()),
+    )
+
+
+# -- the naive counter -----------------------------------------------------------------
+
+
+class NaiveCounter:
+    """Read the count, compare, write count+1: two requests, and a race between them."""
+
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self._client = client
+        self._table = table
+
+    def check(self, session: str, category: str, limit: int) -> bool:
+        key = {"pk": {"S": f"naive#{session}#{category}"}}
+        item = self._client.get_item(TableName=self._table, Key=key, ConsistentRead=True)
+        used = int(item.get("Item", {}).get("n", {"N": "0"})["N"])
+        if used >= limit:
+            return False
+        self._client.put_item(TableName=self._table, Item={**key, "n": {"N": str(used + 1)}})
+        return True
+
+
+# -- requests and write units ----------------------------------------------------------
+
+
+class RequestLog:
+    """DynamoDB requests by operation, from botocore's own `before-call` events."""
+
+    def __init__(self, client: DynamoDBClient) -> None:
+        self.ops: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        client.meta.events.register("before-call.dynamodb", self._seen)
+
+    def _seen(self, model: Any, **_: Any) -> None:
+        with self._lock:
+            self.ops[model.name] += 1
+
+    def take(self) -> Counter[str]:
+        """The requests since the last take."""
+        with self._lock:
+            taken, self.ops = self.ops, Counter()
+        return taken
+
+
+@dataclass
+class Cost:
+    """What one kind of check costs in DynamoDB requests and write units."""
+
+    allowed_checks: int = 0
+    allowed_requests: Counter[str] = field(default_factory=Counter)
+    allowed_wcu: int = 0
+    blocked_checks: int = 0
+    blocked_requests: Counter[str] = field(default_factory=Counter)
+    blocked_wcu: int = 0
+    first_block_requests: Counter[str] = field(default_factory=Counter)
+    max_item_bytes: int = 0
+    calls_in_record: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        def per(requests: Counter[str], n: int) -> float:
+            return round(sum(requests.values()) / n, 3) if n else 0.0
+
+        return {
+            "allowed_checks": self.allowed_checks,
+            "requests_per_allowed": per(self.allowed_requests, self.allowed_checks),
+            "allowed_requests_by_op": dict(self.allowed_requests),
+            "wcu_per_allowed": round(self.allowed_wcu / max(1, self.allowed_checks), 3),
+            "blocked_checks": self.blocked_checks,
+            "requests_per_blocked": per(self.blocked_requests, self.blocked_checks),
+            "blocked_requests_by_op": dict(self.blocked_requests),
+            "wcu_per_blocked": round(self.blocked_wcu / max(1, self.blocked_checks), 3),
+            "first_block_requests_by_op": dict(self.first_block_requests),
+            "max_item_bytes": self.max_item_bytes,
+            "calls_in_record_at_max": self.calls_in_record,
+        }
+
+
+def _raw_item(reader: DynamoDBClient, table: str, key: str) -> dict[str, Any]:
+    response = reader.get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True)
+    item: dict[str, Any] = response.get("Item", {})
+    return item
+
+
+def cost_of_ours(b: Backend, endpoint: str | None) -> Cost:
+    """A session's life: 200 reads and 15 writes interleaved, then 10 refused writes.
+
+    Each check's write units come from the item's before/after sizes (read back on a
+    second, uncounted client); the trim of the last-calls record counts as its own write.
+    """
+    reader = client_for(endpoint)  # on moto in-process, the same mock answers it
+    checks = b.container.checks
+    checks.attempt_for(TENANT, read_request("warm"))  # the grant cache: one Query per tenant
+    log = RequestLog(b.client)
+    log.take()
+    session = session_id()
+    key = f"{TENANT}#{session}"
+    cost = Cost()
+    before = _raw_item(reader, b.settings.counters_table, key)
+    plan = [read_request(session, i) for i in range(READ_LIMIT)]
+    for i in range(WRITE_LIMIT):
+        plan.insert(i * 13 + 5, write_request(session, i))
+    plan += [write_request(session, i) for i in range(10)]
+    for request in plan:
+        decision = checks.check(TENANT, request)
+        ops = log.take()
+        after = _raw_item(reader, b.settings.counters_table, key)
+        # Every write here lands on this item (a failed condition costs the same units).
+        units = (ops["UpdateItem"] + ops["PutItem"]) * write_units(before, after)
+        size = item_size(after)
+        if size > cost.max_item_bytes:
+            cost.max_item_bytes, cost.calls_in_record = size, len(after["calls"]["L"])
+        if decision.allowed:
+            cost.allowed_checks += 1
+            cost.allowed_requests += ops
+            cost.allowed_wcu += units
+        elif decision.first_exhaustion:  # + the audit event, once per exhaustion
+            cost.first_block_requests += ops
+        else:
+            cost.blocked_checks += 1
+            cost.blocked_requests += ops
+            cost.blocked_wcu += units
+        before = after
+    return cost
+
+
+def cost_of_naive(b: Backend) -> Cost:
+    """The naive counter over the same plan: GetItem + PutItem, or GetItem alone."""
+    naive = NaiveCounter(b.client, b.settings.counters_table)
+    log = RequestLog(b.client)
+    session = session_id()
+    cost = Cost()
+    plan = [("read", READ_LIMIT)] * READ_LIMIT + [("write", WRITE_LIMIT)] * (WRITE_LIMIT + 10)
+    for category, limit in plan:
+        allowed = naive.check(session, category, limit)
+        ops = log.take()
+        if allowed:
+            cost.allowed_checks += 1
+            cost.allowed_requests += ops
+            cost.allowed_wcu += ops["PutItem"]
+        else:
+            cost.blocked_checks += 1
+            cost.blocked_requests += ops
+    item = _raw_item(b.client, b.settings.counters_table, f"naive#{session}#write")
+    cost.max_item_bytes = item_size(item)
+    return cost
+
+
+# -- latency and throughput ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency percentiles (ms) and throughput of a run of checks."""
+
+    clients: int
+    checks: int
+    p50_ms: float
+    p99_ms: float
+    per_second: float
+    allowed: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients,
+            "checks": self.checks,
+            "p50_ms": round(self.p50_ms, 3),
+            "p99_ms": round(self.p99_ms, 3),
+            "checks_per_second": round(self.per_second, 1),
+            "allowed": self.allowed,
+        }
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank."""
+    ordered = sorted(samples)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> Timing:
+    """Run `check(client, i)` per_client times on each of `clients` threads, all at once."""
+    barrier = threading.Barrier(clients + 1)
+    samples: list[list[float]] = [[] for _ in range(clients)]
+    allowed = [0] * clients
+
+    def worker(c: int) -> None:
+        barrier.wait()
+        for i in range(per_client):
+            start = time.perf_counter()
+            allowed[c] += check(c, i)
+            samples[c].append((time.perf_counter() - start) * 1000)
+
+    with ThreadPoolExecutor(clients) as pool:
+        futures = [pool.submit(worker, c) for c in range(clients)]
+        barrier.wait()
+        start = time.perf_counter()
+        for future in futures:
+            future.result()
+        elapsed = time.perf_counter() - start
+    flat = [s for per in samples for s in per]
+    return Timing(
+        clients=clients,
+        checks=len(flat),
+        p50_ms=statistics.median(flat),
+        p99_ms=percentile(flat, 99),
+        per_second=len(flat) / elapsed,
+        allowed=sum(allowed),
+    )
+
+
+def ours_checker(b: Backend) -> Callable[[int, int], bool]:
+    """Allowed reads, a new session every 150 calls (under the read limit of 200)."""
+    checks = b.container.checks
+    run = uuid.uuid4().hex[:8]
+
+    def check(client: int, i: int) -> bool:
+        session = f"lat-{run}-{client}-{i // 150}"
+        return checks.check(TENANT, read_request(session, i)).allowed
+
+    return check
+
+
+def naive_checker(b: Backend) -> Callable[[int, int], bool]:
+    naive = NaiveCounter(b.client, b.settings.counters_table)
+    run = uuid.uuid4().hex[:8]
+
+    def check(client: int, i: int) -> bool:
+        return naive.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
+
+    return check
+
+
+# -- over-admission under concurrency --------------------------------------------------
+
+
+def burst(check: Callable[[], bool], clients: int) -> int:
+    """`clients` threads released together, one check each; how many were allowed."""
+    barrier = threading.Barrier(clients)
+
+    def one(_: int) -> bool:
+        barrier.wait()
+        return check()
+
+    with ThreadPoolExecutor(clients) as pool:
+        return sum(pool.map(one, range(clients)))
+
+
+def over_admission(b: Backend, clients: int, runs: int) -> dict[str, list[int]]:
+    """Allowed counts per run for ours and the naive counter against the write limit."""
+    checks = b.container.checks
+    naive = NaiveCounter(b.client, b.settings.counters_table)
+    ours: list[int] = []
+    theirs: list[int] = []
+
+    def ours_once(session: str) -> bool:
+        return checks.check(TENANT, write_request(session)).allowed
+
+    def naive_once(session: str) -> bool:
+        return naive.check(session, "write", WRITE_LIMIT)
+
+    for _ in range(runs):
+        ours.append(burst(functools.partial(ours_once, session_id()), clients))
+        theirs.append(burst(functools.partial(naive_once, session_id()), clients))
+    return {"ours": ours, "naive": theirs}

@@ -1,0 +1,21 @@
+# `make bench`: the figures of issue 6 (cost, latency, over-admission, MCP overhead, cold
+# start) in one run; prints a table, writes bench/results/latest.json. A few minutes.
+ZAE_VENV := bench/.venv-zae
+
+.PHONY: bench
+
+# The MCP client and example server, on top of requirements-dev.txt.
+$(BIN)/.bench-installed: $(BIN)/.installed bench/requirements.txt client/requirements-test.txt
+	$(BIN)/pip install --quiet -r bench/requirements.txt
+	touch $@
+
+# zae-limiter pins an older botocore (through aiobotocore): it gets a venv of its own.
+$(ZAE_VENV)/.installed: bench/requirements-zae.txt
+	$(PYTHON) -m venv $(ZAE_VENV)
+	$(ZAE_VENV)/bin/pip install --quiet --upgrade pip
+	$(ZAE_VENV)/bin/pip install --quiet -r bench/requirements-zae.txt
+	touch $@
+
+## Benchmark ours beside a naive counter and zae-limiter; print the table.
+bench: install package $(BIN)/.bench-installed $(ZAE_VENV)/.installed
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
