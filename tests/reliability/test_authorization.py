@@ -1,0 +1,136 @@
+"""The authorization matrix: every endpoint x every kind of caller, the status asserted.
+
+Gateway-level denials (the authorizer, before the service runs): 401 without a header,
+403 for an unknown or revoked token and for a server token on an admin route. An admin
+of another tenant never sees this tenant's sessions or grants: 404, or its own, new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import ADMIN, SERVER, Api, body
+
+SESSION = "owned-by-demo"
+REASON = {"reason": "matrix"}
+GRANT = {
+    "principal": "editor@example.com",
+    "category": "write",
+    "limit": 20,
+    "starts_at": "2026-12-02T11:00:00Z",
+    "ends_at": "2026-12-02T14:00:00Z",
+    "reason": "matrix",
+}
+
+# (method, path, body); {grant} is the id of a grant the demo tenant owns.
+ENDPOINTS: dict[str, tuple[str, str, Any]] = {
+    "health": ("GET", "/health", None),
+    "check": ("POST", "/v1/check", {"session_id": SESSION, "tool": "delete_tag"}),
+    "show": ("GET", f"/v1/sessions/{SESSION}", None),
+    "raise": ("POST", f"/v1/sessions/{SESSION}/raise", {"category": "write", "add": 5, **REASON}),
+    "suspend": ("POST", f"/v1/sessions/{SESSION}/suspend", REASON),
+    "resume": ("POST", f"/v1/sessions/{SESSION}/resume", REASON),
+    "reset": ("POST", f"/v1/sessions/{SESSION}/reset", REASON),
+    "add_grant": ("POST", "/v1/grants", GRANT),
+    "list_grants": ("GET", "/v1/grants", None),
+    "delete_grant": ("DELETE", "/v1/grants/{grant}", None),
+    "audit": ("GET", "/v1/audit", None),
+}
+
+ADMIN_ONLY = [name for name in ENDPOINTS if name not in ("health", "check")]
+
+# The expected status of each endpoint for each caller.
+EXPECTED: dict[str, dict[str, int]] = {
+    "no token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 401)},
+    "bad token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 403)},
+    "revoked token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 403)},
+    "server token": {"health": 200, "check": 200, **dict.fromkeys(ADMIN_ONLY, 403)},
+    "admin of another tenant": {
+        "health": 200,
+        "check": 200,  # counts in its own tenant
+        "show": 404,
+        "raise": 200,  # raises its own (new) session of that name, never demo's
+        "suspend": 200,  # likewise: its own session
+        "resume": 404,
+        "reset": 404,
+        "add_grant": 201,
+        "list_grants": 200,
+        "delete_grant": 404,
+        "audit": 200,
+    },
+    "admin token": {
+        "health": 200,
+        "check": 200,
+        "show": 200,
+        "raise": 200,
+        "suspend": 200,
+        "resume": 200,
+        "reset": 200,
+        "add_grant": 201,
+        "list_grants": 200,
+        "delete_grant": 200,
+        "audit": 200,
+    },
+}
+
+
+def headers_for(api: Api, caller: str) -> dict[str, str]:
+    """Credentials for one kind of caller."""
+    json_only = {"Content-Type": "application/json"}
+    make: dict[str, Callable[[], dict[str, str]]] = {
+        "no token": lambda: json_only,
+        "bad token": lambda: {**json_only, "Authorization": "Bearer mcpq_nope_" + "x" * 40},
+        "revoked token": lambda: revoked(api),
+        "server token": lambda: SERVER,
+        "admin of another tenant": lambda: api.token("acme", "admin")[1],
+        "admin token": lambda: ADMIN,
+    }
+    return make[caller]()
+
+
+def revoked(api: Api) -> dict[str, str]:
+    token_id, headers = api.token("demo", "admin")
+    assert api.get("/v1/grants", headers).status_code == 200  # valid before revocation
+    api.container.tokens.revoke(token_id, api.clock())
+    return headers
+
+
+def call(api: Api, method: str, path: str, payload: Any, headers: dict[str, str]) -> Any:
+    http = api.client.http
+    if method == "GET":
+        return http.get(path, headers=headers)
+    if method == "DELETE":
+        return http.delete(path, headers=headers)
+    return api.post(path, payload, headers)
+
+
+CELLS = [(caller, name) for caller in EXPECTED for name in ENDPOINTS]
+
+
+@pytest.mark.parametrize(("caller", "endpoint"), CELLS, ids=[f"{c}-{e}" for c, e in CELLS])
+def test_authorization_matrix(api: Api, caller: str, endpoint: str) -> None:
+    assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
+    grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
+    headers = headers_for(api, caller)
+    method, path, payload = ENDPOINTS[endpoint]
+    response = call(api, method, path.format(grant=grant), payload, headers)
+    assert response.status_code == EXPECTED[caller][endpoint], response.body
+    if response.status_code == 404:
+        assert body(response)["error"]["code"] == "not_found"
+
+
+def test_another_tenants_admin_changed_nothing_of_demo(api: Api) -> None:
+    assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
+    grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
+    other = headers_for(api, "admin of another tenant")
+    for name in ("raise", "suspend", "resume", "reset", "delete_grant"):
+        method, path, payload = ENDPOINTS[name]
+        call(api, method, path.format(grant=grant), payload, other)
+    session = body(api.get(f"/v1/sessions/{SESSION}"))
+    assert session["state"] == "active"
+    assert session["categories"]["write"]["used"] == 1
+    assert session["categories"]["write"]["limit"] == 15
+    assert [g["grant_id"] for g in body(api.get("/v1/grants"))["grants"]] == [grant]
