@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
-from articles_server import build_server  # type: ignore[import-not-found]  # noqa: E402
+from articles_server import build_server  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 from mcp_quota_client import QuotaClient, QuotaClientConfig  # noqa: E402
 from mcp_quota_client.fastmcp import QuotaMiddleware  # noqa: E402
 
