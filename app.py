@@ -45,7 +45,14 @@ SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"])]
 @app.authorizer(ttl_seconds=60)
 def bearer(auth_request: AuthRequest) -> AuthResponse:
     """Built-in authorizer: server tokens may check; admin tokens may do everything."""
-    result = deps().authenticator.authenticate(auth_request.token or "")
+    try:
+        result = deps().authenticator.authenticate(auth_request.token or "")
+    except QuotaServiceError as exc:
+        # The token store is down. Let the request through unverified: every route
+        # authenticates again itself (`caller`), and answers 503 with Retry-After if the
+        # store is still down, instead of the gateway's bare 500.
+        logger.warning("token store unavailable in the authorizer", extra={"error": exc.message})
+        return AuthResponse(routes=["*"], principal_id="unverified", context={"unverified": "1"})
     identity = result.identity
     if identity is None:
         logger.info("token refused", extra={"reason": result.reason})
@@ -88,10 +95,20 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
 
 
 def caller() -> Identity:
-    """The authenticated identity, from the authorizer's context."""
+    """The authenticated identity, from the authorizer's context.
+
+    Raises:
+        Forbidden: the authorizer could not verify the token, and it is not valid.
+        QuotaServiceError: the token store is still unavailable.
+    """
     request = app.current_request
     assert request is not None
     context = request.context.get("authorizer", {})
+    if context.get("unverified"):
+        result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
+        if result.identity is None:
+            raise Forbidden("The token is not valid.")
+        return result.identity
     return Identity(
         tenant=context["tenant"],
         role=context["role"],

@@ -3,7 +3,9 @@ the audit trail. Every change is audited with the admin's identity, reason, befo
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from chalicelib import audit
@@ -23,6 +25,10 @@ ACTIVE = "active"
 IDLE = "idle"
 SUSPENDED = "suspended"
 ROUNDS = 4
+EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
+GRANT_ID = re.compile(r"g-[0-9a-f]{12}")
+AUDIT_PAGE = re.compile(r"[0-9]{1,3}")
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int = 1) -> int:
@@ -46,12 +52,15 @@ def _time_field(body: dict[str, Any], name: str) -> int:
     if not isinstance(value, str):
         raise InvalidRequest(f"Field '{name}' must be an ISO-8601 time with a zone.", name)
     try:
-        return parse_iso_utc(value)
-    except ValueError as exc:
+        parsed = parse_iso_utc(value)
+    except (ValueError, OverflowError) as exc:
         raise InvalidRequest(
             f"Field '{name}' must be an ISO-8601 time with a zone, like 2026-12-24T08:00:00Z.",
             name,
         ) from exc
+    if not EARLIEST_MS <= parsed < LATEST_MS:
+        raise InvalidRequest(f"Field '{name}' must be a time in the years 2000 to 2999.", name)
+    return parsed
 
 
 def session_id_param(raw: str) -> str:
@@ -260,13 +269,11 @@ class AdminService:
         """
         reject_unknown(body, frozenset({"reason"}))
         reason = _reason(body)
-        before = self._get(who.tenant, session_id)
-        try:
-            after = self._counters.resume(
-                f"{who.tenant}#{session_id}", self._clock(), self._idle_ms
-            )
-        except SessionChanged as exc:
-            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
+        before, after = self._retrying(
+            who.tenant,
+            session_id,
+            lambda seen: self._counters.resume(f"{who.tenant}#{session_id}", seen, self._idle_ms),
+        )
         view = self.view(who.tenant, session_id, after)
         self._audit(
             who,
@@ -286,13 +293,13 @@ class AdminService:
         """
         reject_unknown(body, frozenset({"reason"}))
         reason = _reason(body)
-        before = self._get(who.tenant, session_id)
-        try:
-            after = self._counters.reset(
-                f"{who.tenant}#{session_id}", self._clock(), self._idle_ms, self._categories
-            )
-        except SessionChanged as exc:
-            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
+        before, after = self._retrying(
+            who.tenant,
+            session_id,
+            lambda seen: self._counters.reset(
+                f"{who.tenant}#{session_id}", seen, self._clock(), self._idle_ms, self._categories
+            ),
+        )
         self._audit(
             who,
             audit.SESSION_RESET,
@@ -302,6 +309,27 @@ class AdminService:
             after={"used": dict(after.counts)},
         )
         return {"session": self.view(who.tenant, session_id, after)}
+
+    def _retrying(
+        self,
+        tenant: str,
+        session_id: str,
+        action: Callable[[SessionSnapshot], SessionSnapshot],
+    ) -> tuple[SessionSnapshot, SessionSnapshot]:
+        """Read the session, apply an update conditioned on what was read; read again
+        if a check changed it meanwhile.
+
+        Raises:
+            NotFound: the session was never seen.
+            StoreUnavailable: it kept changing.
+        """
+        for _ in range(ROUNDS):
+            before = self._get(tenant, session_id)
+            try:
+                return before, action(before)
+            except SessionChanged:
+                continue
+        raise StoreUnavailable("The session kept changing during the update; retry.", 1)
 
     def _state(self, snapshot: SessionSnapshot | None) -> str:
         if snapshot is None:
@@ -354,10 +382,11 @@ class AdminService:
             created_by=who.token_id,
             created_at_ms=now,
         )
+        shown = grant.to_json()
         self._grants.put(grant)
         self._limits.forget(who.tenant)
-        self._audit(who, audit.GRANT_CREATED, TENANT_SCOPE, reason, after=grant.to_json())
-        return {"grant": grant.to_json()}
+        self._audit(who, audit.GRANT_CREATED, TENANT_SCOPE, reason, after=shown)
+        return {"grant": shown}
 
     def list_grants(self, who: Identity) -> dict[str, Any]:
         """The tenant's grants."""
@@ -369,6 +398,8 @@ class AdminService:
         Raises:
             NotFound: no such grant in this tenant.
         """
+        if not GRANT_ID.fullmatch(grant_id):
+            raise NotFound(f"No grant {grant_id[:40]!r} in this tenant.")
         grant = self._grants.delete(who.tenant, grant_id)
         self._limits.forget(who.tenant)
         self._audit(who, audit.GRANT_DELETED, TENANT_SCOPE, None, before=grant.to_json())
@@ -387,7 +418,7 @@ class AdminService:
         scope = TENANT_SCOPE if session_id is None else session_id_param(session_id)
         since = _time_field(params, "since") if "since" in params else 0
         raw_limit = params.get("limit", "50")
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 500:
+        if not AUDIT_PAGE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= 500:
             raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 500.", "limit")
         page: AuditPage = self._audit_store.page(
             who.tenant, scope, since, int(raw_limit), params.get("next")

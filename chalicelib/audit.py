@@ -26,7 +26,9 @@ GRANT_CREATED = "grant_created"
 GRANT_DELETED = "grant_deleted"
 TOKEN_CREATED = "token_created"
 TOKEN_REVOKED = "token_revoked"
-TENANT_SCOPE = "~tenant"  # the "session" of events that belong to no session
+# The "session" of events that belong to no session. It holds a space, which no session
+# id can (they are visible ASCII), so no session's events can land in it.
+TENANT_SCOPE = " tenant"
 SERVICE_ACTOR = "mcp-quota"
 
 

@@ -17,7 +17,8 @@ def system_clock() -> int:
 
 def iso_utc(epoch_ms: int) -> str:
     """Format epoch milliseconds as ISO-8601 UTC with a trailing Z, to the second."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%SZ")  # %Y does not pad
 
 
 def parse_iso_utc(text: str) -> int:

@@ -13,7 +13,7 @@ from chalicelib.storage.faults import translate
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
 
-MAX_SUBJECT = 100
+MAX_SUBJECT = 99  # SNS: "less than 100 characters"
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Notification:
 
 
 def clean_subject(text: str) -> str:
-    """SNS email subjects: at most 100 characters, no line breaks or control characters."""
+    """SNS email subjects: under 100 characters, no line breaks or control characters."""
     flat = "".join(ch if ch.isprintable() else " " for ch in text)
     flat = " ".join(flat.split())
     return flat if len(flat) <= MAX_SUBJECT else flat[: MAX_SUBJECT - 1] + "…"

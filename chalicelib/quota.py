@@ -19,6 +19,10 @@ SESSION_SUSPENDED = "session_suspended"
 _FIELD_SEP = "|"
 _DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 MAX_PLAIN_CALL_ID = 20
+# A retry of a timed-out check comes within seconds, a few times at most. A call id
+# reused later or more often is a new call: a loop cannot run uncounted on one id.
+REPLAY_WINDOW_MS = 60_000
+MAX_REPLAYS = 3
 
 
 def _base36(value: int) -> str:
@@ -49,6 +53,7 @@ class CallRecord:
     allowed: bool
     principal: str | None = None
     call_id: str | None = None
+    replay: bool = False
 
     def encode(self) -> str:
         """Compact form stored in the counter item, about 30 bytes: the time in base 36,
@@ -58,10 +63,12 @@ class CallRecord:
         return _FIELD_SEP.join((_base36(self.at_ms), self.category, self.tool, allowed))
 
     @classmethod
-    def decode(cls, text: str, call_id: str | None, principal: str | None = None) -> CallRecord:
+    def decode(
+        cls, text: str, call_id: str | None, replay: bool = False, principal: str | None = None
+    ) -> CallRecord:
         """Rebuild a record from its stored form."""
         at, category, tool, allowed = text.split(_FIELD_SEP, 3)
-        return cls(int(at, 36), category, tool, allowed == "1", principal, call_id)
+        return cls(int(at, 36), category, tool, allowed == "1", principal, call_id, replay)
 
     def to_json(self) -> dict[str, object]:
         """The record as the API shows it."""
@@ -75,6 +82,8 @@ class CallRecord:
             out["call_id"] = self.call_id
         if self.principal is not None:
             out["principal"] = self.principal
+        if self.replay:
+            out["replay"] = True
         return out
 
 
@@ -102,12 +111,25 @@ class SessionSnapshot:
         return max(base_limit, self.raised.get(category, 0))
 
     def find_call(self, call_id: str) -> CallRecord | None:
-        """The allowed call recorded under this call id, if still in the record."""
+        """The allowed (counted) call recorded under this call id, if still in the record."""
         key = call_id_key(call_id)
         for record in reversed(self.calls):
-            if record.call_id == key and record.allowed:
+            if record.call_id == key and record.allowed and not record.replay:
                 return record
         return None
+
+    def replayable(self, call_id: str, now_ms: int) -> bool:
+        """Whether a call with this id is a retry to answer from its original: the id was
+        counted exactly once, recently, and has been replayed fewer than MAX_REPLAYS times,
+        and was never refused. A loop that reuses one id fails this after a few calls, for
+        as long as its entries are in the record."""
+        key = call_id_key(call_id)
+        seen = [r for r in self.calls if r.call_id == key]
+        counted = [r for r in seen if r.allowed and not r.replay]
+        if len(counted) != 1 or any(not r.allowed for r in seen):
+            return False
+        replays = len(seen) - 1
+        return replays < MAX_REPLAYS and now_ms - counted[0].at_ms <= REPLAY_WINDOW_MS
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,7 @@ class Attempt:
     notify: bool = False
     principal: str | None = None
     call_id: str | None = None
+    dedupe: bool = True  # False once a reused call id has had its replays: count it anew
 
     @property
     def cutoff_ms(self) -> int:
@@ -157,7 +180,8 @@ class Refusal(enum.Enum):
 
     EXPIRED = "expired"
     SUSPENDED = "suspended"
-    DUPLICATE = "duplicate"
+    DUPLICATE = "duplicate"  # a retry: answer with the original decision
+    REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
     OVER_LIMIT = "over_limit"
     STALE = "stale"  # the item read back no longer fails the condition: try again
 
@@ -168,8 +192,11 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Refusal:
         return Refusal.SUSPENDED
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
         return Refusal.EXPIRED
-    if attempt.call_id is not None and snapshot.find_call(attempt.call_id) is not None:
-        return Refusal.DUPLICATE
+    seen = attempt.call_id is not None and attempt.dedupe
+    if seen and attempt.call_id is not None and snapshot.find_call(attempt.call_id):
+        if snapshot.replayable(attempt.call_id, attempt.now_ms):
+            return Refusal.DUPLICATE
+        return Refusal.REUSED_CALL_ID
     used = snapshot.counts.get(attempt.category, 0)
     if used >= snapshot.limit_for(attempt.category, attempt.base_limit):
         return Refusal.OVER_LIMIT

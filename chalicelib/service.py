@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from chalicelib.clock import Clock
@@ -116,7 +117,12 @@ class CheckService:
                     return self._allowed(attempt, reset.snapshot)
                 continue
             if refusal is Refusal.DUPLICATE:
-                return self._allowed(attempt, snapshot, duplicate=True)
+                if self._store.record_replay(attempt, snapshot):
+                    return self._allowed(attempt, snapshot, duplicate=True)
+                continue
+            if refusal is Refusal.REUSED_CALL_ID:
+                attempt = replace(attempt, dedupe=False)
+                continue
             if refusal is Refusal.STALE:
                 continue
             decision = self._refuse(attempt, snapshot, refusal)
@@ -146,7 +152,7 @@ class CheckService:
     ) -> Decision | None:
         suspended = refusal is Refusal.SUSPENDED
         limit = snapshot.limit_for(attempt.category, attempt.base_limit)
-        first = self._store.record_block(attempt, limit, suspended)
+        first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
         return Decision(

@@ -58,7 +58,8 @@ class Settings:
         """
         env = os.environ if env is None else env
         return cls(
-            stage=env.get("QUOTA_STAGE", LOCAL_STAGE),
+            # The safe default: the dev tokens exist only where the stage says `local`.
+            stage=env.get("QUOTA_STAGE", "prod"),
             counters_table=env.get("QUOTA_COUNTERS_TABLE", "mcp-quota-counters"),
             tokens_table=env.get("QUOTA_TOKENS_TABLE", "mcp-quota-tokens"),
             audit_table=env.get("QUOTA_AUDIT_TABLE", "mcp-quota-audit"),

@@ -45,6 +45,8 @@ def parse_json_object(raw: bytes | None) -> dict[str, Any]:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.", "body") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("The request body is nested too deeply.", "body") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", "body")
     return body

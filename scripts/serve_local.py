@@ -72,13 +72,21 @@ def main() -> int:
         backend = env["AWS_ENDPOINT_URL"]
 
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from chalicelib.provision import create_tables
     from chalicelib.settings import Settings
 
     if not env.get("QUOTA_TOPIC_ARN"):
-        topic = boto3.client("sns").create_topic(Name="mcp-quota-alerts")["TopicArn"]
-        env["QUOTA_TOPIC_ARN"] = topic
+        try:
+            topic = boto3.client("sns").create_topic(Name="mcp-quota-alerts")["TopicArn"]
+            env["QUOTA_TOPIC_ARN"] = topic
+        except (BotoCoreError, ClientError) as exc:  # e.g. dynalite: DynamoDB only
+            print(
+                f"warning: no SNS at {env['AWS_ENDPOINT_URL']} ({exc}); notifications "
+                "are printed here only",
+                flush=True,
+            )
     settings = Settings.from_env()
     create_tables(boto3.client("dynamodb"), settings)
 

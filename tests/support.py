@@ -99,6 +99,7 @@ def fresh_settings(prefix: str, **overrides: object) -> Settings:
     base = Settings.from_env({})
     settings = replace(
         base,
+        stage="local",
         counters_table=f"{prefix}-counters",
         tokens_table=f"{prefix}-tokens",
         audit_table=f"{prefix}-audit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 _NEW_EVENT = "attribute_not_exists(#pk)"
 _SINCE = "#pk = :pk AND #sk >= :since"
 _JSON_FIELDS = ("before", "after", "detail")
+_SORT_KEY = re.compile(r"[0-9]{13}#[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,15 @@ def _decode_token(token: str, pk: str) -> dict[str, Any]:
         raise InvalidRequest("Parameter 'next' is not a valid page token.", "next") from exc
     if not isinstance(key, dict) or key.get("pk") != {"S": pk}:
         raise InvalidRequest("Parameter 'next' belongs to another listing.", "next")
+    sort_key = key.get("sk")
+    valid = (
+        set(key) == {"pk", "sk"}
+        and isinstance(sort_key, dict)
+        and isinstance(sort_key.get("S"), str)
+        and _SORT_KEY.fullmatch(sort_key["S"])
+    )
+    if not valid:
+        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
     return key
 
 

@@ -49,6 +49,7 @@ REFUSED_PREFIX = "b_"
 NO_CALL_ID = "-"  # stored call ids are prefixed, so this never equals one
 CALL_ID_PREFIX = "c:"  # an allowed call: its id is what a retry is deduplicated on
 BLOCKED_CALL_ID_PREFIX = "b:"  # a refused call: recorded, never a duplicate
+REPLAYED_CALL_ID_PREFIX = "d:"  # a retry answered from the original: recorded, not counted
 
 _BASE_NAMES = {
     "#pk": PK,
@@ -86,11 +87,18 @@ RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
 _RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
 
 # A refused attempt still refreshes the idle clock and is recorded. The swap of z_<cat>
-# with ReturnValues=ALL_OLD tells exactly one writer that the exhaustion is new.
-BLOCK_CONDITION = "attribute_exists(#pk)"
-_APPEND_EXISTING = "#calls = list_append(#calls, :rec), #ids = list_append(#ids, :cidl)"
-BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_EXISTING}, #z = :limit ADD #b :one"
-BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_EXISTING}"
+# with ReturnValues=ALL_OLD tells exactly one writer that the exhaustion is new. The
+# condition ties the write to the counters the refusal was based on: after an admin reset
+# or suspension it fails, and the check is evaluated again.
+_SAME_COUNTERS = "#started = :started"
+BLOCK_CONDITION = f"attribute_exists(#pk) AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED}"
+BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :limit ADD #b :one"
+# A suspended item has no TTL (it must outlive any idle timeout), so none is set here.
+BLOCK_SUSPENDED_CONDITION = "attribute_exists(#sus)"
+BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_CALL}"
+# A replayed call id (a client's retry) is recorded too, and refreshes the idle clock.
+REPLAY_CONDITION = f"attribute_exists(#pk) AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED}"
+REPLAY_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}"
 
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 
@@ -107,9 +115,14 @@ SUSPEND_UPDATE = (
     "SET #sus = :why, #ls = if_not_exists(#ls, :now), #started = if_not_exists(#started, :now)"
     " REMOVE #exp"
 )
-RESUME_UPDATE = "SET #ls = :now, #exp = :exp REMOVE #sus"
+# Resuming keeps the idle clock where the last attempt left it, so counters that went idle
+# while suspended start again at the next check; the TTL follows that clock.
+RESUME_CONDITION = "#ls = :old_ls"
+RESUME_UPDATE = "SET #exp = :exp REMOVE #sus"
 RESET_COUNTERS_SET = f"SET {_START}"
-EXISTS_CONDITION = "attribute_exists(#pk)"
+RESET_COUNTERS_CONDITION = f"attribute_exists(#pk) AND {_NOT_SUSPENDED}"
+RESET_SUSPENDED_SET = "SET #started = :now, #ls = :now"
+RESET_SUSPENDED_CONDITION = "attribute_exists(#sus)"
 
 
 @dataclass(frozen=True)
@@ -134,17 +147,20 @@ def _n(value: int) -> dict[str, Any]:
     return {"N": str(value)}
 
 
-def _stored_call_id(call_id: str | None, allowed: bool = True) -> str:
+def _stored_call_id(call_id: str | None, allowed: bool = True, replay: bool = False) -> str:
     if call_id is None:
         return NO_CALL_ID
+    if replay:
+        return REPLAYED_CALL_ID_PREFIX + call_id_key(call_id)
     return (CALL_ID_PREFIX if allowed else BLOCKED_CALL_ID_PREFIX) + call_id_key(call_id)
 
 
-def _call_id_of(stored: str) -> str | None:
-    for prefix in (CALL_ID_PREFIX, BLOCKED_CALL_ID_PREFIX):
+def _call_id_of(stored: str) -> tuple[str | None, bool]:
+    """The call id of a stored entry, and whether the entry is a replay."""
+    for prefix in (CALL_ID_PREFIX, BLOCKED_CALL_ID_PREFIX, REPLAYED_CALL_ID_PREFIX):
         if stored.startswith(prefix):
-            return stored[len(prefix) :]
-    return None
+            return stored[len(prefix) :], prefix == REPLAYED_CALL_ID_PREFIX
+    return None, False
 
 
 def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
@@ -167,7 +183,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
     ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
     calls = tuple(
-        CallRecord.decode(text, _call_id_of(cid), principal)
+        CallRecord.decode(text, *_call_id_of(cid), principal)
         for text, cid in zip(texts, ids, strict=False)
     )
     return SessionSnapshot(
@@ -291,12 +307,14 @@ class CounterStore:
             names["#pr"] = PRINCIPAL
         return names
 
-    def _call_values(self, attempt: Attempt, allowed: bool) -> dict[str, Any]:
+    def _call_values(self, attempt: Attempt, allowed: bool, replay: bool = False) -> dict[str, Any]:
+        stored_id = _stored_call_id(attempt.call_id, allowed, replay)
         values = {
             ":now": _n(attempt.now_ms),
             ":exp": _n(attempt.ttl_epoch_seconds),
             ":rec": {"L": [_s(attempt.record(allowed).encode())]},
-            ":cidl": {"L": [_s(_stored_call_id(attempt.call_id, allowed))]},
+            ":cidl": {"L": [_s(stored_id)]},
+            ":empty": {"L": []},
         }
         if attempt.principal is not None:
             values[":pr"] = _s(attempt.principal)
@@ -317,11 +335,10 @@ class CounterStore:
                 ":limit": _n(attempt.base_limit),
                 ":zero": _n(0),
                 ":one": _n(1),
-                ":empty": {"L": []},
             }
         )
         condition = CONSUME_CONDITION
-        if attempt.call_id is not None:
+        if attempt.call_id is not None and attempt.dedupe:
             condition = CONSUME_CONDITION_WITH_CALL_ID
             values[":cid"] = _s(_stored_call_id(attempt.call_id))
         update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
@@ -365,11 +382,14 @@ class CounterStore:
             return None
         return Consumed(snapshot_from_item(item))
 
-    def record_block(self, attempt: Attempt, limit: int, suspended: bool) -> bool | None:
+    def record_block(
+        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+    ) -> bool | None:
         """Record a refused attempt and refresh the idle clock.
 
         Returns whether this is the first refusal at `limit` since the counters started
-        (always False while suspended), or None if the item vanished meanwhile.
+        (always False while suspended), or None if the session changed since `seen` was
+        read (reset, suspended, resumed, deleted): the caller evaluates the check again.
 
         Raises:
             QuotaServiceError: the store failed.
@@ -378,13 +398,16 @@ class CounterStore:
         names["#z"] = NOTIFIED_PREFIX + attempt.category
         names["#b"] = REFUSED_PREFIX + attempt.category
         values = self._call_values(attempt, allowed=False)
-        values.update({":limit": _n(limit), ":one": _n(1)})
-        update = BLOCK_UPDATE_SUSPENDED if suspended else BLOCK_UPDATE
+        values.update({":limit": _n(limit), ":one": _n(1), ":started": _n(seen.started_ms)})
+        if suspended:
+            update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
+        else:
+            update, condition = BLOCK_UPDATE, BLOCK_CONDITION
         try:
             old = self._update(
                 attempt.key,
                 update,
-                BLOCK_CONDITION,
+                condition,
                 names,
                 values,
                 "recording a refused call",
@@ -397,6 +420,30 @@ class CounterStore:
             return False
         previous = old.get(NOTIFIED_PREFIX + attempt.category)
         return previous is None or int(previous["N"]) != limit
+
+    def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
+        """Record a replayed call id (answered with the original decision, not counted)
+        and refresh the idle clock; False if the session changed since `seen`.
+
+        Raises:
+            QuotaServiceError: the store failed.
+        """
+        values = self._call_values(attempt, allowed=True, replay=True)
+        values[":started"] = _n(seen.started_ms)
+        try:
+            old = self._update(
+                attempt.key,
+                REPLAY_UPDATE,
+                REPLAY_CONDITION,
+                self._names(attempt),
+                values,
+                "recording a replayed call",
+                returns="ALL_OLD",
+            )
+        except _ConditionFailed:
+            return False
+        self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
+        return True
 
     def get(self, key: str) -> SessionSnapshot | None:
         """Read a session's item (strongly consistent), or None.
@@ -511,35 +558,43 @@ class CounterStore:
             "suspending a session",
         )
 
-    def resume(self, key: str, now_ms: int, idle_ms: int) -> SessionSnapshot:
-        """Lift a suspension; the idle clock starts again now.
+    def resume(self, key: str, seen: SessionSnapshot, idle_ms: int) -> SessionSnapshot:
+        """Lift a suspension; the idle clock stays where the last attempt left it.
 
         Raises:
-            SessionChanged: the session does not exist.
+            SessionChanged: the session changed since `seen` was read; read and retry.
             QuotaServiceError: the store failed.
         """
-        values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
+        values = {
+            ":old_ls": _n(seen.last_seen_ms),
+            ":exp": _n((seen.last_seen_ms + idle_ms) // 1000 + 1),
+        }
         return self._admin_update(
-            key, RESUME_UPDATE, EXISTS_CONDITION, {}, values, "resuming a session"
+            key, RESUME_UPDATE, RESUME_CONDITION, {}, values, "resuming a session"
         )
 
     def reset(
-        self, key: str, now_ms: int, idle_ms: int, all_categories: tuple[str, ...]
+        self,
+        key: str,
+        seen: SessionSnapshot,
+        now_ms: int,
+        idle_ms: int,
+        all_categories: tuple[str, ...],
     ) -> SessionSnapshot:
         """Zero every counter of a session; raises, suspension and last calls stay.
+        A suspended session keeps no TTL, so that its suspension outlives any idle time.
 
         Raises:
-            SessionChanged: the session does not exist.
+            SessionChanged: the session is gone, or was suspended or resumed since `seen`.
             QuotaServiceError: the store failed.
         """
         removed = _counter_names((COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories)
         clause, names = _remove_clause(removed)
+        # `started` names the counters' generation: it must change even within one ms.
+        now_ms = max(now_ms, seen.started_ms + 1)
         values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
-        return self._admin_update(
-            key,
-            RESET_COUNTERS_SET + clause,
-            EXISTS_CONDITION,
-            names,
-            values,
-            "resetting a session",
-        )
+        if seen.suspended:
+            update, condition = RESET_SUSPENDED_SET + clause, RESET_SUSPENDED_CONDITION
+        else:
+            update, condition = RESET_COUNTERS_SET + clause, RESET_COUNTERS_CONDITION
+        return self._admin_update(key, update, condition, names, values, "resetting a session")

@@ -261,3 +261,32 @@ def test_audit_write_failure_never_turns_a_block_into_an_allow(api: Api) -> None
         api.container.dynamodb.meta.events.unregister("before-call.dynamodb.PutItem", fail)
     assert refused.status_code == 429
     assert len(api.sent()) == 1  # the email still went out
+
+
+def test_odd_admin_inputs_are_4xx(api: Api) -> None:
+    far = {
+        "principal": "p", "category": "write", "limit": 50,
+        "starts_at": "2026-12-02T11:00:00Z", "ends_at": "9999-12-31T23:59:59-05:00",
+        "reason": "r",
+    }  # fmt: skip
+    response = api.admin("/v1/grants", far)
+    assert response.status_code == 400 and body(response)["error"]["field"] == "ends_at"
+    assert body(api.get("/v1/grants"))["grants"] == []
+    assert api.get("/v1/audit?session_id=s&limit=%C2%B2").status_code == 400
+    forged = "eyJwayI6IHsiUyI6ICJkZW1vI3MifX0="  # {"pk": {"S": "demo#s"}}: no sort key
+    assert api.get(f"/v1/audit?session_id=s&next={forged}").status_code == 400
+    long_id = "g-" + "a" * 1100
+    assert api.client.http.delete(f"/v1/grants/{long_id}", headers=ADMIN).status_code == 404
+
+
+def test_a_session_named_like_the_tenant_scope_stays_a_session(api: Api) -> None:
+    statuses(api, 16, session_id="~tenant", tool="delete_tag")
+    assert audit(api, None) == []
+    assert audit(api, "~tenant")[0]["type"] == "quota_exceeded"
+
+
+def test_subjects_stay_under_100_characters(api: Api) -> None:
+    session = "mcp:" + "0" * 36 + "-long-session-name-for-the-subject-line"
+    statuses(api, 16, session_id=session, tool="delete_tag")
+    [(_, _, subject, _, _)] = api.sent()
+    assert subject is not None and len(subject) < 100

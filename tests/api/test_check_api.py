@@ -150,3 +150,26 @@ def test_unexpected_errors_are_a_plain_500_without_a_trace(api: Api) -> None:
     assert response.status_code == 500
     text = response.body.decode()
     assert "secret internals" not in text and "Traceback" not in text
+
+
+def test_token_store_outage_is_a_503_not_a_500(api: Api) -> None:
+    _, headers = api.token("demo", "server")
+
+    def down(**_: Any) -> None:
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+
+    api.container.dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
+    response = api.check(headers, **WRITE)
+    assert response.status_code == 503 and response.headers["Retry-After"]
+    api.container.dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
+    assert api.check(headers, **WRITE).status_code == 200
+    bad = {**headers, "Authorization": "Bearer mcpq_000000000000_" + "x" * 43}
+    api.container.dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
+    assert api.check(bad, **WRITE).status_code == 503
+    api.container.dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
+    assert api.check(bad, **WRITE).status_code == 403
+
+
+def test_deeply_nested_json_is_a_400(api: Api) -> None:
+    response = api.post("/v1/check", "[" * 5000 + "]" * 5000)
+    assert response.status_code == 400 and body(response)["error"]["field"] == "body"

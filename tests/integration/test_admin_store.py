@@ -11,7 +11,7 @@ from chalicelib.grants import Grant
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.counters import CounterStore, SessionChanged
 from chalicelib.storage.grants import GrantStore
-from tests.integration.test_counter_store import IDLE, make_service, write
+from tests.integration.test_counter_store import IDLE, item, make_service, read, write
 from tests.support import Backend, FixedClock
 
 CATS = ("read", "write")
@@ -71,14 +71,94 @@ def test_suspend_resume_reset(backend: Backend, clock: FixedClock) -> None:
     suspended = counters.suspend("demo#s1", "looping", clock())
     assert suspended.suspended and suspended.suspended_reason == "looping"
     assert service.check("demo", write()).reason == "session_suspended"
-    resumed = counters.resume("demo#s1", clock(), IDLE_MS)
+    resumed = counters.resume("demo#s1", counters.get("demo#s1"), IDLE_MS)  # type: ignore[arg-type]
     assert not resumed.suspended
-    reset = counters.reset("demo#s1", clock(), IDLE_MS, CATS)
+    seen = counters.get("demo#s1")
+    assert seen is not None
+    reset = counters.reset("demo#s1", seen, clock(), IDLE_MS, CATS)
     assert reset.counts == {} and reset.calls  # the evidence stays
     assert service.check("demo", write()).used == 1
     with pytest.raises(SessionChanged):
-        counters.reset("demo#nobody", clock(), IDLE_MS, CATS)
+        counters.reset("demo#nobody", seen, clock(), IDLE_MS, CATS)
+
+
+def test_suspended_ahead_of_any_check_is_refused_not_an_error(
+    backend: Backend, clock: FixedClock
+) -> None:
+    service, counters = make_service(backend, clock), store(backend)
     assert counters.suspend("demo#ahead", "pre-emptive", clock()).suspended
+    refused = service.check("demo", read("ahead"))
+    assert not refused.allowed and refused.reason == "session_suspended"
+    counters.raise_limit("demo#raised", "write", 20, clock(), IDLE_MS, CATS, None)
+    assert service.check("demo", write("raised")).allowed
+
+
+def test_resetting_a_suspended_session_keeps_it_without_a_ttl(
+    backend: Backend, clock: FixedClock
+) -> None:
+    service, counters = make_service(backend, clock), store(backend)
+    for _ in range(3):
+        service.check("demo", write())
+    counters.suspend("demo#s1", "looping", clock())
+    seen = counters.get("demo#s1")
+    assert seen is not None
+    counters.reset("demo#s1", seen, clock(), IDLE_MS, CATS)
+    stored = item(backend, "demo#s1")
+    assert "suspended" in stored and "expires_at" not in stored
+    assert service.check("demo", write()).reason == "session_suspended"
+    assert "expires_at" not in item(backend, "demo#s1")
+
+
+def test_resume_keeps_the_idle_clock_so_stale_counters_start_again(
+    backend: Backend, clock: FixedClock
+) -> None:
+    service, counters = make_service(backend, clock), store(backend)
+    for _ in range(16):
+        service.check("demo", write())
+    counters.suspend("demo#s1", "looping", clock())
+    clock.advance(IDLE + 10)
+    seen = counters.get("demo#s1")
+    assert seen is not None
+    counters.resume("demo#s1", seen, IDLE_MS)
+    assert service.check("demo", write()).used == 1
+
+
+def test_a_reset_between_refusal_and_its_record_keeps_the_next_email(
+    backend: Backend, clock: FixedClock
+) -> None:
+    counters = store(backend)
+    service = make_service(backend, clock)
+    for _ in range(15):
+        service.check("demo", write())
+    original = service._store.record_block
+
+    def reset_first(*args: object, **kwargs: object) -> bool | None:
+        seen = counters.get("demo#s1")
+        assert seen is not None
+        counters.reset("demo#s1", seen, clock(), IDLE_MS, CATS)
+        service._store.record_block = original  # type: ignore[method-assign]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    service._store.record_block = reset_first  # type: ignore[method-assign]
+    assert service.check("demo", write()).allowed  # evaluated again after the reset
+    answers = [service.check("demo", write()) for _ in range(15)]
+    assert answers[-1].first_exhaustion and not answers[-1].allowed
+
+
+def test_a_reused_call_id_is_replayed_a_few_times_then_counted(
+    backend: Backend, clock: FixedClock
+) -> None:
+    service = make_service(backend, clock)
+    answers = [service.check("demo", write(call_id="turn-1")) for _ in range(60)]
+    assert [a.duplicate for a in answers[:5]] == [False, True, True, True, False]
+    assert sum(a.duplicate for a in answers) == 3  # however long the loop runs
+    assert [a.allowed for a in answers] == [True] * 18 + [False] * 42
+    assert answers[17].used == 15
+    clock.advance(61)
+    late = service.check("demo", write("s2", call_id="x"))
+    clock.advance(61)
+    assert not service.check("demo", write("s2", call_id="x")).duplicate
+    assert late.used == 1
 
 
 def test_audit_pages_in_time_order(backend: Backend, clock: FixedClock) -> None:

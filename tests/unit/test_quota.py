@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from chalicelib.clock import iso_utc
 from chalicelib.quota import (
     QUOTA_EXCEEDED,
     Attempt,
@@ -33,7 +34,7 @@ def test_record_round_trips_compactly() -> None:
     record = CallRecord(T0, "write", "delete_tag", False, "a|b|c", "id-1")
     assert record.encode().endswith("|write|delete_tag|0")
     assert len(record.encode()) <= 30
-    assert CallRecord.decode(record.encode(), "id-1", "a|b|c") == record
+    assert CallRecord.decode(record.encode(), "id-1", principal="a|b|c") == record
     bare = CallRecord(T0, "read", "search", True)
     assert CallRecord.decode(bare.encode(), None) == bare
 
@@ -94,3 +95,8 @@ def test_blocked_message_says_what_happened_and_what_to_do() -> None:
     assert "administrator" in message and "raise" in message
     assert decision.retry_after_seconds == 3600
     assert decision.remaining == 0
+
+
+def test_iso_utc_pads_the_year() -> None:
+    assert iso_utc(-59_000_000_000_000) == "0100-05-13T15:06:40Z"
+    assert iso_utc(T0) == "2026-12-02T12:00:00Z"

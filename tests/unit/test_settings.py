@@ -9,7 +9,8 @@ from chalicelib.settings import Settings
 def test_defaults_are_the_documented_ones() -> None:
     settings = Settings.from_env({})
     assert settings.idle_timeout_seconds == 3600 and settings.last_calls == 10
-    assert settings.is_local and settings.dev_server_token == "dev-server-token"
+    assert not settings.is_local  # no dev tokens unless the stage says local
+    assert Settings.from_env({"QUOTA_STAGE": "local"}).is_local
 
 
 def test_env_overrides_and_fails_fast_on_nonsense() -> None:
