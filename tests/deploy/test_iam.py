@@ -185,7 +185,7 @@ def test_the_scan_sees_the_calls_we_know_about() -> None:
     found = {(c.module, c.function, c.action) for c in api_calls()}
     assert (
         "chalicelib/storage/counters.py",
-        "CounterStore.consume",
+        "CounterStore._update",
         "dynamodb:UpdateItem",
     ) in found
     assert ("chalicelib/storage/tokens.py", "TokenStore.get", "dynamodb:GetItem") in found
