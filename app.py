@@ -14,7 +14,7 @@ from chalicelib.admin import session_id_param
 from chalicelib.clock import iso_utc
 from chalicelib.errors import Forbidden, QuotaServiceError
 from chalicelib.observability import count, logger
-from chalicelib.quota import Decision
+from chalicelib.quota import SESSION_SUSPENDED, Decision
 from chalicelib.tokens import ADMIN, SERVER, Identity
 from chalicelib.validation import parse_check, parse_json_object
 from chalicelib.wiring import Container
@@ -162,8 +162,13 @@ def decision_response(decision: Decision) -> Response:
     }
     if decision.allowed:
         return Response(body=body, status_code=200, headers=headers)
-    body["retry_after_seconds"] = decision.retry_after_seconds
     body["error"] = {"code": decision.reason, "message": decision.message}
+    if decision.reason == SESSION_SUSPENDED:
+        # Waiting does not help: only an administrator's resume does.
+        body["resets_at"] = None
+        body["retry_after_seconds"] = None
+        return Response(body=body, status_code=429, headers=headers)
+    body["retry_after_seconds"] = decision.retry_after_seconds
     headers["Retry-After"] = str(decision.retry_after_seconds)
     return Response(body=body, status_code=429, headers=headers)
 

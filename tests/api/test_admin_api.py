@@ -96,6 +96,7 @@ def test_suspend_is_a_kill_switch_and_resume_lifts_it(api: Api) -> None:
     refused = api.check(session_id="cleanup-7", tool="search_articles")
     assert refused.status_code == 429
     assert body(refused)["error"]["code"] == "session_suspended"
+    assert "Retry-After" not in refused.headers and body(refused)["retry_after_seconds"] is None
     assert "resumes" in body(refused)["error"]["message"]
     resumed = api.admin("/v1/sessions/cleanup-7/resume", {"reason": "fixed the loop"})
     assert body(resumed)["session"]["state"] == "active"
