@@ -38,7 +38,8 @@ typecheck: $(BIN)/.installed
 
 ## Install everything, lint, type-check and run the whole test suite.
 test: install lint typecheck
-	$(BIN)/pytest -q
+	# two workers: the suite waits on real servers (moto, dynalite, chalice local) a lot
+	$(BIN)/pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
