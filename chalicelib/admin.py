@@ -103,12 +103,7 @@ class AdminService:
     def view(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> dict[str, Any]:
         """A session as the API shows it: the state the next check would see."""
         now = self._clock()
-        if snapshot.suspended:
-            state = SUSPENDED
-        elif snapshot.is_idle(now, self._idle_ms):
-            state = IDLE
-        else:
-            state = ACTIVE
+        state = self._state(snapshot)
         fresh = state == IDLE  # the next check starts the counters again
         categories: dict[str, Any] = {}
         for name in self._categories:

@@ -119,7 +119,8 @@ def dynamodb_client(region: str | None) -> DynamoDBClient:
         CliError: no AWS region is configured (usage).
     """
     try:
-        return boto3.client("dynamodb", region_name=region)
+        # A session of its own: credentials resolved now, never cached from an earlier use.
+        return boto3.session.Session().client("dynamodb", region_name=region)
     except NoRegionError as exc:
         raise CliError(
             "No AWS region configured: pass --region or set AWS_REGION.", ExitCode.USAGE

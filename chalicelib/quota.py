@@ -95,7 +95,6 @@ class SessionSnapshot:
     started_ms: int
     counts: Mapping[str, int] = field(default_factory=dict)
     raised: Mapping[str, int] = field(default_factory=dict)
-    notified: Mapping[str, int] = field(default_factory=dict)
     refused: Mapping[str, int] = field(default_factory=dict)
     suspended: bool = False
     suspended_reason: str | None = None
@@ -144,7 +143,6 @@ class Attempt:
     now_ms: int
     idle_ms: int
     all_categories: tuple[str, ...]
-    notify: bool = False
     principal: str | None = None
     call_id: str | None = None
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
@@ -232,12 +230,7 @@ class Decision:
 
     @property
     def message(self) -> str:
-        """One or two plain sentences that a model and a human both understand."""
-        if self.allowed:
-            return (
-                f"Allowed: {self.used}/{self.limit} '{self.category}' calls used "
-                f"in session '{self.session_id}'."
-            )
+        """Why a call was refused, in one or two plain sentences for a model and a human."""
         resets = iso_utc(self.resets_at_ms)
         idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
         if self.reason == SESSION_SUSPENDED:

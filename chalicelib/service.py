@@ -91,7 +91,6 @@ class CheckService:
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             all_categories=self._categories,
-            notify=category.notify,
             principal=request.principal,
             call_id=request.call_id,
         )

@@ -167,13 +167,11 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     """Decode a counter item into the decision core's view of it."""
     counts: dict[str, int] = {}
     raised: dict[str, int] = {}
-    notified: dict[str, int] = {}
     refused: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
             (RAISED_PREFIX, raised),
-            (NOTIFIED_PREFIX, notified),
             (REFUSED_PREFIX, refused),
         ):
             if name.startswith(prefix) and "N" in value:
@@ -191,7 +189,6 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         started_ms=int(item.get(STARTED, {"N": "0"})["N"]),
         counts=counts,
         raised=raised,
-        notified=notified,
         refused=refused,
         suspended=suspended is not None,
         suspended_reason=suspended.get("S") if suspended else None,
