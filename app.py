@@ -10,13 +10,20 @@ from urllib.parse import unquote
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
 
-from chalicelib.admin import session_id_param
+from chalicelib.admin_requests import (
+    grant_id_param,
+    parse_audit_query,
+    parse_grant,
+    parse_raise,
+    parse_reason,
+)
 from chalicelib.clock import iso_utc
-from chalicelib.errors import Forbidden, QuotaServiceError
+from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
 from chalicelib.observability import count, logger
-from chalicelib.quota import SESSION_SUSPENDED, Decision
+from chalicelib.ports import StorageError
+from chalicelib.quota import Decision, Refused, SessionKey
 from chalicelib.tokens import ADMIN, SERVER, Identity
-from chalicelib.validation import parse_check, parse_json_object
+from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
 
 app = Chalice(app_name="mcp-quota")
@@ -47,11 +54,11 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
     """Built-in authorizer: server tokens may check; admin tokens may do everything."""
     try:
         result = deps().authenticator.authenticate(auth_request.token or "")
-    except QuotaServiceError as exc:
+    except StorageError as exc:
         # The token store is down. Let the request through unverified: every route
         # authenticates again itself (`caller`), and answers 503 with Retry-After if the
         # store is still down, instead of the gateway's bare 500.
-        logger.warning("token store unavailable in the authorizer", extra={"error": exc.message})
+        logger.warning("token store unavailable in the authorizer", extra={"error": exc.doing})
         return AuthResponse(routes=["*"], principal_id="unverified", context={"unverified": "1"})
     identity = result.identity
     if identity is None:
@@ -83,6 +90,10 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
             logger.set_correlation_id(request.context.get("requestId"))
         try:
             return view(*args, **kwargs)
+        except StorageError as exc:
+            error = from_storage(exc)
+            logger.warning("store failed", extra={"code": error.CODE, "error": error.message})
+            return error_response(error)
         except QuotaServiceError as exc:
             if exc.STATUS_CODE >= 500:
                 logger.warning("request failed", extra={"code": exc.CODE, "error": exc.message})
@@ -99,7 +110,7 @@ def caller() -> Identity:
 
     Raises:
         Forbidden: the authorizer could not verify the token, and it is not valid.
-        QuotaServiceError: the token store is still unavailable.
+        StorageError: the token store is still unavailable.
     """
     request = app.current_request
     assert request is not None
@@ -134,6 +145,11 @@ def path_session(raw: str) -> str:
     return session_id_param(unquote(raw))
 
 
+def path_key(who: Identity, raw: str) -> SessionKey:
+    """The caller's tenant's session named in the URL path."""
+    return SessionKey(who.tenant, path_session(raw))
+
+
 def request_body() -> dict[str, Any]:
     """The request's JSON object body (size- and syntax-checked)."""
     request = app.current_request
@@ -154,16 +170,20 @@ def decision_response(decision: Decision) -> Response:
         "limit": decision.limit,
         "remaining": decision.remaining,
         "resets_at": iso_utc(decision.resets_at_ms),
-        "duplicate": decision.duplicate,
+        "duplicate": not isinstance(decision, Refused) and decision.duplicate,
     }
     headers: dict[str, str | list[str]] = {
         "RateLimit-Policy": f'"{decision.category}";q={decision.limit};w={window}',
         "RateLimit": f'"{decision.category}";r={decision.remaining};t={window}',
     }
-    if decision.allowed:
+    if not isinstance(decision, Refused):
         return Response(body=body, status_code=200, headers=headers)
-    body["error"] = {"code": decision.reason, "message": decision.message}
-    if decision.reason == SESSION_SUSPENDED:
+    body["error"] = {
+        "code": str(decision.reason),
+        "scope": str(decision.scope),
+        "message": decision.message,
+    }
+    if decision.suspended:
         # Waiting does not help: only an administrator's resume does.
         body["resets_at"] = None
         body["retry_after_seconds"] = None
@@ -189,9 +209,13 @@ def check() -> Response:
         raise QuotaServiceError("Unknown role.")
     container = deps()
     request = parse_check(request_body(), container.policy)
+    for category, uncounted in (request.fail_open or {}).items():
+        if uncounted:
+            # Calls a client ran uncounted while it could not reach us: alarmed on.
+            count("ClientFailOpen", category, uncounted)
     decision = container.checks.check(identity.tenant, request)
     count("ChecksAllowed" if decision.allowed else "ChecksBlocked", decision.category)
-    if not decision.allowed:
+    if isinstance(decision, Refused):
         logger.warning(
             "tool call refused",
             extra={
@@ -199,7 +223,7 @@ def check() -> Response:
                 "session_id": decision.session_id,
                 "tool": decision.tool,
                 "category": decision.category,
-                "reason": decision.reason,
+                "reason": str(decision.reason),
                 "used": decision.used,
                 "limit": decision.limit,
             },
@@ -215,7 +239,7 @@ def check() -> Response:
 def show_session(session_id: str) -> Response:
     """A session's counters, limits, state and last calls."""
     who = admin_caller()
-    return Response(body=deps().admin.show(who.tenant, path_session(session_id)), status_code=200)
+    return Response(body=deps().admin.show(path_key(who, session_id)), status_code=200)
 
 
 @app.route("/v1/sessions/{session_id}/raise", methods=["POST"], authorizer=bearer)
@@ -223,7 +247,8 @@ def show_session(session_id: str) -> Response:
 def raise_session(session_id: str) -> Response:
     """Raise one category's limit for this session, at once."""
     who = admin_caller()
-    result = deps().admin.raise_limit(who, path_session(session_id), request_body())
+    request = parse_raise(request_body(), deps().policy)
+    result = deps().admin.raise_limit(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
 
 
@@ -232,7 +257,7 @@ def raise_session(session_id: str) -> Response:
 def suspend_session(session_id: str) -> Response:
     """Kill switch: refuse every check of this session until resumed."""
     who = admin_caller()
-    result = deps().admin.suspend(who, path_session(session_id), request_body())
+    result = deps().admin.suspend(who, path_session(session_id), parse_reason(request_body()))
     return Response(body=result, status_code=200)
 
 
@@ -241,7 +266,7 @@ def suspend_session(session_id: str) -> Response:
 def resume_session(session_id: str) -> Response:
     """Lift a suspension."""
     who = admin_caller()
-    result = deps().admin.resume(who, path_session(session_id), request_body())
+    result = deps().admin.resume(who, path_session(session_id), parse_reason(request_body()))
     return Response(body=result, status_code=200)
 
 
@@ -250,7 +275,7 @@ def resume_session(session_id: str) -> Response:
 def reset_session(session_id: str) -> Response:
     """Zero this session's counters."""
     who = admin_caller()
-    result = deps().admin.reset(who, path_session(session_id), request_body())
+    result = deps().admin.reset(who, path_session(session_id), parse_reason(request_body()))
     return Response(body=result, status_code=200)
 
 
@@ -258,7 +283,10 @@ def reset_session(session_id: str) -> Response:
 @handled
 def add_grant() -> Response:
     """Plan a raise for a principal in a time window."""
-    return Response(body=deps().admin.add_grant(admin_caller(), request_body()), status_code=201)
+    who = admin_caller()
+    container = deps()
+    request = parse_grant(request_body(), container.policy, container.clock())
+    return Response(body=container.admin.add_grant(who, request), status_code=201)
 
 
 @app.route("/v1/grants", methods=["GET"], authorizer=bearer)
@@ -272,7 +300,8 @@ def list_grants() -> Response:
 @handled
 def delete_grant(grant_id: str) -> Response:
     """Delete a grant."""
-    return Response(body=deps().admin.delete_grant(admin_caller(), grant_id), status_code=200)
+    who = admin_caller()
+    return Response(body=deps().admin.delete_grant(who, grant_id_param(grant_id)), status_code=200)
 
 
 @app.route("/v1/audit", methods=["GET"], authorizer=bearer)
@@ -281,5 +310,6 @@ def audit_trail() -> Response:
     """A page of the audit trail."""
     request = app.current_request
     assert request is not None
-    params = dict(request.query_params or {})
-    return Response(body=deps().admin.audit_page(admin_caller(), params), status_code=200)
+    who = admin_caller()
+    query = parse_audit_query(dict(request.query_params or {}))
+    return Response(body=deps().admin.audit_page(who, query), status_code=200)

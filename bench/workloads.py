@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from moto import mock_aws
 
 from bench.sizing import item_size, write_units
+from chalicelib.quota import Refused
 from chalicelib.settings import Settings
 from chalicelib.validation import CheckRequest
 from chalicelib.wiring import Container
@@ -203,7 +204,7 @@ def cost_of_ours(b: Backend, endpoint: str | None) -> Cost:
             cost.allowed_checks += 1
             cost.allowed_requests += ops
             cost.allowed_wcu += units
-        elif decision.first_exhaustion:  # + the audit event, once per exhaustion
+        elif isinstance(decision, Refused) and decision.first_exhaustion:  # + the audit event
             cost.first_block_requests += ops
         else:
             cost.blocked_checks += 1

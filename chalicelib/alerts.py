@@ -4,12 +4,12 @@ categories marked `notify`, one email per exhaustion to the administrators."""
 from __future__ import annotations
 
 from chalicelib import audit
-from chalicelib.audit import AuditEvent, Auditor
+from chalicelib.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Notifier
 from chalicelib.observability import count
 from chalicelib.policy import Policy
-from chalicelib.quota import Attempt, CallRecord, Decision
+from chalicelib.quota import Attempt, CallRecord, Refused
 
 CLI = "mcp-quota"
 
@@ -26,7 +26,7 @@ def _calls_table(calls: tuple[CallRecord, ...]) -> str:
     return "\n".join("    " + line.rstrip() for line in lines)
 
 
-def exhaustion_email(tenant: str, attempt: Attempt, decision: Decision) -> Notification:
+def exhaustion_email(tenant: str, attempt: Attempt, decision: Refused) -> Notification:
     """The email an administrator gets when a session first uses up a category."""
     session = decision.session_id
     subject = (
@@ -45,7 +45,7 @@ further '{decision.category}' tool calls are being refused. Nothing was run past
     resets at:  {iso_utc(decision.resets_at_ms)} if the session stays idle until then
 
 Last calls of the session:
-{_calls_table(decision.last_calls[-10:])}
+{_calls_table(decision.last_calls)}
 
 What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
     inspect:  {CLI} session show {quoted}
@@ -68,14 +68,14 @@ class BlockReporter:
         self._auditor = auditor
         self._notifier = notifier
 
-    def on_block(self, tenant: str, attempt: Attempt, decision: Decision) -> None:
+    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; never raises, so it can never turn a refusal into an allow."""
         if not decision.first_exhaustion:
             return
         self._auditor.record(
             AuditEvent(
                 at_ms=decision.now_ms,
-                type=audit.QUOTA_EXCEEDED,
+                type=EventType.QUOTA_EXCEEDED,
                 tenant=tenant,
                 session_id=decision.session_id,
                 actor=audit.SERVICE_ACTOR,
@@ -92,16 +92,16 @@ class BlockReporter:
         if self._policy.categories[decision.category].notify:
             self._notify(tenant, attempt, decision)
 
-    def _notify(self, tenant: str, attempt: Attempt, decision: Decision) -> None:
+    def _notify(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         note = exhaustion_email(tenant, attempt, decision)
         try:
             message_id = self._notifier.publish(note)
         except NotificationFailed as exc:
             count("NotificationFailed", decision.category)
-            event_type, detail = audit.NOTIFICATION_FAILED, {"error": str(exc)}
+            event_type, detail = EventType.NOTIFICATION_FAILED, {"error": str(exc)}
         else:
             count("NotificationSent", decision.category)
-            event_type, detail = audit.NOTIFICATION_SENT, {"message_id": message_id}
+            event_type, detail = EventType.NOTIFICATION_SENT, {"message_id": message_id}
         detail.update({"category": decision.category, "subject": note.subject})
         self._auditor.record(
             AuditEvent(

@@ -6,26 +6,32 @@ a failed table write never loses the event: the log keeps it, and a metric count
 
 from __future__ import annotations
 
+import enum
 import itertools
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chalicelib.clock import iso_utc
-from chalicelib.errors import QuotaServiceError
 from chalicelib.observability import count, logger
 
-QUOTA_EXCEEDED = "quota_exceeded"
-NOTIFICATION_SENT = "notification_sent"
-NOTIFICATION_FAILED = "notification_failed"
-SESSION_RAISED = "session_raised"
-SESSION_SUSPENDED = "session_suspended"
-SESSION_RESUMED = "session_resumed"
-SESSION_RESET = "session_reset"
-GRANT_CREATED = "grant_created"
-GRANT_DELETED = "grant_deleted"
-TOKEN_CREATED = "token_created"
-TOKEN_REVOKED = "token_revoked"
+
+class EventType(enum.StrEnum):
+    """What an audit event records."""
+
+    QUOTA_EXCEEDED = "quota_exceeded"
+    NOTIFICATION_SENT = "notification_sent"
+    NOTIFICATION_FAILED = "notification_failed"
+    SESSION_RAISED = "session_raised"
+    SESSION_SUSPENDED = "session_suspended"
+    SESSION_RESUMED = "session_resumed"
+    SESSION_RESET = "session_reset"
+    GRANT_CREATED = "grant_created"
+    GRANT_DELETED = "grant_deleted"
+    TOKEN_CREATED = "token_created"
+    TOKEN_REVOKED = "token_revoked"
+
+
 # The "session" of events that belong to no session. It holds a space, which no session
 # id can (they are visible ASCII), so no session's events can land in it.
 TENANT_SCOPE = " tenant"
@@ -45,7 +51,7 @@ class AuditEvent:
     """One entry of the append-only audit trail."""
 
     at_ms: int
-    type: str
+    type: EventType
     tenant: str
     session_id: str
     actor: str
@@ -64,7 +70,7 @@ class AuditEvent:
         """The event as the API and the logs show it."""
         out: dict[str, Any] = {
             "at": iso_utc(self.at_ms),
-            "type": self.type,
+            "type": str(self.type),
             "tenant": self.tenant,
             "session_id": None if self.session_id == TENANT_SCOPE else self.session_id,
             "actor": self.actor,
@@ -77,13 +83,13 @@ class AuditEvent:
 
 
 class AuditSink(Protocol):
-    """Where audit events go (the audit table)."""
+    """Where audit events go (the audit log port)."""
 
     def put(self, event: AuditEvent) -> None:
         """Store one event.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
 
 
@@ -100,10 +106,9 @@ class Auditor:
         try:
             self._sink.put(event)
         except Exception as exc:
-            message = exc.message if isinstance(exc, QuotaServiceError) else repr(exc)
             logger.error(
                 "audit write failed; the event above is the record",
-                extra={"audit": event.to_json(), "error": message},
+                extra={"audit": event.to_json(), "error": f"{type(exc).__name__}: {exc}"},
             )
             count("AuditWriteFailed")
             return False

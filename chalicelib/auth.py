@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chalicelib.clock import Clock
+from chalicelib.ports import TokenRepository
 from chalicelib.settings import Settings
-from chalicelib.storage.tokens import TokenStore
 from chalicelib.tokens import ADMIN, SERVER, Identity, matches, split_token
 
 BEARER = "bearer "
@@ -28,7 +28,9 @@ class AuthResult:
 class Authenticator:
     """Resolves `Authorization` header values to identities."""
 
-    def __init__(self, settings: Settings, tokens: Callable[[], TokenStore], clock: Clock) -> None:
+    def __init__(
+        self, settings: Settings, tokens: Callable[[], TokenRepository], clock: Clock
+    ) -> None:
         self._settings = settings
         self._tokens = tokens
         self._clock = clock
@@ -45,7 +47,7 @@ class Authenticator:
         """Resolve a header value such as `Bearer mcpq_...`.
 
         Raises:
-            QuotaServiceError: the token store failed.
+            StorageError: the token store failed.
         """
         if header[: len(BEARER)].lower() != BEARER:
             return AuthResult(None, "the Authorization header is not 'Bearer <token>'")

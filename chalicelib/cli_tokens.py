@@ -19,11 +19,12 @@ import boto3
 from botocore.exceptions import NoCredentialsError, NoRegionError
 
 from chalicelib import cli_render as render
-from chalicelib.audit import TENANT_SCOPE, TOKEN_CREATED, TOKEN_REVOKED, AuditEvent
+from chalicelib.audit import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
 from chalicelib.cli_render import Output
 from chalicelib.clock import iso_utc
-from chalicelib.errors import QuotaServiceError
+from chalicelib.errors import NotFound, from_storage
+from chalicelib.ports import RecordNotFound, StorageError
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
 from chalicelib.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
@@ -101,7 +102,7 @@ def store_errors() -> Iterator[None]:
     """
     try:
         yield
-    except QuotaServiceError as exc:
+    except StorageError as exc:
         if isinstance(exc.__cause__, NoCredentialsError):
             raise CliError(
                 "No AWS credentials found: token commands write the tokens table with your "
@@ -109,7 +110,10 @@ def store_errors() -> Iterator[None]:
                 "AWS_SECRET_ACCESS_KEY).",
                 ExitCode.AUTH,
             ) from exc
-        raise CliError(exc.message, exit_code_for_status(exc.STATUS_CODE)) from exc
+        error = from_storage(exc)
+        if isinstance(exc, RecordNotFound):
+            error = NotFound(f"No such token ({exc.doing}).")
+        raise CliError(error.message, exit_code_for_status(error.STATUS_CODE)) from exc
 
 
 def dynamodb_client(region: str | None) -> DynamoDBClient:
@@ -156,8 +160,13 @@ def revoke_token(store: TokenStore, token_id: str, now_ms: int) -> tuple[TokenRe
     Raises:
         CliError: the id is malformed, unknown (not found), or the store failed.
     """
-    with store_errors():
-        record = store.revoke(check_token_id(token_id), now_ms)
+    try:
+        with store_errors():
+            record = store.revoke(check_token_id(token_id), now_ms)
+    except CliError as exc:
+        if isinstance(exc.__cause__, RecordNotFound):
+            raise CliError(f"No token with id {token_id!r}.", exc.exit_code) from exc
+        raise
     # The store keeps the first revocation time, so a different time means "already".
     return record, record.revoked_at_ms != now_ms
 
@@ -202,7 +211,7 @@ class TokenAudit:
     def __init__(self, store: AuditStore | None) -> None:
         self._store = store
 
-    def record(self, event_type: str, record: TokenRecord, now_ms: int, after: Any) -> None:
+    def record(self, event_type: EventType, record: TokenRecord, now_ms: int, after: Any) -> None:
         """Append one token event to the tenant's audit trail."""
         if self._store is None:
             return
@@ -214,9 +223,9 @@ class TokenAudit:
         event = AuditEvent(now_ms, event_type, record.tenant, TENANT_SCOPE, actor, after=after)
         try:
             self._store.put(event)
-        except QuotaServiceError as exc:
+        except StorageError as exc:
             print(
-                f"mcp-quota: warning: not written to the audit trail: {exc.message}",
+                f"mcp-quota: warning: not written to the audit trail while {exc.doing}",
                 file=sys.stderr,
             )
 
@@ -244,7 +253,7 @@ def command_create(
         CliError: the input is invalid or the store failed.
     """
     record, token = create_token(store, tenant, role, name, now_ms)
-    (trail or TokenAudit(None)).record(TOKEN_CREATED, record, now_ms, token_json(record))
+    (trail or TokenAudit(None)).record(EventType.TOKEN_CREATED, record, now_ms, token_json(record))
     data = {**token_json(record), "token": token}
     text = "\n".join(
         [
@@ -268,7 +277,9 @@ def command_revoke(
     """
     record, already = revoke_token(store, token_id, now_ms)
     if not already:
-        (trail or TokenAudit(None)).record(TOKEN_REVOKED, record, now_ms, token_json(record))
+        (trail or TokenAudit(None)).record(
+            EventType.TOKEN_REVOKED, record, now_ms, token_json(record)
+        )
     data = token_json(record)
     when = data["revoked_at"]
     if already:

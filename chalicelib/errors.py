@@ -1,9 +1,12 @@
-"""Every fault the service reports, each with the HTTP status it maps to.
+"""Every fault the service reports, each with the HTTP status it maps to, and the one
+mapping from storage errors to them.
 
 A blocked call is not here: it is a normal outcome, returned as a `Decision`.
 """
 
 from __future__ import annotations
+
+from chalicelib import ports
 
 
 class QuotaServiceError(Exception):
@@ -96,3 +99,24 @@ class StoreMisconfigured(QuotaServiceError):
 
 class ConfigurationError(Exception):
     """Settings or the policy document are invalid; raised at start-up, never per request."""
+
+
+def from_storage(exc: ports.StorageError) -> QuotaServiceError:
+    """The service error for a storage error: the one place storage faults get words."""
+    doing = exc.doing
+    if isinstance(exc, ports.StoreUnavailable):
+        if exc.throttled:
+            return StoreUnavailable(f"The quota store is throttled while {doing}; retry shortly.")
+        return StoreUnavailable(
+            f"The quota store could not be reached while {doing}; retry.", exc.retry_after_seconds
+        )
+    if isinstance(exc, ports.StoreMisconfigured):
+        return StoreMisconfigured(f"The quota store is misconfigured ({exc.code}) while {doing}.")
+    if isinstance(exc, ports.RecordChanged):
+        return StoreUnavailable(f"The session kept changing while {doing}; retry.")
+    if isinstance(exc, ports.RecordNotFound):
+        return NotFound(f"Nothing to act on while {doing}: it does not exist.")
+    if isinstance(exc, ports.BadPageToken):
+        return InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+    code = exc.code if isinstance(exc, ports.StoreRejected) else type(exc).__name__
+    return QuotaServiceError(f"The quota store rejected a request ({code}) while {doing}.")

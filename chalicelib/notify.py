@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.storage.faults import translate
-
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
 
@@ -30,6 +28,12 @@ def clean_subject(text: str) -> str:
     flat = "".join(ch if ch.isprintable() else " " for ch in text)
     flat = " ".join(flat.split())
     return flat if len(flat) <= MAX_SUBJECT else flat[: MAX_SUBJECT - 1] + "…"
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", "ClientError"))
+    return type(exc).__name__
 
 
 class NotificationFailed(Exception):
@@ -76,5 +80,4 @@ class Notifier:
             except (ClientError, BotoCoreError) as exc:
                 last = exc
         assert last is not None
-        error = translate(last, "publishing a notification")  # type: ignore[arg-type]
-        raise NotificationFailed(error.message) from last
+        raise NotificationFailed(f"SNS publish failed: {_describe(last)}") from last

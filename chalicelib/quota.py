@@ -1,7 +1,7 @@
 """The pure quota decision: no I/O, no wall clock; times are epoch milliseconds passed in.
 
-The store applies one conditional update per check. When DynamoDB refuses it, the old
-item comes back and `explain_refusal` says why, with the same rules the condition uses.
+The store applies one conditional update per check. When it refuses, the old session
+comes back and `explain_refusal` says why, with the same rules the store's condition uses.
 """
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ from dataclasses import dataclass, field
 
 from chalicelib.clock import iso_utc
 
-QUOTA_EXCEEDED = "quota_exceeded"
-SESSION_SUSPENDED = "session_suspended"
-_FIELD_SEP = "|"
-_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 MAX_PLAIN_CALL_ID = 20
 # A retry of a timed-out check comes within seconds, a few times at most. A call id
 # reused later or more often is a new call: a loop cannot run uncounted on one id.
@@ -25,18 +21,51 @@ REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
 
 
-def _base36(value: int) -> str:
-    out = ""
-    while True:
-        value, digit = divmod(value, 36)
-        out = _DIGITS36[digit] + out
-        if value == 0:
-            return out
+class SessionState(enum.StrEnum):
+    """Where a session stands, as the next check would see it."""
+
+    UNSEEN = "unseen"
+    ACTIVE = "active"
+    IDLE = "idle"  # the next check starts the counters again
+    SUSPENDED = "suspended"
+
+
+class RefusalReason(enum.StrEnum):
+    """Why a call was refused: the `error.code` of a refusal."""
+
+    QUOTA_EXCEEDED = "quota_exceeded"
+    SESSION_SUSPENDED = "session_suspended"
+
+
+class Scope(enum.StrEnum):
+    """Which budget a limit belongs to."""
+
+    SESSION = "session"
+
+
+class Verdict(enum.Enum):
+    """Why the store did not count a call, read from the session as it was."""
+
+    EXPIRED = "expired"
+    SUSPENDED = "suspended"
+    ALREADY_COUNTED = "already_counted"  # this very check was counted (an SDK retry)
+    DUPLICATE = "duplicate"  # a client's retry: answer with the original decision
+    REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
+    OVER_LIMIT = "over_limit"
+    STALE = "stale"  # the session read back no longer fails the condition: try again
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """A session of one tenant: the tenant comes from the token, never from the body."""
+
+    tenant: str
+    session_id: str
 
 
 def call_id_key(call_id: str) -> str:
-    """The form a call id is stored and compared in: short ids (JSON-RPC ids are usually
-    small numbers) as they are, long ones as a 90-bit hash, to keep the item near 1 KB."""
+    """The form a call id is kept and compared in: short ids (JSON-RPC ids are usually
+    small numbers) as they are, long ones as a 90-bit hash, to keep the session small."""
     if len(call_id) <= MAX_PLAIN_CALL_ID:
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8")).digest()
@@ -45,7 +74,11 @@ def call_id_key(call_id: str) -> str:
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One recent call of a session, as kept in the session's last-calls record."""
+    """One recent call of a session, as kept in the session's last-calls record.
+
+    `call_id` is the client's id in its kept form; `check_id` is the service's own id of
+    the check that wrote the record, which makes the store's retries idempotent.
+    """
 
     at_ms: int
     category: str
@@ -54,21 +87,7 @@ class CallRecord:
     principal: str | None = None
     call_id: str | None = None
     replay: bool = False
-
-    def encode(self) -> str:
-        """Compact form stored in the counter item, about 30 bytes: the time in base 36,
-        category, tool, allowed. The call id is kept beside it; the principal is the
-        session's, stored once."""
-        allowed = "1" if self.allowed else "0"
-        return _FIELD_SEP.join((_base36(self.at_ms), self.category, self.tool, allowed))
-
-    @classmethod
-    def decode(
-        cls, text: str, call_id: str | None, replay: bool = False, principal: str | None = None
-    ) -> CallRecord:
-        """Rebuild a record from its stored form."""
-        at, category, tool, allowed = text.split(_FIELD_SEP, 3)
-        return cls(int(at, 36), category, tool, allowed == "1", principal, call_id, replay)
+    check_id: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The record as the API shows it."""
@@ -89,7 +108,7 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class SessionSnapshot:
-    """A session's counter item as stored, decoded."""
+    """A session's counters as stored."""
 
     last_seen_ms: int
     started_ms: int
@@ -105,9 +124,19 @@ class SessionSnapshot:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
         return self.last_seen_ms < now_ms - idle_ms
 
+    def state(self, now_ms: int, idle_ms: int) -> SessionState:
+        """The state the next check would see."""
+        if self.suspended:
+            return SessionState.SUSPENDED
+        return SessionState.IDLE if self.is_idle(now_ms, idle_ms) else SessionState.ACTIVE
+
     def limit_for(self, category: str, base_limit: int) -> int:
         """The effective limit: the base (policy or grant) or a per-session raise, if higher."""
         return max(base_limit, self.raised.get(category, 0))
+
+    def counted(self, check_id: str) -> bool:
+        """Whether the check with this service id was counted (its write went through)."""
+        return any(r.check_id == check_id and r.allowed for r in self.calls)
 
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed (counted) call recorded under this call id, if still in the record."""
@@ -131,21 +160,35 @@ class SessionSnapshot:
         return replays < MAX_REPLAYS and now_ms - counted[0].at_ms <= REPLAY_WINDOW_MS
 
 
+def session_state(snapshot: SessionSnapshot | None, now_ms: int, idle_ms: int) -> SessionState:
+    """The state of a session that may never have been seen."""
+    return SessionState.UNSEEN if snapshot is None else snapshot.state(now_ms, idle_ms)
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One check: everything the store needs to count it, resolved before any I/O."""
 
-    tenant: str
-    session_id: str
+    session: SessionKey
     tool: str
     category: str
     base_limit: int
     now_ms: int
     idle_ms: int
-    all_categories: tuple[str, ...]
+    check_id: str
     principal: str | None = None
     call_id: str | None = None
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the session belongs to."""
+        return self.session.tenant
+
+    @property
+    def session_id(self) -> str:
+        """The caller's session id."""
+        return self.session.session_id
 
     @property
     def cutoff_ms(self) -> int:
@@ -158,54 +201,54 @@ class Attempt:
         return self.now_ms + self.idle_ms
 
     @property
-    def ttl_epoch_seconds(self) -> int:
-        """DynamoDB TTL value: clean-up only, never relied on for correctness."""
-        return self.resets_at_ms // 1000 + 1
+    def dedupe_call_id(self) -> str | None:
+        """The client's call id, if this check must not count a call counted under it."""
+        return self.call_id if self.dedupe else None
 
-    @property
-    def key(self) -> str:
-        """The counter item's partition key: tenant first, from the token, never the body."""
-        return f"{self.tenant}#{self.session_id}"
-
-    def record(self, allowed: bool) -> CallRecord:
+    def record(self, allowed: bool, replay: bool = False) -> CallRecord:
         """The last-calls entry for this attempt."""
         call_id = None if self.call_id is None else call_id_key(self.call_id)
-        return CallRecord(self.now_ms, self.category, self.tool, allowed, self.principal, call_id)
+        return CallRecord(
+            self.now_ms,
+            self.category,
+            self.tool,
+            allowed,
+            self.principal,
+            call_id,
+            replay,
+            self.check_id,
+        )
 
 
-class Refusal(enum.Enum):
-    """Why the conditional update was refused, read from the old item."""
-
-    EXPIRED = "expired"
-    SUSPENDED = "suspended"
-    DUPLICATE = "duplicate"  # a retry: answer with the original decision
-    REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
-    OVER_LIMIT = "over_limit"
-    STALE = "stale"  # the item read back no longer fails the condition: try again
+def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:
+    """The store's condition for counting a call: a new session, or an active one that is
+    not suspended, under its limit and has not counted this call id."""
+    return snapshot is None or explain_refusal(snapshot, attempt) is Verdict.STALE
 
 
-def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Refusal:
-    """Mirror of the store's condition: which clause failed for this old item."""
+def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
+    """Mirror of the store's condition: which clause failed for this old session."""
+    if snapshot.counted(attempt.check_id):
+        return Verdict.ALREADY_COUNTED
     if snapshot.suspended:
-        return Refusal.SUSPENDED
+        return Verdict.SUSPENDED
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
-        return Refusal.EXPIRED
-    seen = attempt.call_id is not None and attempt.dedupe
-    if seen and attempt.call_id is not None and snapshot.find_call(attempt.call_id):
-        if snapshot.replayable(attempt.call_id, attempt.now_ms):
-            return Refusal.DUPLICATE
-        return Refusal.REUSED_CALL_ID
+        return Verdict.EXPIRED
+    call_id = attempt.dedupe_call_id
+    if call_id is not None and snapshot.find_call(call_id):
+        if snapshot.replayable(call_id, attempt.now_ms):
+            return Verdict.DUPLICATE
+        return Verdict.REUSED_CALL_ID
     used = snapshot.counts.get(attempt.category, 0)
     if used >= snapshot.limit_for(attempt.category, attempt.base_limit):
-        return Refusal.OVER_LIMIT
-    return Refusal.STALE
+        return Verdict.OVER_LIMIT
+    return Verdict.STALE
 
 
 @dataclass(frozen=True)
-class Decision:
-    """The answer to one check: allowed, or blocked with the reason and the evidence."""
+class Allowed:
+    """The call was counted (or is a retry of one that was): it may run."""
 
-    allowed: bool
     session_id: str
     tool: str
     category: str
@@ -213,15 +256,50 @@ class Decision:
     limit: int
     now_ms: int
     resets_at_ms: int
-    reason: str | None = None
     duplicate: bool = False
-    first_exhaustion: bool = False
     last_calls: tuple[CallRecord, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        """Always True: lets callers read `decision.allowed` on either kind."""
+        return True
 
     @property
     def remaining(self) -> int:
         """Calls left in this category before the limit."""
         return max(0, self.limit - self.used)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The call was refused, not run: why, and the evidence."""
+
+    session_id: str
+    tool: str
+    category: str
+    used: int
+    limit: int
+    now_ms: int
+    resets_at_ms: int
+    reason: RefusalReason
+    scope: Scope = Scope.SESSION
+    first_exhaustion: bool = False
+    last_calls: tuple[CallRecord, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        """Always False: lets callers read `decision.allowed` on either kind."""
+        return False
+
+    @property
+    def suspended(self) -> bool:
+        """Whether an administrator's suspension refused it (waiting does not help)."""
+        return self.reason is RefusalReason.SESSION_SUSPENDED
+
+    @property
+    def remaining(self) -> int:
+        """Calls left before the limit: none while suspended, whatever the counters say."""
+        return 0 if self.suspended else max(0, self.limit - self.used)
 
     @property
     def retry_after_seconds(self) -> int:
@@ -230,15 +308,15 @@ class Decision:
 
     @property
     def message(self) -> str:
-        """Why a call was refused, in one or two plain sentences for a model and a human."""
-        resets = iso_utc(self.resets_at_ms)
-        idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
-        if self.reason == SESSION_SUSPENDED:
+        """Why the call was refused, in one or two plain sentences for a model and a human."""
+        if self.suspended:
             return (
                 f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has been "
                 "suspended by an administrator, and every tool call in it is refused until "
                 "an administrator resumes it. Stop calling tools and tell the user."
             )
+        resets = iso_utc(self.resets_at_ms)
+        idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
         return (
             f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has used its "
             f"'{self.category}' quota ({self.used}/{self.limit} calls). Stop calling "
@@ -247,3 +325,6 @@ class Decision:
             "even a refused one, restarts that wait), or sooner if an administrator "
             "raises the quota."
         )
+
+
+Decision = Allowed | Refused

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import replace
 from typing import Protocol
 
 from chalicelib.clock import Clock
-from chalicelib.errors import StoreUnavailable
 from chalicelib.policy import Policy
+from chalicelib.ports import Consumed, RecordChanged, SessionCounters
 from chalicelib.quota import (
-    QUOTA_EXCEEDED,
-    SESSION_SUSPENDED,
+    Allowed,
     Attempt,
     Decision,
-    Refusal,
+    RefusalReason,
+    Refused,
+    SessionKey,
     SessionSnapshot,
+    Verdict,
     explain_refusal,
 )
-from chalicelib.storage.counters import Consumed, CounterStore
 from chalicelib.validation import CheckRequest
 
 # Each retry follows a change made by another writer (idle reset race, item deleted by
@@ -28,7 +30,7 @@ MAX_ROUNDS = 4
 class BlockListener(Protocol):
     """Told about every refused check, after it is recorded (audit, notification)."""
 
-    def on_block(self, tenant: str, attempt: Attempt, decision: Decision) -> None:
+    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; must never raise."""
 
 
@@ -52,8 +54,14 @@ class PolicyLimits:
 class QuietListener:
     """A listener that does nothing."""
 
-    def on_block(self, tenant: str, attempt: Attempt, decision: Decision) -> None:
+    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         return None
+
+
+def new_check_id() -> str:
+    """The service's own id of one check: 36 random bits, unique among a session's
+    last calls, which is all it must be."""
+    return secrets.token_urlsafe(6)[:6]
 
 
 class CheckService:
@@ -62,11 +70,12 @@ class CheckService:
     def __init__(
         self,
         policy: Policy,
-        store: CounterStore,
+        store: SessionCounters,
         clock: Clock,
         idle_timeout_seconds: int,
         limits: LimitResolver | None = None,
         listener: BlockListener | None = None,
+        keep_calls: int = 10,
     ) -> None:
         self._policy = policy
         self._store = store
@@ -74,7 +83,7 @@ class CheckService:
         self._idle_ms = idle_timeout_seconds * 1000
         self._limits = limits or PolicyLimits(policy)
         self._listener = listener or QuietListener()
-        self._categories = tuple(policy.categories)
+        self._keep = keep_calls
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -83,14 +92,13 @@ class CheckService:
         ).category
         now_ms = self._clock()
         return Attempt(
-            tenant=tenant,
-            session_id=request.session_id,
+            session=SessionKey(tenant, request.session_id),
             tool=request.tool,
             category=category.name,
             base_limit=self._limits.base_limit(tenant, request.principal, category.name, now_ms),
             now_ms=now_ms,
             idle_ms=self._idle_ms,
-            all_categories=self._categories,
+            check_id=new_check_id(),
             principal=request.principal,
             call_id=request.call_id,
         )
@@ -99,7 +107,7 @@ class CheckService:
         """Count the call if the session's budget allows it, else refuse it.
 
         Raises:
-            QuotaServiceError: the store failed or kept changing under us.
+            StorageError: the store failed, or the session kept changing under us.
         """
         attempt = self.attempt_for(tenant, request)
         for _ in range(MAX_ROUNDS):
@@ -109,32 +117,33 @@ class CheckService:
             snapshot = result.snapshot
             if snapshot is None:
                 continue
-            refusal = explain_refusal(snapshot, attempt)
-            if refusal is Refusal.EXPIRED:
+            verdict = explain_refusal(snapshot, attempt)
+            if verdict is Verdict.ALREADY_COUNTED:
+                return self._allowed(attempt, snapshot)
+            if verdict is Verdict.EXPIRED:
                 reset = self._store.reset_expired(attempt, snapshot.last_seen_ms)
                 if reset is not None:
                     return self._allowed(attempt, reset.snapshot)
                 continue
-            if refusal is Refusal.DUPLICATE:
+            if verdict is Verdict.DUPLICATE:
                 if self._store.record_replay(attempt, snapshot):
                     return self._allowed(attempt, snapshot, duplicate=True)
                 continue
-            if refusal is Refusal.REUSED_CALL_ID:
+            if verdict is Verdict.REUSED_CALL_ID:
                 attempt = replace(attempt, dedupe=False)
                 continue
-            if refusal is Refusal.STALE:
+            if verdict is Verdict.STALE:
                 continue
-            decision = self._refuse(attempt, snapshot, refusal)
+            decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None:
                 self._listener.on_block(tenant, attempt, decision)
                 return decision
-        raise StoreUnavailable("The quota store kept changing during the check; retry.", 1)
+        raise RecordChanged("counting a call")
 
     def _allowed(
         self, attempt: Attempt, snapshot: SessionSnapshot, duplicate: bool = False
-    ) -> Decision:
-        return Decision(
-            allowed=True,
+    ) -> Allowed:
+        return Allowed(
             session_id=attempt.session_id,
             tool=attempt.tool,
             category=attempt.category,
@@ -143,19 +152,18 @@ class CheckService:
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
             duplicate=duplicate,
-            last_calls=snapshot.calls,
+            last_calls=snapshot.calls[-self._keep :],
         )
 
     def _refuse(
-        self, attempt: Attempt, snapshot: SessionSnapshot, refusal: Refusal
-    ) -> Decision | None:
-        suspended = refusal is Refusal.SUSPENDED
+        self, attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict
+    ) -> Refused | None:
+        suspended = verdict is Verdict.SUSPENDED
         limit = snapshot.limit_for(attempt.category, attempt.base_limit)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
-        return Decision(
-            allowed=False,
+        return Refused(
             session_id=attempt.session_id,
             tool=attempt.tool,
             category=attempt.category,
@@ -163,7 +171,7 @@ class CheckService:
             limit=limit,
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
-            reason=SESSION_SUSPENDED if suspended else QUOTA_EXCEEDED,
+            reason=RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
             first_exhaustion=first,
-            last_calls=(*snapshot.calls, attempt.record(allowed=False)),
+            last_calls=(*snapshot.calls, attempt.record(allowed=False))[-self._keep :],
         )

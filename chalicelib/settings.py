@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from chalicelib.errors import ConfigurationError
 
 LOCAL_STAGE = "local"
+BACKENDS = ("dynamodb", "memory")
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -24,11 +25,19 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name) or choices[0]
+    if value not in choices:
+        raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The service's settings for one stage."""
 
     stage: str
+    backend: str
     counters_table: str
     tokens_table: str
     audit_table: str
@@ -60,6 +69,7 @@ class Settings:
         return cls(
             # The safe default: the dev tokens exist only where the stage says `local`.
             stage=env.get("QUOTA_STAGE", "prod"),
+            backend=_choice(env, "QUOTA_BACKEND", BACKENDS),
             counters_table=env.get("QUOTA_COUNTERS_TABLE", "mcp-quota-counters"),
             tokens_table=env.get("QUOTA_TOKENS_TABLE", "mcp-quota-tokens"),
             audit_table=env.get("QUOTA_AUDIT_TABLE", "mcp-quota-audit"),

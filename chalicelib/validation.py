@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from chalicelib.clock import parse_iso_utc
 from chalicelib.errors import InvalidRequest, PayloadTooLarge
 from chalicelib.policy import Policy
 
@@ -15,7 +17,16 @@ MAX_BODY_BYTES = 16 * 1024
 VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-CHECK_FIELDS = frozenset({"session_id", "tool", "category", "annotations", "principal", "call_id"})
+CHECK_FIELDS = frozenset(
+    {"session_id", "tool", "category", "annotations", "principal", "call_id", "fail_open"}
+)
+MAX_REASON = 1000
+MAX_FAIL_OPEN = 1_000_000
+EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
+# Characters no operator's terminal or mail client should receive from stored text:
+# controls (escape sequences), format characters (bidi overrides), lone surrogates.
+_UNSHOWABLE = frozenset({"Cc", "Cf", "Cs", "Co"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,7 @@ class CheckRequest:
     read_only_hint: bool | None = None
     principal: str | None = None
     call_id: str | None = None
+    fail_open: Mapping[str, int] | None = None
 
 
 def parse_json_object(raw: bytes | None) -> dict[str, Any]:
@@ -47,6 +59,10 @@ def parse_json_object(raw: bytes | None) -> dict[str, Any]:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.", "body") from exc
     except RecursionError as exc:
         raise InvalidRequest("The request body is nested too deeply.", "body") from exc
+    except ValueError as exc:  # e.g. an integer past Python's int-from-string limit
+        raise InvalidRequest(
+            f"The request body holds a value out of range: {exc}.", "body"
+        ) from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", "body")
     return body
@@ -93,6 +109,112 @@ def text_field(
     return value
 
 
+def showable_text(value: str, name: str) -> str:
+    """Refuse text that cannot be stored as UTF-8 or shown safely to an operator.
+
+    Raises:
+        InvalidRequest: it holds a control or format character or a lone surrogate.
+    """
+    for ch in value:
+        if unicodedata.category(ch) in _UNSHOWABLE:
+            raise InvalidRequest(
+                f"Field '{name}' must not contain control or format characters "
+                f"(found U+{ord(ch):04X}).",
+                name,
+            )
+    return value
+
+
+def reason_field(body: Mapping[str, Any]) -> str:
+    """The required `reason` of an administrator's action: it goes to the audit trail.
+
+    Raises:
+        InvalidRequest: missing, not a string, blank, too long or unshowable.
+    """
+    value = body.get("reason")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("Field 'reason' is required: it goes to the audit trail.", "reason")
+    if len(value) > MAX_REASON:
+        raise InvalidRequest(f"Field 'reason' must be at most {MAX_REASON} characters.", "reason")
+    return showable_text(value.strip(), "reason")
+
+
+def int_field(body: Mapping[str, Any], name: str, minimum: int = 1, maximum: int = 10**9) -> int:
+    """An integer field within [minimum, maximum].
+
+    Raises:
+        InvalidRequest: missing, not an integer, or out of range.
+    """
+    value = body.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidRequest(
+            f"Field '{name}' must be an integer from {minimum} to {maximum}.", name
+        )
+    return value
+
+
+def time_field(body: Mapping[str, Any], name: str) -> int:
+    """An ISO-8601 time with a zone, in the years 2000 to 2999, as epoch ms.
+
+    Raises:
+        InvalidRequest: missing, not a string, not such a time, or out of range.
+    """
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"Field '{name}' must be an ISO-8601 time with a zone.", name)
+    try:
+        parsed = parse_iso_utc(value)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRequest(
+            f"Field '{name}' must be an ISO-8601 time with a zone, like 2026-12-24T08:00:00Z.",
+            name,
+        ) from exc
+    if not EARLIEST_MS <= parsed < LATEST_MS:
+        raise InvalidRequest(f"Field '{name}' must be a time in the years 2000 to 2999.", name)
+    return parsed
+
+
+def category_field(body: Mapping[str, Any], policy: Policy, name: str = "category") -> str:
+    """A category the policy defines.
+
+    Raises:
+        InvalidRequest: missing, not a string, or unknown.
+    """
+    value = body.get(name)
+    if not isinstance(value, str) or value not in policy.categories:
+        known = ", ".join(sorted(policy.categories))
+        raise InvalidRequest(f"Field '{name}' must be one of {known}.", name)
+    return value
+
+
+def session_id_param(raw: str) -> str:
+    """Validate a session id taken from a URL path or a query.
+
+    Raises:
+        InvalidRequest: it is not 1-256 visible ASCII characters.
+    """
+    if not 1 <= len(raw) <= 256 or not VISIBLE_ASCII.fullmatch(raw):
+        raise InvalidRequest("Session id must be 1 to 256 visible ASCII characters.", "session_id")
+    return raw
+
+
+def _fail_open(raw: Any, policy: Policy) -> Mapping[str, int] | None:
+    """The client's count of calls it let run uncounted while the service was unreachable."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("Field 'fail_open' must be an object of category: count.", "fail_open")
+    for category, count in raw.items():
+        name = f"fail_open.{category}"[:80]
+        if category not in policy.categories:
+            raise InvalidRequest(f"Field '{name}' names no category of this policy.", name)
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise InvalidRequest(f"Field '{name}' must be an integer.", name)
+        if not 0 <= count <= MAX_FAIL_OPEN:
+            raise InvalidRequest(f"Field '{name}' must be from 0 to {MAX_FAIL_OPEN}.", name)
+    return {str(k): int(v) for k, v in raw.items()}
+
+
 def _read_only_hint(raw: Any) -> bool | None:
     if raw is None:
         return None
@@ -118,7 +240,7 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
     reject_unknown(body, CHECK_FIELDS)
     session_id = text_field(body, "session_id", 256)
     tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
-    category: str | None = text_field(body, "category", 32, required=False)
+    category = text_field(body, "category", 32, required=False)
     if category is not None and category not in policy.categories:
         known = ", ".join(sorted(policy.categories))
         raise InvalidRequest(
@@ -132,4 +254,5 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         read_only_hint=_read_only_hint(body.get("annotations")),
         principal=text_field(body, "principal", 256, required=False),
         call_id=text_field(body, "call_id", 128, required=False),
+        fail_open=_fail_open(body.get("fail_open"), policy),
     )

@@ -1,5 +1,8 @@
 """Builds the service's dependencies once per container, lazily, so that importing the
-app costs little and tests can start moto (or point at dynalite) before anything connects."""
+app costs little and tests can start moto (or point at dynalite) before anything connects.
+
+`QUOTA_BACKEND=memory` puts every port in this process's memory instead of DynamoDB.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from chalicelib.admin import AdminService
+from chalicelib.admin_actions import AdminService
+from chalicelib.admin_views import SessionViews
 from chalicelib.alerts import BlockReporter
 from chalicelib.audit import Auditor
 from chalicelib.auth import Authenticator
@@ -17,18 +21,16 @@ from chalicelib.clock import Clock, system_clock
 from chalicelib.grants import GrantLimits
 from chalicelib.notify import Notifier
 from chalicelib.policy import Policy, load_policy
+from chalicelib.ports import AuditLog, GrantRepository, SessionCounters, TokenRepository
 from chalicelib.service import CheckService
 from chalicelib.settings import Settings
-from chalicelib.storage.audit import AuditStore
-from chalicelib.storage.counters import CounterStore
-from chalicelib.storage.grants import GrantStore
-from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
 
-# A check must answer fast or fail clearly: short timeouts, one retry inside botocore.
+# A check must answer fast or fail clearly: short timeouts, one retry inside botocore
+# (the counter store's writes are idempotent per check, so a retry never counts twice).
 CLIENT_CONFIG = Config(
     connect_timeout=1,
     read_timeout=2,
@@ -52,33 +54,62 @@ class Container:
     def policy(self) -> Policy:
         return load_policy(self.settings.policy)
 
+    @property
+    def in_memory(self) -> bool:
+        return self.settings.backend == "memory"
+
     @cached_property
     def dynamodb(self) -> DynamoDBClient:
         return boto3.client("dynamodb", config=CLIENT_CONFIG)
 
     @cached_property
-    def counters(self) -> CounterStore:
-        return CounterStore(self.dynamodb, self.settings.counters_table, self.settings.last_calls)
+    def counters(self) -> SessionCounters:
+        categories, keep = tuple(self.policy.categories), self.settings.last_calls
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryCounters
+
+            return MemoryCounters(categories, keep)
+        from chalicelib.storage.counters import CounterStore
+
+        return CounterStore(self.dynamodb, self.settings.counters_table, categories, keep)
 
     @cached_property
-    def tokens(self) -> TokenStore:
+    def tokens(self) -> TokenRepository:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryTokens
+
+            return MemoryTokens()
+        from chalicelib.storage.tokens import TokenStore
+
         return TokenStore(self.dynamodb, self.settings.tokens_table)
+
+    @cached_property
+    def audit_log(self) -> AuditLog:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryAuditLog
+
+            return MemoryAuditLog()
+        from chalicelib.storage.audit import AuditStore
+
+        return AuditStore(self.dynamodb, self.settings.audit_table, self.settings.audit_ttl_days)
+
+    @cached_property
+    def grants(self) -> GrantRepository:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryGrants
+
+            return MemoryGrants()
+        from chalicelib.storage.grants import GrantStore
+
+        return GrantStore(self.dynamodb, self.settings.grants_table)
 
     @cached_property
     def sns(self) -> SNSClient:
         return boto3.client("sns", config=CLIENT_CONFIG)
 
     @cached_property
-    def audit_store(self) -> AuditStore:
-        return AuditStore(self.dynamodb, self.settings.audit_table, self.settings.audit_ttl_days)
-
-    @cached_property
     def auditor(self) -> Auditor:
-        return Auditor(self.audit_store)
-
-    @cached_property
-    def grants(self) -> GrantStore:
-        return GrantStore(self.dynamodb, self.settings.grants_table)
+        return Auditor(self.audit_log)
 
     @cached_property
     def limits(self) -> GrantLimits:
@@ -91,14 +122,25 @@ class Container:
         return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)
 
     @cached_property
+    def views(self) -> SessionViews:
+        return SessionViews(
+            self.policy,
+            self.limits,
+            self.clock,
+            self.settings.idle_timeout_seconds,
+            self.settings.last_calls,
+        )
+
+    @cached_property
     def admin(self) -> AdminService:
         return AdminService(
             self.policy,
             self.counters,
             self.grants,
             self.limits,
-            self.audit_store,
+            self.audit_log,
             self.auditor,
+            self.views,
             self.clock,
             self.settings.idle_timeout_seconds,
         )
@@ -116,4 +158,5 @@ class Container:
             self.settings.idle_timeout_seconds,
             limits=self.limits,
             listener=BlockReporter(self.policy, self.auditor, self.notifier),
+            keep_calls=self.settings.last_calls,
         )

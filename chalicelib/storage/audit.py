@@ -1,4 +1,5 @@
-"""The audit table: partition per tenant + session, time-ordered sort key, long TTL."""
+"""The audit log port on DynamoDB: partition per tenant + session, time-ordered sort
+key, long TTL."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.audit import AuditEvent
-from chalicelib.errors import InvalidRequest
+from chalicelib.audit import AuditEvent, EventType
+from chalicelib.ports import AuditPage, BadPageToken
 from chalicelib.storage.faults import translate
 
 if TYPE_CHECKING:
@@ -22,14 +22,6 @@ _NEW_EVENT = "attribute_not_exists(#pk)"
 _SINCE = "#pk = :pk AND #sk >= :since"
 _JSON_FIELDS = ("before", "after", "detail")
 _SORT_KEY = re.compile(r"[0-9]{13}#[0-9a-f]{12}")
-
-
-@dataclass(frozen=True)
-class AuditPage:
-    """One page of events, oldest first, and the token for the next page."""
-
-    events: list[AuditEvent]
-    next_token: str | None
 
 
 def _key(tenant: str, session_id: str) -> str:
@@ -60,7 +52,7 @@ def _event(item: dict[str, Any]) -> AuditEvent:
     extra = {name: json.loads(item[name]["S"]) for name in _JSON_FIELDS if name in item}
     return AuditEvent(
         at_ms=int(item["at"]["N"]),
-        type=item["type"]["S"],
+        type=EventType(item["type"]["S"]),
         tenant=item["tenant"]["S"],
         session_id=item["session_id"]["S"],
         actor=item["actor"]["S"],
@@ -78,9 +70,9 @@ def _decode_token(token: str, pk: str) -> dict[str, Any]:
     try:
         key = json.loads(base64.urlsafe_b64decode(token.encode()))
     except (binascii.Error, ValueError) as exc:
-        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next") from exc
+        raise BadPageToken("reading the audit trail") from exc
     if not isinstance(key, dict) or key.get("pk") != {"S": pk}:
-        raise InvalidRequest("Parameter 'next' belongs to another listing.", "next")
+        raise BadPageToken("reading the audit trail")
     sort_key = key.get("sk")
     valid = (
         set(key) == {"pk", "sk"}
@@ -89,7 +81,7 @@ def _decode_token(token: str, pk: str) -> dict[str, Any]:
         and _SORT_KEY.fullmatch(sort_key["S"])
     )
     if not valid:
-        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+        raise BadPageToken("reading the audit trail")
     return key
 
 
@@ -105,7 +97,7 @@ class AuditStore:
         """Append one event (never overwrites).
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         try:
             self._client.put_item(
@@ -128,8 +120,8 @@ class AuditStore:
         """Events of one session (or the tenant scope) from `since_ms`, oldest first.
 
         Raises:
-            InvalidRequest: the page token is not one this listing issued.
-            QuotaServiceError: the store failed.
+            BadPageToken: the page token is not one this listing issued.
+            StorageError: the store failed.
         """
         pk = _key(tenant, session_id)
         kwargs: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The session counter item in DynamoDB: one conditional UpdateItem per allowed check.
+"""The session counters port on DynamoDB: one conditional UpdateItem per allowed check.
 
 Item layout (one item per tenant + session; every attribute aliased in expressions):
     pk           "<tenant>#<session_id>"
@@ -7,11 +7,14 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     expires_at   TTL, epoch s: clean-up only; expiry is enforced by the `ls` condition
     n_<cat>      calls counted in a category
     r_<cat>      a per-session raised limit (admin)
-    z_<cat>      the limit at which the category was last exhausted (one event each)
+    z_<cat>      "<limit>|<check id>": the refusal that first met that limit (one event)
     b_<cat>      refused attempts since the counters started
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
-    calls, cids  the last calls (compact strings) and their call ids, trimmed in batches
+    calls, cids  the last calls (compact strings) and their ids, trimmed in batches
+
+Every entry of `cids` names the check that wrote it, so that botocore's own retry of a
+timed-out write fails its condition instead of counting or recording the call twice.
 """
 
 from __future__ import annotations
@@ -19,14 +22,20 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.errors import QuotaServiceError
-from chalicelib.quota import Attempt, CallRecord, SessionSnapshot, call_id_key
+from chalicelib.ports import (
+    Consumed,
+    LimitChange,
+    NotConsumed,
+    RecordChanged,
+    RecordNotFound,
+    StorageError,
+)
+from chalicelib.quota import Attempt, CallRecord, SessionKey, SessionSnapshot, call_id_key
 from chalicelib.storage.faults import error_code, translate
 
 if TYPE_CHECKING:
@@ -46,10 +55,14 @@ COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
-NO_CALL_ID = "-"  # stored call ids are prefixed, so this never equals one
-CALL_ID_PREFIX = "c:"  # an allowed call: its id is what a retry is deduplicated on
-BLOCKED_CALL_ID_PREFIX = "b:"  # a refused call: recorded, never a duplicate
-REPLAYED_CALL_ID_PREFIX = "d:"  # a retry answered from the original: recorded, not counted
+# Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
+# that the condition can test it with `contains`; every other entry ends in "|<check id>".
+COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is matched on
+COUNTED_CHECK = "s:"  # counted, no client call id: "s:<check id>"
+BLOCKED = "b:"  # refused: "b:<call id or empty>|<check id>"
+REPLAYED = "d:"  # a client's retry answered from the original: "d:<call id>|<check id>"
+_SEP = "|"
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 _BASE_NAMES = {
     "#pk": PK,
@@ -64,12 +77,13 @@ _BASE_NAMES = {
 # Named parts of the check's condition. The store only counts; the policy decided the
 # category and base limit. `#n < #r` lets a per-session raise lift the limit in place.
 _NEW_SESSION = "attribute_not_exists(#pk)"
+_EXISTS = "attribute_exists(#pk)"
 _ACTIVE = "#ls >= :cutoff"
 _NOT_SUSPENDED = "attribute_not_exists(#sus)"
+_IS_SUSPENDED = "attribute_exists(#sus)"
 _UNDER_LIMIT = "(attribute_not_exists(#n) OR #n < :limit OR #n < #r)"
 _NOT_SEEN = "NOT contains(#ids, :cid)"
-CONSUME_CONDITION = f"{_NEW_SESSION} OR ({_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT})"
-CONSUME_CONDITION_WITH_CALL_ID = (
+CONSUME_CONDITION = (
     f"{_NEW_SESSION} OR ({_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT} AND {_NOT_SEEN})"
 )
 
@@ -91,20 +105,23 @@ _RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec
 # condition ties the write to the counters the refusal was based on: after an admin reset
 # or suspension it fails, and the check is evaluated again.
 _SAME_COUNTERS = "#started = :started"
-BLOCK_CONDITION = f"attribute_exists(#pk) AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED}"
-BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :limit ADD #b :one"
+_NOT_RECORDED = "NOT contains(#ids, :own)"
+BLOCK_CONDITION = f"{_EXISTS} AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED} AND {_NOT_RECORDED}"
+BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :first ADD #b :one"
 # A suspended item has no TTL (it must outlive any idle timeout), so none is set here.
-BLOCK_SUSPENDED_CONDITION = "attribute_exists(#sus)"
+BLOCK_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NOT_RECORDED}"
 BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_CALL}"
 # A replayed call id (a client's retry) is recorded too, and refreshes the idle clock.
-REPLAY_CONDITION = f"attribute_exists(#pk) AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED}"
+REPLAY_CONDITION = BLOCK_CONDITION
 REPLAY_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}"
 
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 
-# Administrator actions. A raise may only lift a limit, so concurrent raises never lower
-# one; on an idle session it starts the counters again, as the next check would.
-_LIVE = f"attribute_exists(#pk) AND ({_ACTIVE} OR attribute_exists(#sus))"
+# Administrator actions. None of them compares the idle clock or the counters, which
+# every check rewrites: a session that agents keep calling can always be acted on.
+# A raise may only lift a limit, so concurrent raises never lower one; on an idle
+# session it starts the counters again, as the next check would.
+_LIVE = f"{_EXISTS} AND ({_ACTIVE} OR {_IS_SUSPENDED})"
 RAISE_ACTIVE_CONDITION = f"{_LIVE} AND (attribute_not_exists(#r) OR #r <= :new)"
 RAISE_ACTIVE_UPDATE = "SET #r = :new"
 RAISE_NEW_CONDITION = _NEW_SESSION
@@ -115,28 +132,19 @@ SUSPEND_UPDATE = (
     "SET #sus = :why, #ls = if_not_exists(#ls, :now), #started = if_not_exists(#started, :now)"
     " REMOVE #exp"
 )
-# Resuming keeps the idle clock where the last attempt left it, so counters that went idle
-# while suspended start again at the next check; the TTL follows that clock.
-RESUME_CONDITION = "#ls = :old_ls"
+# Resuming leaves the idle clock where the last attempt left it, so counters that went
+# idle while suspended start again at the next check. The TTL is only clean-up: it is set
+# from now, which is never earlier than the idle clock says.
+RESUME_CONDITION = _EXISTS
 RESUME_UPDATE = "SET #exp = :exp REMOVE #sus"
+# `started` names the counters' generation (block records are tied to it), so a reset
+# must move it forward; a suspended session keeps no TTL.
+_NEWER = "#started < :now"
 RESET_COUNTERS_SET = f"SET {_START}"
-RESET_COUNTERS_CONDITION = f"attribute_exists(#pk) AND {_NOT_SUSPENDED}"
+RESET_COUNTERS_CONDITION = f"{_EXISTS} AND {_NOT_SUSPENDED} AND {_NEWER}"
 RESET_SUSPENDED_SET = "SET #started = :now, #ls = :now"
-RESET_SUSPENDED_CONDITION = "attribute_exists(#sus)"
-
-
-@dataclass(frozen=True)
-class Consumed:
-    """The call was counted; the item as it is now."""
-
-    snapshot: SessionSnapshot
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The condition failed; the item as it was (None if it vanished meanwhile)."""
-
-    snapshot: SessionSnapshot | None
+RESET_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NEWER}"
+ADMIN_ROUNDS = 4
 
 
 def _s(value: str) -> dict[str, Any]:
@@ -147,20 +155,68 @@ def _n(value: int) -> dict[str, Any]:
     return {"N": str(value)}
 
 
-def _stored_call_id(call_id: str | None, allowed: bool = True, replay: bool = False) -> str:
-    if call_id is None:
-        return NO_CALL_ID
-    if replay:
-        return REPLAYED_CALL_ID_PREFIX + call_id_key(call_id)
-    return (CALL_ID_PREFIX if allowed else BLOCKED_CALL_ID_PREFIX) + call_id_key(call_id)
+def _key(session: SessionKey) -> str:
+    return f"{session.tenant}#{session.session_id}"
 
 
-def _call_id_of(stored: str) -> tuple[str | None, bool]:
-    """The call id of a stored entry, and whether the entry is a replay."""
-    for prefix in (CALL_ID_PREFIX, BLOCKED_CALL_ID_PREFIX, REPLAYED_CALL_ID_PREFIX):
-        if stored.startswith(prefix):
-            return stored[len(prefix) :], prefix == REPLAYED_CALL_ID_PREFIX
-    return None, False
+def _ttl(until_ms: int) -> int:
+    """The TTL attribute for an item that may be cleaned up after `until_ms`."""
+    return until_ms // 1000 + 1
+
+
+def _base36(value: int) -> str:
+    out = ""
+    while True:
+        value, digit = divmod(value, 36)
+        out = _DIGITS36[digit] + out
+        if value == 0:
+            return out
+
+
+def encode_call(record: CallRecord) -> str:
+    """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed.
+    Its ids are kept in `cids`; the principal is the session's, stored once."""
+    allowed = "1" if record.allowed else "0"
+    return _SEP.join((_base36(record.at_ms), record.category, record.tool, allowed))
+
+
+def stored_id(record: CallRecord) -> str:
+    """The `cids` entry of a call."""
+    call_id = record.call_id or ""
+    if record.replay:
+        return f"{REPLAYED}{call_id}{_SEP}{record.check_id}"
+    if not record.allowed:
+        return f"{BLOCKED}{call_id}{_SEP}{record.check_id}"
+    if record.call_id is not None:
+        return COUNTED_CALL_ID + record.call_id
+    return f"{COUNTED_CHECK}{record.check_id}"
+
+
+def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
+    """Rebuild a call from its `calls` and `cids` entries."""
+    at, category, tool, allowed = text.split(_SEP, 3)
+    call_id: str | None = None
+    check_id: str | None = None
+    if stored.startswith(COUNTED_CALL_ID):
+        call_id = stored[len(COUNTED_CALL_ID) :]
+    elif stored.startswith(COUNTED_CHECK):
+        check_id = stored[len(COUNTED_CHECK) :]
+    elif stored.startswith((BLOCKED, REPLAYED)) and _SEP in stored:
+        call_id, check_id = stored[2:].rsplit(_SEP, 1)
+    replay = stored.startswith(REPLAYED)
+    return CallRecord(
+        int(at, 36), category, tool, allowed == "1", principal, call_id or None, replay, check_id
+    )
+
+
+def _notified(value: Mapping[str, Any] | None) -> tuple[int, str | None] | None:
+    """The limit (and check id) a `z_<cat>` attribute records, in either stored form."""
+    if value is None:
+        return None
+    if "N" in value:
+        return int(value["N"]), None
+    limit, _, check_id = str(value["S"]).partition(_SEP)
+    return int(limit), check_id
 
 
 def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
@@ -180,10 +236,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     principal = item.get(PRINCIPAL, {}).get("S")
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
     ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
-    calls = tuple(
-        CallRecord.decode(text, *_call_id_of(cid), principal)
-        for text, cid in zip(texts, ids, strict=False)
-    )
+    calls = tuple(decode_call(text, cid, principal) for text, cid in zip(texts, ids, strict=False))
     return SessionSnapshot(
         last_seen_ms=int(item.get(LAST_SEEN, {"N": "0"})["N"]),
         started_ms=int(item.get(STARTED, {"N": "0"})["N"]),
@@ -222,10 +275,6 @@ def _remove_clause(removed: list[str]) -> tuple[str, dict[str, str]]:
     return " REMOVE " + ", ".join(names), names
 
 
-class SessionChanged(Exception):
-    """An admin update's condition failed: the session changed since it was read."""
-
-
 class _ConditionFailed(Exception):
     """The update's condition failed; carries the old item when the store returned it."""
 
@@ -249,12 +298,25 @@ def _reset_expression(
     return f"SET {_RESET_SET}{clause}", tuple(names.items())
 
 
+def _holds(item: Mapping[str, Any] | None, entry: str) -> bool:
+    return item is not None and any(
+        v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])
+    )
+
+
 class CounterStore:
     """Counts checks on the session counter item; decides nothing about policy."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str, keep_calls: int = 10) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        categories: Iterable[str],
+        keep_calls: int = 10,
+    ) -> None:
         self._client = client
         self._table = table_name
+        self._categories = tuple(categories)
         self._keep = max(1, keep_calls)
         self._batch = max(1, keep_calls // 2)
 
@@ -265,7 +327,7 @@ class CounterStore:
         condition: str,
         names: Mapping[str, str],
         values: Mapping[str, Any],
-        what: str,
+        doing: str,
         returns: str = "ALL_NEW",
         old_on_failure: bool = False,
     ) -> dict[str, Any]:
@@ -273,7 +335,7 @@ class CounterStore:
 
         Raises:
             _ConditionFailed: the condition failed.
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         kwargs: dict[str, Any] = _only_used((update, condition), names, values)
         if condition:
@@ -292,10 +354,32 @@ class CounterStore:
             if error_code(exc) == "ConditionalCheckFailedException":
                 item: Any = exc.response.get("Item")
                 raise _ConditionFailed(item) from exc
-            raise translate(exc, what) from exc
+            raise translate(exc, doing) from exc
         except BotoCoreError as exc:
-            raise translate(exc, what) from exc
+            raise translate(exc, doing) from exc
         return dict(response.get("Attributes", {}))
+
+    def _item(self, key: str, doing: str) -> dict[str, Any] | None:
+        """Read an item (strongly consistent), or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        try:
+            response = self._client.get_item(
+                TableName=self._table, Key={PK: _s(key)}, ConsistentRead=True
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, doing) from exc
+        item = response.get("Item")
+        return dict(item) if item else None
+
+    def _old(self, failed: _ConditionFailed, key: str, doing: str) -> dict[str, Any] | None:
+        """The item a failed condition saw: returned with the failure, or read (dynalite
+        ignores ReturnValuesOnConditionCheckFailure)."""
+        if failed.old_item:
+            return dict(failed.old_item)
+        return self._item(key, doing)
 
     def _names(self, attempt: Attempt) -> dict[str, str]:
         names = dict(_BASE_NAMES)
@@ -304,58 +388,56 @@ class CounterStore:
             names["#pr"] = PRINCIPAL
         return names
 
-    def _call_values(self, attempt: Attempt, allowed: bool, replay: bool = False) -> dict[str, Any]:
-        stored_id = _stored_call_id(attempt.call_id, allowed, replay)
+    def _call_values(self, attempt: Attempt, record: CallRecord) -> dict[str, Any]:
         values = {
             ":now": _n(attempt.now_ms),
-            ":exp": _n(attempt.ttl_epoch_seconds),
-            ":rec": {"L": [_s(attempt.record(allowed).encode())]},
-            ":cidl": {"L": [_s(stored_id)]},
+            ":exp": _n(_ttl(attempt.resets_at_ms)),
+            ":rec": {"L": [_s(encode_call(record))]},
+            ":cidl": {"L": [_s(stored_id(record))]},
             ":empty": {"L": []},
         }
         if attempt.principal is not None:
             values[":pr"] = _s(attempt.principal)
         return values
 
-    def consume(self, attempt: Attempt) -> Consumed | Refused:
-        """Count one call if the session is active, not suspended and under its limit.
+    def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
+        """Count one call if the session is active, not suspended, under its limit and has
+        not counted this call (by client call id, or by this check's own id).
 
         Raises:
-            QuotaServiceError: the store failed (throttled, unreachable, misconfigured).
+            StorageError: the store failed (throttled, unreachable, misconfigured).
         """
+        record = attempt.record(allowed=True)
         names = self._names(attempt)
         names["#r"] = RAISED_PREFIX + attempt.category
-        values = self._call_values(attempt, allowed=True)
+        values = self._call_values(attempt, record)
+        call_id = attempt.dedupe_call_id
+        seen_as = (
+            COUNTED_CHECK + attempt.check_id
+            if call_id is None
+            else COUNTED_CALL_ID + call_id_key(call_id)
+        )
         values.update(
             {
                 ":cutoff": _n(attempt.cutoff_ms),
                 ":limit": _n(attempt.base_limit),
                 ":zero": _n(0),
                 ":one": _n(1),
+                ":cid": _s(seen_as),
             }
         )
-        condition = CONSUME_CONDITION
-        if attempt.call_id is not None and attempt.dedupe:
-            condition = CONSUME_CONDITION_WITH_CALL_ID
-            values[":cid"] = _s(_stored_call_id(attempt.call_id))
         update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
+        key = _key(attempt.session)
+        doing = "counting a call"
         try:
             item = self._update(
-                attempt.key,
-                update,
-                condition,
-                names,
-                values,
-                "counting a call",
-                old_on_failure=True,
+                key, update, CONSUME_CONDITION, names, values, doing, old_on_failure=True
             )
         except _ConditionFailed as failed:
-            if failed.old_item:
-                return Refused(snapshot_from_item(failed.old_item))
-            # Stores that ignore ReturnValuesOnConditionCheckFailure (dynalite) need a read.
-            return Refused(self.get(attempt.key))
+            old = self._old(failed, key, doing)
+            return NotConsumed(snapshot_from_item(old) if old else None)
         snapshot = snapshot_from_item(item)
-        self._maybe_trim(attempt.key, len(snapshot.calls))
+        self._maybe_trim(key, len(snapshot.calls))
         return Consumed(snapshot)
 
     def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
@@ -363,17 +445,22 @@ class CounterStore:
         attempt touched the session first (the caller then simply tries again).
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
-        update, removed = _reset_expression(attempt.category, attempt.all_categories)
+        update, removed = _reset_expression(attempt.category, self._categories)
         if attempt.principal is not None:
             update = update.replace("SET ", "SET #pr = :pr, ", 1)
         names = {**self._names(attempt), **dict(removed)}
-        values = self._call_values(attempt, allowed=True)
+        values = self._call_values(attempt, attempt.record(allowed=True))
         values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
         try:
             item = self._update(
-                attempt.key, update, RESET_CONDITION, names, values, "resetting idle counters"
+                _key(attempt.session),
+                update,
+                RESET_CONDITION,
+                names,
+                values,
+                "resetting idle counters",
             )
         except _ConditionFailed:
             return None
@@ -387,74 +474,84 @@ class CounterStore:
         Returns whether this is the first refusal at `limit` since the counters started
         (always False while suspended), or None if the session changed since `seen` was
         read (reset, suspended, resumed, deleted): the caller evaluates the check again.
+        A retry of this very write (same check id) returns what the first one did.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
+        record = attempt.record(allowed=False)
         names = self._names(attempt)
         names["#z"] = NOTIFIED_PREFIX + attempt.category
         names["#b"] = REFUSED_PREFIX + attempt.category
-        values = self._call_values(attempt, allowed=False)
-        values.update({":limit": _n(limit), ":one": _n(1), ":started": _n(seen.started_ms)})
+        values = self._call_values(attempt, record)
+        own = stored_id(record)
+        values.update(
+            {
+                ":first": _s(f"{limit}{_SEP}{attempt.check_id}"),
+                ":one": _n(1),
+                ":started": _n(seen.started_ms),
+                ":own": _s(own),
+            }
+        )
         if suspended:
             update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
         else:
             update, condition = BLOCK_UPDATE, BLOCK_CONDITION
+        key = _key(attempt.session)
+        doing = "recording a refused call"
         try:
             old = self._update(
-                attempt.key,
-                update,
-                condition,
-                names,
-                values,
-                "recording a refused call",
-                returns="ALL_OLD",
+                key, update, condition, names, values, doing, "ALL_OLD", old_on_failure=True
             )
-        except _ConditionFailed:
-            return None
-        self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
+        except _ConditionFailed as failed:
+            now = self._old(failed, key, doing)
+            if not _holds(now, own):
+                return None
+            assert now is not None
+            # Our own earlier try went through: it was first if the swap names this check.
+            return not suspended and _notified(now.get(names["#z"])) == (limit, attempt.check_id)
+        self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
         if suspended:
             return False
-        previous = old.get(NOTIFIED_PREFIX + attempt.category)
-        return previous is None or int(previous["N"]) != limit
+        previous = _notified(old.get(names["#z"]))
+        return previous is None or previous[0] != limit
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id (answered with the original decision, not counted)
         and refresh the idle clock; False if the session changed since `seen`.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
-        values = self._call_values(attempt, allowed=True, replay=True)
-        values[":started"] = _n(seen.started_ms)
+        record = attempt.record(allowed=True, replay=True)
+        values = self._call_values(attempt, record)
+        own = stored_id(record)
+        values.update({":started": _n(seen.started_ms), ":own": _s(own)})
+        key = _key(attempt.session)
+        doing = "recording a replayed call"
         try:
             old = self._update(
-                attempt.key,
+                key,
                 REPLAY_UPDATE,
                 REPLAY_CONDITION,
                 self._names(attempt),
                 values,
-                "recording a replayed call",
-                returns="ALL_OLD",
+                doing,
+                "ALL_OLD",
+                old_on_failure=True,
             )
-        except _ConditionFailed:
-            return False
-        self._maybe_trim(attempt.key, len(old.get(CALLS, {}).get("L", [])) + 1)
+        except _ConditionFailed as failed:
+            return _holds(self._old(failed, key, doing), own)
+        self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
         return True
 
-    def get(self, key: str) -> SessionSnapshot | None:
-        """Read a session's item (strongly consistent), or None.
+    def get(self, session: SessionKey) -> SessionSnapshot | None:
+        """Read a session (strongly consistent), or None.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
-        try:
-            response = self._client.get_item(
-                TableName=self._table, Key={PK: _s(key)}, ConsistentRead=True
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "reading a session") from exc
-        item = response.get("Item")
+        item = self._item(_key(session), "reading a session")
         return snapshot_from_item(item) if item else None
 
     def _maybe_trim(self, key: str, length: int) -> None:
@@ -481,117 +578,113 @@ class CounterStore:
             )
         except _ConditionFailed:
             return  # the session was reset meanwhile: nothing to trim
-        except QuotaServiceError as exc:
-            _log.warning("last-calls trim failed: %s", exc.message)
+        except StorageError as exc:
+            _log.warning("last-calls trim failed while %s", exc.doing)
 
     # -- administrator actions -------------------------------------------------------
 
     def _admin_update(
         self,
-        key: str,
+        session: SessionKey,
         update: str,
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-        what: str,
+        doing: str,
     ) -> SessionSnapshot:
-        try:
-            item = self._update(key, update, condition, {**_BASE_NAMES, **names}, values, what)
-        except _ConditionFailed as exc:
-            raise SessionChanged(what) from exc
+        """Raises: _ConditionFailed, StorageError."""
+        names = {**_BASE_NAMES, **names}
+        key = _key(session)
+        item = self._update(key, update, condition, names, values, doing, old_on_failure=True)
         return snapshot_from_item(item)
 
     def raise_limit(
-        self,
-        key: str,
-        category: str,
-        new_limit: int,
-        now_ms: int,
-        idle_ms: int,
-        all_categories: tuple[str, ...],
-        seen: SessionSnapshot | None,
+        self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None
     ) -> SessionSnapshot:
         """Set a session's raised limit for a category, as read in `seen`.
 
         Raises:
-            SessionChanged: the session changed since `seen` was read; read and retry.
-            QuotaServiceError: the store failed.
+            RecordChanged: the session changed since `seen` was read; read and retry.
+            StorageError: the store failed.
         """
-        names = {"#r": RAISED_PREFIX + category}
+        now_ms, idle_ms = change.now_ms, change.idle_ms
+        names = {"#r": RAISED_PREFIX + change.category}
         values = {
-            ":new": _n(new_limit),
+            ":new": _n(change.new_limit),
             ":now": _n(now_ms),
-            ":exp": _n((now_ms + idle_ms) // 1000 + 1),
+            ":exp": _n(_ttl(now_ms + idle_ms)),
             ":cutoff": _n(now_ms - idle_ms),
         }
         if seen is None:
             update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
         elif not seen.suspended and seen.is_idle(now_ms, idle_ms):
             removed = _counter_names(
-                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories
+                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), self._categories
             )
-            removed += [RAISED_PREFIX + c for c in all_categories if c != category]
+            removed += [RAISED_PREFIX + c for c in self._categories if c != change.category]
             clause, extra = _remove_clause(removed)
             update, condition = RAISE_FRESH_SET + clause, RAISE_IDLE_CONDITION
             names.update(extra)
             values[":old_ls"] = _n(seen.last_seen_ms)
         else:
             update, condition = RAISE_ACTIVE_UPDATE, RAISE_ACTIVE_CONDITION
-        return self._admin_update(key, update, condition, names, values, "raising a limit")
+        doing = "raising a limit"
+        try:
+            return self._admin_update(session, update, condition, names, values, doing)
+        except _ConditionFailed as exc:
+            raise RecordChanged(doing) from exc
 
-    def suspend(self, key: str, reason: str, now_ms: int) -> SessionSnapshot:
+    def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
         """Suspend a session (creating it if unseen): every check is refused until resumed.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         values = {":why": _s(reason), ":now": _n(now_ms)}
-        return self._admin_update(
-            key,
-            SUSPEND_UPDATE,
-            "",
-            {},
-            values,
-            "suspending a session",
-        )
+        return self._admin_update(session, SUSPEND_UPDATE, "", {}, values, "suspending a session")
 
-    def resume(self, key: str, seen: SessionSnapshot, idle_ms: int) -> SessionSnapshot:
+    def resume(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Lift a suspension; the idle clock stays where the last attempt left it.
 
         Raises:
-            SessionChanged: the session changed since `seen` was read; read and retry.
-            QuotaServiceError: the store failed.
+            RecordNotFound: the session does not exist.
+            StorageError: the store failed.
         """
-        values = {
-            ":old_ls": _n(seen.last_seen_ms),
-            ":exp": _n((seen.last_seen_ms + idle_ms) // 1000 + 1),
-        }
-        return self._admin_update(
-            key, RESUME_UPDATE, RESUME_CONDITION, {}, values, "resuming a session"
-        )
+        doing = "resuming a session"
+        values = {":exp": _n(_ttl(now_ms + idle_ms))}
+        try:
+            return self._admin_update(session, RESUME_UPDATE, RESUME_CONDITION, {}, values, doing)
+        except _ConditionFailed as exc:
+            raise RecordNotFound(doing) from exc
 
-    def reset(
-        self,
-        key: str,
-        seen: SessionSnapshot,
-        now_ms: int,
-        idle_ms: int,
-        all_categories: tuple[str, ...],
-    ) -> SessionSnapshot:
+    def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Zero every counter of a session; raises, suspension and last calls stay.
         A suspended session keeps no TTL, so that its suspension outlives any idle time.
+        Only a concurrent suspend or resume (never a check) makes it try again.
 
         Raises:
-            SessionChanged: the session is gone, or was suspended or resumed since `seen`.
-            QuotaServiceError: the store failed.
+            RecordNotFound: the session does not exist.
+            RecordChanged: admins kept suspending and resuming it meanwhile.
+            StorageError: the store failed.
         """
-        removed = _counter_names((COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories)
+        removed = _counter_names((COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), self._categories)
         clause, names = _remove_clause(removed)
-        # `started` names the counters' generation: it must change even within one ms.
-        now_ms = max(now_ms, seen.started_ms + 1)
-        values = {":now": _n(now_ms), ":exp": _n((now_ms + idle_ms) // 1000 + 1)}
-        if seen.suspended:
-            update, condition = RESET_SUSPENDED_SET + clause, RESET_SUSPENDED_CONDITION
-        else:
-            update, condition = RESET_COUNTERS_SET + clause, RESET_COUNTERS_CONDITION
-        return self._admin_update(key, update, condition, names, values, "resetting a session")
+        doing = "resetting a session"
+        key = _key(session)
+        suspended = False
+        for _ in range(ADMIN_ROUNDS):
+            values = {":now": _n(now_ms), ":exp": _n(_ttl(now_ms + idle_ms))}
+            if suspended:
+                update, condition = RESET_SUSPENDED_SET + clause, RESET_SUSPENDED_CONDITION
+            else:
+                update, condition = RESET_COUNTERS_SET + clause, RESET_COUNTERS_CONDITION
+            try:
+                return self._admin_update(session, update, condition, names, values, doing)
+            except _ConditionFailed as failed:
+                old = self._old(failed, key, doing)
+            if old is None:
+                raise RecordNotFound(doing)
+            seen = snapshot_from_item(old)
+            suspended = seen.suspended
+            now_ms = max(now_ms, seen.started_ms + 1)
+        raise RecordChanged(doing)

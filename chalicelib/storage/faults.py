@@ -1,10 +1,10 @@
-"""The one place where botocore errors become the service's own errors."""
+"""The one place where botocore errors become storage errors."""
 
 from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.errors import QuotaServiceError, StoreMisconfigured, StoreUnavailable
+from chalicelib.ports import StorageError, StoreMisconfigured, StoreRejected, StoreUnavailable
 
 _THROTTLED = frozenset(
     {
@@ -25,15 +25,15 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def translate(exc: ClientError | BotoCoreError, what: str) -> QuotaServiceError:
-    """Map a botocore error raised while doing `what` to a service error."""
+def translate(exc: ClientError | BotoCoreError, doing: str) -> StorageError:
+    """Map a botocore error raised while `doing` something to a storage error."""
     if isinstance(exc, BotoCoreError):
-        return StoreUnavailable(f"The quota store could not be reached while {what}; retry.", 2)
+        return StoreUnavailable(doing, retry_after_seconds=2)
     code = error_code(exc)
     if code in _THROTTLED:
-        return StoreUnavailable(f"The quota store is throttled while {what}; retry shortly.", 1)
+        return StoreUnavailable(doing, retry_after_seconds=1, throttled=True)
     if code in _UNAVAILABLE:
-        return StoreUnavailable(f"The quota store is unavailable while {what}; retry.", 2)
+        return StoreUnavailable(doing, retry_after_seconds=2)
     if code in _MISCONFIGURED:
-        return StoreMisconfigured(f"The quota store is misconfigured ({code}) while {what}.")
-    return QuotaServiceError(f"The quota store rejected a request ({code}) while {what}.")
+        return StoreMisconfigured(doing, code)
+    return StoreRejected(doing, code)

@@ -1,4 +1,4 @@
-"""The grants table: partition per tenant, one item per grant."""
+"""The grants port on DynamoDB: partition per tenant, one item per grant."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.errors import NotFound
 from chalicelib.grants import Grant
+from chalicelib.ports import RecordNotFound
 from chalicelib.storage.faults import error_code, translate
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class GrantStore:
         """Store a new grant.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         try:
             self._client.put_item(
@@ -76,7 +76,7 @@ class GrantStore:
         """All grants of a tenant, in id order.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         kwargs: dict[str, Any] = {
             "TableName": self._table,
@@ -100,8 +100,8 @@ class GrantStore:
         """Delete a grant; returns it.
 
         Raises:
-            NotFound: no such grant in this tenant.
-            QuotaServiceError: the store failed.
+            RecordNotFound: no such grant in this tenant.
+            StorageError: the store failed.
         """
         try:
             response = self._client.delete_item(
@@ -113,7 +113,7 @@ class GrantStore:
             )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
-                raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
+                raise RecordNotFound("deleting a grant") from exc
             raise translate(exc, "deleting a grant") from exc
         except BotoCoreError as exc:
             raise translate(exc, "deleting a grant") from exc

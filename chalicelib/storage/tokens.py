@@ -1,4 +1,5 @@
-"""The tokens table: one item per token id, holding only the hash of the secret."""
+"""The tokens port on DynamoDB: one item per token id, holding only the hash of the
+secret."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.errors import NotFound
+from chalicelib.ports import RecordNotFound
 from chalicelib.storage.faults import error_code, translate
 from chalicelib.tokens import TokenRecord
 
@@ -43,7 +44,7 @@ class TokenStore:
         """Store a new token record.
 
         Raises:
-            QuotaServiceError: the store failed or the id is taken.
+            StorageError: the store failed or the id is taken.
         """
         item = {
             TOKEN_ID: {"S": record.token_id},
@@ -67,7 +68,7 @@ class TokenStore:
         """Look a token up by its public id.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         try:
             response = self._client.get_item(TableName=self._table, Key={TOKEN_ID: {"S": token_id}})
@@ -80,8 +81,8 @@ class TokenStore:
         """Mark a token revoked (idempotent: the first revocation time is kept).
 
         Raises:
-            NotFound: no such token.
-            QuotaServiceError: the store failed.
+            RecordNotFound: no such token.
+            StorageError: the store failed.
         """
         try:
             response = self._client.update_item(
@@ -95,7 +96,7 @@ class TokenStore:
             )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
-                raise NotFound(f"No token with id {token_id!r}.") from exc
+                raise RecordNotFound("revoking a token") from exc
             raise translate(exc, "revoking a token") from exc
         except BotoCoreError as exc:
             raise translate(exc, "revoking a token") from exc
@@ -105,7 +106,7 @@ class TokenStore:
         """All tokens (optionally of one tenant); an operator's listing, not a hot path.
 
         Raises:
-            QuotaServiceError: the store failed.
+            StorageError: the store failed.
         """
         records: list[TokenRecord] = []
         kwargs: dict[str, Any] = {"TableName": self._table}

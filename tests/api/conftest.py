@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +62,13 @@ def make_container(settings: Settings, clock: FixedClock) -> Container:
     return Container(settings=settings, clock=clock)
 
 
-@pytest.fixture
-def api(clock: FixedClock) -> Iterator[Api]:
+@contextmanager
+def running_api(clock: FixedClock, backend: str) -> Iterator[Api]:
     with mock_aws():
         topic = boto3.client("sns").create_topic(Name="alerts")["TopicArn"]
-        settings = fresh_settings(f"a{uuid.uuid4().hex[:8]}", topic_arn=topic)
-        provisioned(client_for(None), settings)
+        settings = fresh_settings(f"a{uuid.uuid4().hex[:8]}", topic_arn=topic, backend=backend)
+        if backend == "dynamodb":
+            provisioned(client_for(None), settings)
         container = make_container(settings, clock)
         app_module.reset_dependencies(container)
         try:
@@ -74,6 +76,20 @@ def api(clock: FixedClock) -> Iterator[Api]:
                 yield Api(client, container, clock)
         finally:
             app_module.reset_dependencies(None)
+
+
+@pytest.fixture
+def api(clock: FixedClock) -> Iterator[Api]:
+    """The API on the memory backend (decision logic); SNS is moto's."""
+    with running_api(clock, "memory") as api:
+        yield api
+
+
+@pytest.fixture
+def dynamo_api(clock: FixedClock) -> Iterator[Api]:
+    """The API on moto's DynamoDB: for store faults and what only a real store shows."""
+    with running_api(clock, "dynamodb") as api:
+        yield api
 
 
 def body(response: Any) -> Any:

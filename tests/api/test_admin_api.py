@@ -250,7 +250,9 @@ def test_sns_outage_never_changes_a_decision_and_is_audited(api: Api) -> None:
     assert types == ["quota_exceeded", "notification_failed"]
 
 
-def test_audit_write_failure_never_turns_a_block_into_an_allow(api: Api) -> None:
+def test_audit_write_failure_never_turns_a_block_into_an_allow(dynamo_api: Api) -> None:
+    api = dynamo_api
+
     def fail(**_: Any) -> None:
         raise EndpointConnectionError(endpoint_url="http://audit.invalid")
 

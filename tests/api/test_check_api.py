@@ -118,7 +118,8 @@ def test_admin_token_may_check_too(api: Api) -> None:
     assert api.check(ADMIN, **WRITE).status_code == 200
 
 
-def test_throttled_store_is_a_503_with_retry_after(api: Api) -> None:
+def test_throttled_store_is_a_503_with_retry_after(dynamo_api: Api) -> None:
+    api = dynamo_api
     with Stubber(api.container.dynamodb) as stub:
         stub.add_client_error(
             "update_item", "ProvisionedThroughputExceededException", http_status_code=400
@@ -131,7 +132,9 @@ def test_throttled_store_is_a_503_with_retry_after(api: Api) -> None:
     assert "Traceback" not in response.body.decode()
 
 
-def test_unreachable_store_is_a_503_with_retry_after(api: Api) -> None:
+def test_unreachable_store_is_a_503_with_retry_after(dynamo_api: Api) -> None:
+    api = dynamo_api
+
     def down(**_: Any) -> None:
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
@@ -141,7 +144,9 @@ def test_unreachable_store_is_a_503_with_retry_after(api: Api) -> None:
     assert "could not be reached" in body(response)["error"]["message"]
 
 
-def test_unexpected_errors_are_a_plain_500_without_a_trace(api: Api) -> None:
+def test_unexpected_errors_are_a_plain_500_without_a_trace(dynamo_api: Api) -> None:
+    api = dynamo_api
+
     def boom(**_: Any) -> None:
         raise RuntimeError("secret internals")
 
@@ -152,7 +157,8 @@ def test_unexpected_errors_are_a_plain_500_without_a_trace(api: Api) -> None:
     assert "secret internals" not in text and "Traceback" not in text
 
 
-def test_token_store_outage_is_a_503_not_a_500(api: Api) -> None:
+def test_token_store_outage_is_a_503_not_a_500(dynamo_api: Api) -> None:
+    api = dynamo_api
     _, headers = api.token("demo", "server")
 
     def down(**_: Any) -> None:

@@ -2,15 +2,20 @@ from __future__ import annotations
 
 from chalicelib.clock import iso_utc
 from chalicelib.quota import (
-    QUOTA_EXCEEDED,
+    Allowed,
     Attempt,
     CallRecord,
-    Decision,
-    Refusal,
+    RefusalReason,
+    Refused,
+    SessionKey,
     SessionSnapshot,
+    SessionState,
+    Verdict,
+    admits,
     call_id_key,
     explain_refusal,
 )
+from chalicelib.storage.counters import decode_call, encode_call, stored_id
 from tests.support import T0
 
 HOUR = 3_600_000
@@ -18,25 +23,30 @@ HOUR = 3_600_000
 
 def attempt(call_id: str | None = None, now: int = T0) -> Attempt:
     return Attempt(
-        tenant="demo",
-        session_id="s1",
+        session=SessionKey("demo", "s1"),
         tool="delete_tag",
         category="write",
         base_limit=15,
         now_ms=now,
         idle_ms=HOUR,
-        all_categories=("read", "write"),
+        check_id="chk001",
         call_id=call_id,
     )
 
 
-def test_record_round_trips_compactly() -> None:
-    record = CallRecord(T0, "write", "delete_tag", False, "a|b|c", "id-1")
-    assert record.encode().endswith("|write|delete_tag|0")
-    assert len(record.encode()) <= 30
-    assert CallRecord.decode(record.encode(), "id-1", principal="a|b|c") == record
-    bare = CallRecord(T0, "read", "search", True)
-    assert CallRecord.decode(bare.encode(), None) == bare
+def test_record_round_trips_compactly_in_the_dynamodb_adapter() -> None:
+    records = [
+        CallRecord(T0, "write", "delete_tag", False, "a|b|c", "id|1", check_id="chk001"),
+        CallRecord(T0, "read", "search", True, check_id="chk002"),
+        CallRecord(T0, "read", "search", True, call_id="rpc-7"),
+        CallRecord(T0, "read", "search", True, call_id="rpc-7", replay=True, check_id="chk3"),
+        CallRecord(T0, "write", "delete_tag", False, check_id="chk004"),
+    ]
+    for record in records:
+        text = encode_call(record)
+        assert len(text) <= 30
+        assert decode_call(text, stored_id(record), record.principal) == record
+    assert encode_call(records[0]).endswith("|write|delete_tag|0")
 
 
 def test_long_call_ids_are_stored_as_a_short_stable_hash() -> None:
@@ -49,26 +59,26 @@ def test_long_call_ids_are_stored_as_a_short_stable_hash() -> None:
 
 def test_refusal_reasons_mirror_the_condition_in_order() -> None:
     full = SessionSnapshot(last_seen_ms=T0, started_ms=T0, counts={"write": 15})
-    assert explain_refusal(full, attempt()) is Refusal.OVER_LIMIT
+    assert explain_refusal(full, attempt()) is Verdict.OVER_LIMIT
     idle = SessionSnapshot(last_seen_ms=T0 - HOUR - 1, started_ms=T0, counts={"write": 15})
-    assert explain_refusal(idle, attempt()) is Refusal.EXPIRED
+    assert explain_refusal(idle, attempt()) is Verdict.EXPIRED
     at_edge = SessionSnapshot(last_seen_ms=T0 - HOUR, started_ms=T0, counts={"write": 15})
-    assert explain_refusal(at_edge, attempt()) is Refusal.OVER_LIMIT
+    assert explain_refusal(at_edge, attempt()) is Verdict.OVER_LIMIT
     suspended = SessionSnapshot(
         last_seen_ms=T0 - 5 * HOUR, started_ms=T0, suspended=True, counts={"write": 1}
     )
-    assert explain_refusal(suspended, attempt()) is Refusal.SUSPENDED
+    assert explain_refusal(suspended, attempt()) is Verdict.SUSPENDED
     seen = SessionSnapshot(
         last_seen_ms=T0,
         started_ms=T0,
         counts={"write": 3},
         calls=(CallRecord(T0, "write", "delete_tag", True, None, "rpc-7"),),
     )
-    assert explain_refusal(seen, attempt("rpc-7")) is Refusal.DUPLICATE
+    assert explain_refusal(seen, attempt("rpc-7")) is Verdict.DUPLICATE
     raised = SessionSnapshot(
         last_seen_ms=T0, started_ms=T0, counts={"write": 15}, raised={"write": 25}
     )
-    assert explain_refusal(raised, attempt()) is Refusal.STALE
+    assert explain_refusal(raised, attempt()) is Verdict.STALE
 
 
 def test_a_raise_never_lowers_the_effective_limit() -> None:
@@ -78,8 +88,7 @@ def test_a_raise_never_lowers_the_effective_limit() -> None:
 
 
 def test_blocked_message_says_what_happened_and_what_to_do() -> None:
-    decision = Decision(
-        allowed=False,
+    decision = Refused(
         session_id="agent-42",
         tool="delete_tag",
         category="write",
@@ -87,7 +96,7 @@ def test_blocked_message_says_what_happened_and_what_to_do() -> None:
         limit=15,
         now_ms=T0,
         resets_at_ms=T0 + HOUR,
-        reason=QUOTA_EXCEEDED,
+        reason=RefusalReason.QUOTA_EXCEEDED,
     )
     message = decision.message
     for needle in ("'write'", "15/15", "agent-42", "NOT run", "2026-12-02T13:00:00Z"):
@@ -100,3 +109,37 @@ def test_blocked_message_says_what_happened_and_what_to_do() -> None:
 def test_iso_utc_pads_the_year() -> None:
     assert iso_utc(-59_000_000_000_000) == "0100-05-13T15:06:40Z"
     assert iso_utc(T0) == "2026-12-02T12:00:00Z"
+
+
+def test_a_decision_is_an_allowance_or_a_refusal_never_both() -> None:
+    allowed = Allowed("s1", "search", "read", 3, 200, T0, T0 + HOUR)
+    assert allowed.allowed and allowed.remaining == 197
+    assert not hasattr(allowed, "reason")
+    refused = Refused(
+        "s1", "delete_tag", "write", 3, 15, T0, T0 + HOUR, RefusalReason.SESSION_SUSPENDED
+    )
+    assert not refused.allowed and refused.suspended
+    assert refused.remaining == 0  # a suspended session has no headroom to advertise
+
+
+def test_a_check_already_counted_is_recognised_before_anything_else() -> None:
+    mine = CallRecord(T0, "write", "delete_tag", True, check_id="chk001")
+    snapshot = SessionSnapshot(
+        last_seen_ms=T0, started_ms=T0, counts={"write": 15}, suspended=True, calls=(mine,)
+    )
+    assert explain_refusal(snapshot, attempt()) is Verdict.ALREADY_COUNTED
+
+
+def test_admits_is_the_condition() -> None:
+    assert admits(None, attempt())
+    fresh = SessionSnapshot(last_seen_ms=T0, started_ms=T0, counts={"write": 14})
+    assert admits(fresh, attempt())
+    assert not admits(SessionSnapshot(T0, T0, counts={"write": 15}), attempt())
+
+
+def test_session_states() -> None:
+    active = SessionSnapshot(last_seen_ms=T0, started_ms=T0)
+    assert active.state(T0, HOUR) is SessionState.ACTIVE
+    assert active.state(T0 + HOUR + 1, HOUR) is SessionState.IDLE
+    suspended = SessionSnapshot(last_seen_ms=T0, started_ms=T0, suspended=True)
+    assert suspended.state(T0 + 5 * HOUR, HOUR) is SessionState.SUSPENDED

@@ -1,0 +1,247 @@
+"""Administrator actions: raise, suspend, resume and reset sessions; grants; the audit
+trail. Every change is audited with the admin's identity, reason, before and after."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from chalicelib.admin_requests import AuditQuery, GrantRequest, RaiseRequest
+from chalicelib.admin_views import SessionViews
+from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
+from chalicelib.clock import Clock
+from chalicelib.errors import Conflict, InvalidRequest, NotFound
+from chalicelib.grants import Grant, GrantLimits
+from chalicelib.policy import Policy
+from chalicelib.ports import (
+    AuditLog,
+    GrantRepository,
+    LimitChange,
+    RecordChanged,
+    RecordNotFound,
+    SessionCounters,
+)
+from chalicelib.quota import SessionKey, SessionSnapshot, SessionState
+from chalicelib.tokens import Identity
+
+ROUNDS = 4
+
+
+class AdminService:
+    """Backs the admin endpoints; tenant-scoped: the tenant always comes from the token."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        counters: SessionCounters,
+        grants: GrantRepository,
+        limits: GrantLimits,
+        audit_log: AuditLog,
+        auditor: Auditor,
+        views: SessionViews,
+        clock: Clock,
+        idle_timeout_seconds: int,
+    ) -> None:
+        self._policy = policy
+        self._counters = counters
+        self._grants = grants
+        self._limits = limits
+        self._audit_log = audit_log
+        self._auditor = auditor
+        self._views = views
+        self._clock = clock
+        self._idle_ms = idle_timeout_seconds * 1000
+
+    # -- sessions ------------------------------------------------------------------
+
+    def _get(self, session: SessionKey) -> SessionSnapshot:
+        snapshot = self._counters.get(session)
+        if snapshot is None:
+            raise NotFound(f"Session {session.session_id!r} has made no checks in this tenant.")
+        return snapshot
+
+    def _view(self, session: SessionKey, snapshot: SessionSnapshot) -> dict[str, Any]:
+        return self._views.session(session.tenant, session.session_id, snapshot)
+
+    def show(self, session: SessionKey) -> dict[str, Any]:
+        """The session's counters, limits, state and last calls.
+
+        Raises:
+            NotFound: the session was never seen.
+        """
+        return self._view(session, self._get(session))
+
+    def _audit(
+        self,
+        who: Identity,
+        event_type: EventType,
+        session_id: str,
+        reason: str | None,
+        before: Any = None,
+        after: Any = None,
+    ) -> bool:
+        return self._auditor.record(
+            AuditEvent(
+                at_ms=self._clock(),
+                type=event_type,
+                tenant=who.tenant,
+                session_id=session_id,
+                actor=f"{who.token_id} ({who.role})",
+                reason=reason,
+                before=before,
+                after=after,
+            )
+        )
+
+    def raise_limit(self, who: Identity, session_id: str, request: RaiseRequest) -> dict[str, Any]:
+        """Raise a session's limit in one category, at once; never lowers it.
+
+        Raises:
+            InvalidRequest: above the policy's maximum.
+            Conflict: the new limit would be lower than the current one.
+            RecordChanged: the session kept changing.
+        """
+        category = request.category
+        maximum = self._policy.categories[category].max_limit
+        session = SessionKey(who.tenant, session_id)
+        for _ in range(ROUNDS):
+            seen = self._counters.get(session)
+            current = self._views.current_limit(who.tenant, category, seen)
+            new = request.new_limit(current)
+            if new < current:
+                raise Conflict(
+                    f"A raise can never lower a limit: '{category}' is {current} for this "
+                    f"session and {new} would lower it. Use reset to zero the counters."
+                )
+            if new > maximum:
+                raise InvalidRequest(
+                    f"The policy caps '{category}' at {maximum} calls per session; "
+                    f"{new} is above that.",
+                    "limit",
+                )
+            change = LimitChange(category, new, self._clock(), self._idle_ms)
+            try:
+                after = self._counters.raise_limit(session, change, seen)
+            except RecordChanged:
+                continue
+            self._audit(
+                who,
+                EventType.SESSION_RAISED,
+                session_id,
+                request.reason,
+                before={"category": category, "limit": current},
+                after={"category": category, "limit": new},
+            )
+            view = self._view(session, after)
+            return {"session": view, "category": category, "before": current, "after": new}
+        raise RecordChanged("raising a limit")
+
+    def suspend(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+        """Kill switch: refuse every check of the session until resumed."""
+        session = SessionKey(who.tenant, session_id)
+        before = self._counters.get(session)
+        after = self._counters.suspend(session, reason, self._clock())
+        self._audit(
+            who,
+            EventType.SESSION_SUSPENDED,
+            session_id,
+            reason,
+            before={"state": str(self._views.state(before))},
+            after={"state": str(SessionState.SUSPENDED)},
+        )
+        return {"session": self._view(session, after)}
+
+    def resume(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+        """Lift a suspension.
+
+        Raises:
+            NotFound: the session was never seen.
+        """
+        session = SessionKey(who.tenant, session_id)
+        before = self._get(session)
+        try:
+            after = self._counters.resume(session, self._clock(), self._idle_ms)
+        except RecordNotFound as exc:
+            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
+        view = self._view(session, after)
+        self._audit(
+            who,
+            EventType.SESSION_RESUMED,
+            session_id,
+            reason,
+            before={"state": str(self._views.state(before))},
+            after={"state": view["state"]},
+        )
+        return {"session": view}
+
+    def reset(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+        """Zero the session's counters.
+
+        Raises:
+            NotFound: the session was never seen.
+        """
+        session = SessionKey(who.tenant, session_id)
+        before = self._get(session)
+        try:
+            after = self._counters.reset(session, self._clock(), self._idle_ms)
+        except RecordNotFound as exc:
+            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
+        self._audit(
+            who,
+            EventType.SESSION_RESET,
+            session_id,
+            reason,
+            before={"used": dict(before.counts)},
+            after={"used": dict(after.counts)},
+        )
+        return {"session": self._view(session, after)}
+
+    # -- grants ----------------------------------------------------------------------
+
+    def add_grant(self, who: Identity, request: GrantRequest) -> dict[str, Any]:
+        """Plan a raise for a principal in a time window."""
+        grant = Grant(
+            grant_id=f"g-{secrets.token_hex(6)}",
+            tenant=who.tenant,
+            principal=request.principal,
+            category=request.category,
+            limit=request.limit,
+            starts_at_ms=request.starts_at_ms,
+            ends_at_ms=request.ends_at_ms,
+            reason=request.reason,
+            created_by=who.token_id,
+            created_at_ms=self._clock(),
+        )
+        shown = grant.to_json()
+        self._grants.put(grant)
+        self._limits.forget(who.tenant)
+        self._audit(who, EventType.GRANT_CREATED, TENANT_SCOPE, request.reason, after=shown)
+        return {"grant": shown}
+
+    def list_grants(self, who: Identity) -> dict[str, Any]:
+        """The tenant's grants."""
+        return {"grants": [g.to_json() for g in self._grants.list(who.tenant)]}
+
+    def delete_grant(self, who: Identity, grant_id: str) -> dict[str, Any]:
+        """Delete a grant.
+
+        Raises:
+            NotFound: no such grant in this tenant.
+        """
+        try:
+            grant = self._grants.delete(who.tenant, grant_id)
+        except RecordNotFound as exc:
+            raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
+        self._limits.forget(who.tenant)
+        self._audit(who, EventType.GRANT_DELETED, TENANT_SCOPE, None, before=grant.to_json())
+        return {"grant": grant.to_json()}
+
+    # -- audit -----------------------------------------------------------------------
+
+    def audit_page(self, who: Identity, query: AuditQuery) -> dict[str, Any]:
+        """A page of the audit trail of one session (or of the tenant's own events)."""
+        scope = TENANT_SCOPE if query.session_id is None else query.session_id
+        page = self._audit_log.page(
+            who.tenant, scope, query.since_ms, query.limit, query.next_token
+        )
+        return {"events": [e.to_json() for e in page.events], "next": page.next_token}

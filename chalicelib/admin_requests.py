@@ -1,0 +1,138 @@
+"""Administrator requests: bodies and query strings parsed into typed requests. Every
+error names the offending field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chalicelib.errors import InvalidRequest, NotFound
+from chalicelib.policy import Policy
+from chalicelib.validation import (
+    VISIBLE_ASCII,
+    category_field,
+    int_field,
+    reason_field,
+    reject_unknown,
+    session_id_param,
+    text_field,
+    time_field,
+)
+
+GRANT_ID = re.compile(r"g-[0-9a-f]{12}")
+AUDIT_PAGE = re.compile(r"[0-9]{1,3}")
+MAX_PAGE_TOKEN = 2048
+
+
+@dataclass(frozen=True)
+class RaiseRequest:
+    """Raise one category's limit: to `limit`, or by `add`."""
+
+    category: str
+    reason: str
+    limit: int | None = None
+    add: int | None = None
+
+    def new_limit(self, current: int) -> int:
+        """The limit asked for, given the current one."""
+        return self.limit if self.limit is not None else current + (self.add or 0)
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    """A planned raise for a principal in a time window."""
+
+    principal: str
+    category: str
+    limit: int
+    starts_at_ms: int
+    ends_at_ms: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """A page of the audit trail of one session, or of the tenant's own events."""
+
+    session_id: str | None
+    since_ms: int
+    limit: int
+    next_token: str | None
+
+
+def parse_raise(body: Mapping[str, Any], policy: Policy) -> RaiseRequest:
+    """Raises: InvalidRequest."""
+    reject_unknown(body, frozenset({"category", "limit", "add", "reason"}))
+    category = category_field(body, policy)
+    reason = reason_field(body)
+    if ("limit" in body) == ("add" in body):
+        raise InvalidRequest("Give exactly one of 'limit' or 'add'.", "limit")
+    if "limit" in body:
+        return RaiseRequest(category, reason, limit=int_field(body, "limit"))
+    return RaiseRequest(category, reason, add=int_field(body, "add"))
+
+
+def parse_reason(body: Mapping[str, Any]) -> str:
+    """The body of suspend, resume and reset: only a reason.
+
+    Raises:
+        InvalidRequest: an unknown field, or a missing or bad reason.
+    """
+    reject_unknown(body, frozenset({"reason"}))
+    return reason_field(body)
+
+
+def parse_grant(body: Mapping[str, Any], policy: Policy, now_ms: int) -> GrantRequest:
+    """Raises: InvalidRequest, also for a window that is empty or over, or a limit that is
+    not above the policy's or is above its maximum."""
+    reject_unknown(
+        body, frozenset({"principal", "category", "limit", "starts_at", "ends_at", "reason"})
+    )
+    principal = text_field(body, "principal", 256)
+    assert principal is not None
+    category = category_field(body, policy)
+    limit = int_field(body, "limit")
+    starts, ends = time_field(body, "starts_at"), time_field(body, "ends_at")
+    reason = reason_field(body)
+    spec = policy.categories[category]
+    if ends <= starts:
+        raise InvalidRequest("Field 'ends_at' must be after 'starts_at'.", "ends_at")
+    if ends <= now_ms:
+        raise InvalidRequest("Field 'ends_at' is in the past.", "ends_at")
+    if limit <= spec.limit:
+        raise InvalidRequest(
+            f"A grant can only raise: '{category}' is already {spec.limit}.", "limit"
+        )
+    if limit > spec.max_limit:
+        raise InvalidRequest(
+            f"The policy caps '{category}' at {spec.max_limit} calls per session.", "limit"
+        )
+    return GrantRequest(principal, category, limit, starts, ends, reason)
+
+
+def grant_id_param(raw: str) -> str:
+    """Raises: NotFound: it cannot be a grant id (so no grant has it)."""
+    if not GRANT_ID.fullmatch(raw):
+        raise NotFound(f"No grant {raw[:40]!r} in this tenant.")
+    return raw
+
+
+def parse_audit_query(params: Mapping[str, str]) -> AuditQuery:
+    """Raises: InvalidRequest."""
+    reject_unknown(params, frozenset({"session_id", "since", "limit", "next"}))
+    session_id = params.get("session_id")
+    since = time_field(params, "since") if "since" in params else 0
+    raw_limit = params.get("limit", "50")
+    if not AUDIT_PAGE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= 500:
+        raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 500.", "limit")
+    token = params.get("next")
+    if token is not None and not (len(token) <= MAX_PAGE_TOKEN and VISIBLE_ASCII.fullmatch(token)):
+        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+    return AuditQuery(
+        session_id=None if session_id is None else session_id_param(session_id),
+        since_ms=since,
+        limit=int(raw_limit),
+        next_token=token,
+    )

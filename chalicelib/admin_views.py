@@ -1,0 +1,77 @@
+"""What the admin API shows: a session's counters, limits, state and last calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib.clock import Clock, iso_utc
+from chalicelib.policy import Policy
+from chalicelib.quota import SessionSnapshot, SessionState
+from chalicelib.service import LimitResolver
+
+
+class SessionViews:
+    """Turns a stored session into the JSON the admin API returns."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        limits: LimitResolver,
+        clock: Clock,
+        idle_timeout_seconds: int,
+        keep_calls: int,
+    ) -> None:
+        self._categories = tuple(policy.categories)
+        self._limits = limits
+        self._clock = clock
+        self._idle_ms = idle_timeout_seconds * 1000
+        self._keep = keep_calls
+
+    def state(self, snapshot: SessionSnapshot | None) -> SessionState:
+        """The state the next check would see."""
+        if snapshot is None:
+            return SessionState.UNSEEN
+        return snapshot.state(self._clock(), self._idle_ms)
+
+    def current_limit(self, tenant: str, category: str, seen: SessionSnapshot | None) -> int:
+        """The limit the next check would apply in a category."""
+        now = self._clock()
+        principal = seen.principal if seen else None
+        base = self._limits.base_limit(tenant, principal, category, now)
+        if seen is None or self.state(seen) is SessionState.IDLE:
+            return base
+        return seen.limit_for(category, base)
+
+    def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> dict[str, Any]:
+        """A session as the API shows it: the state the next check would see."""
+        now = self._clock()
+        state = self.state(snapshot)
+        fresh = state is SessionState.IDLE  # the next check starts the counters again
+        categories: dict[str, Any] = {}
+        for name in self._categories:
+            base = self._limits.base_limit(tenant, snapshot.principal, name, now)
+            raised = None if fresh else snapshot.raised.get(name)
+            limit = max(base, raised or 0)
+            used = 0 if fresh else snapshot.counts.get(name, 0)
+            categories[name] = {
+                "used": used,
+                "limit": limit,
+                "base_limit": base,
+                "raised_limit": raised,
+                "remaining": 0 if state is SessionState.SUSPENDED else max(0, limit - used),
+                "refused": 0 if fresh else snapshot.refused.get(name, 0),
+                "state": str(state),
+            }
+        suspended = state is SessionState.SUSPENDED
+        return {
+            "tenant": tenant,
+            "session_id": session_id,
+            "state": str(state),
+            "principal": snapshot.principal,
+            "started_at": iso_utc(snapshot.started_ms),
+            "last_seen_at": iso_utc(snapshot.last_seen_ms),
+            "resets_at": None if suspended else iso_utc(snapshot.last_seen_ms + self._idle_ms),
+            "suspended_reason": snapshot.suspended_reason,
+            "categories": categories,
+            "last_calls": [c.to_json() for c in snapshot.calls[-self._keep :]],
+        }

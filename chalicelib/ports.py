@@ -1,0 +1,265 @@
+"""What the service needs from storage, keyed by domain values, and what storage may
+raise. The DynamoDB adapters and the in-memory ones (`chalicelib.storage`) implement
+these; nothing above them knows a key format, an expression or a TTL attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from chalicelib.audit import AuditEvent
+    from chalicelib.grants import Grant
+    from chalicelib.quota import Attempt, SessionKey, SessionSnapshot
+    from chalicelib.tokens import TokenRecord
+
+# -- storage errors: what went wrong, never how to say it over HTTP -------------------
+
+
+class StorageError(Exception):
+    """Base of the errors every adapter raises; `chalicelib.errors` maps them."""
+
+    def __init__(self, doing: str) -> None:
+        super().__init__(doing)
+        self.doing = doing  # what the service was doing, e.g. "counting a call"
+
+
+class StoreUnavailable(StorageError):
+    """Throttled or unreachable: retrying later may work."""
+
+    def __init__(self, doing: str, retry_after_seconds: int = 1, throttled: bool = False) -> None:
+        super().__init__(doing)
+        self.retry_after_seconds = retry_after_seconds
+        self.throttled = throttled
+
+
+class StoreMisconfigured(StorageError):
+    """A table or permission the service needs is missing."""
+
+    def __init__(self, doing: str, code: str) -> None:
+        super().__init__(doing)
+        self.code = code
+
+
+class StoreRejected(StorageError):
+    """The store refused a request for a reason that retrying will not fix."""
+
+    def __init__(self, doing: str, code: str) -> None:
+        super().__init__(doing)
+        self.code = code
+
+
+class RecordChanged(StorageError):
+    """A conditional update failed: the record changed since it was read."""
+
+
+class RecordNotFound(StorageError):
+    """The addressed record does not exist."""
+
+
+class BadPageToken(StorageError):
+    """A page token that this listing did not issue."""
+
+
+# -- results -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """The call was counted; the session as it is now."""
+
+    snapshot: SessionSnapshot
+
+
+@dataclass(frozen=True)
+class NotConsumed:
+    """The condition failed; the session as it was (None if it vanished meanwhile)."""
+
+    snapshot: SessionSnapshot | None
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One page of events, oldest first, and the token for the next page."""
+
+    events: list[AuditEvent]
+    next_token: str | None
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """An administrator's raise of one category's limit for one session."""
+
+    category: str
+    new_limit: int
+    now_ms: int
+    idle_ms: int
+
+
+# -- ports ---------------------------------------------------------------------------
+
+
+class SessionCounters(Protocol):
+    """A session's counters, state and last calls: the check's one conditional write."""
+
+    def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
+        """Count one call if `quota.admits` the session as stored; atomically.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+        """Start idle-expired counters again with this call counted; None if another
+        attempt touched the session since `old_last_seen_ms` was read.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def record_block(
+        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+    ) -> bool | None:
+        """Record a refused attempt and refresh the idle clock. Returns whether it is the
+        first refusal at `limit` since the counters started (False while suspended), or
+        None if the session changed since `seen`. Idempotent per `attempt.check_id`.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
+        """Record a replayed call id and refresh the idle clock; False if the session
+        changed since `seen`.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def get(self, session: SessionKey) -> SessionSnapshot | None:
+        """The session as stored (strongly consistent), or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def raise_limit(
+        self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None
+    ) -> SessionSnapshot:
+        """Set a raised limit, never below a raised limit set meanwhile. On an idle (or
+        unseen) session the counters start again, as the next check would.
+
+        Raises:
+            RecordChanged: the session changed since `seen`; read and retry.
+            StorageError: the store failed.
+        """
+
+    def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
+        """Suspend a session, creating it if unseen; concurrent checks never defeat it.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def resume(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
+        """Lift a suspension; concurrent checks never defeat it.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+            StorageError: the store failed.
+        """
+
+    def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
+        """Zero every counter; raises, suspension and last calls stay. Concurrent checks
+        never defeat it.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+            StorageError: the store failed.
+        """
+
+
+class AuditLog(Protocol):
+    """The append-only audit trail."""
+
+    def put(self, event: AuditEvent) -> None:
+        """Append one event; never overwrites.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def page(
+        self,
+        tenant: str,
+        session_id: str,
+        since_ms: int = 0,
+        limit: int = 50,
+        next_token: str | None = None,
+    ) -> AuditPage:
+        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
+
+        Raises:
+            BadPageToken: `next_token` is not one this listing issued.
+            StorageError: the store failed.
+        """
+
+
+class GrantRepository(Protocol):
+    """Grants: planned raises for a principal in a time window."""
+
+    def put(self, grant: Grant) -> None:
+        """Store a new grant.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def list(self, tenant: str) -> list[Grant]:
+        """All grants of a tenant, in id order.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def delete(self, tenant: str, grant_id: str) -> Grant:
+        """Delete a grant; returns it.
+
+        Raises:
+            RecordNotFound: no such grant in this tenant.
+            StorageError: the store failed.
+        """
+
+
+class TokenRepository(Protocol):
+    """Bearer tokens, stored as hashes."""
+
+    def put(self, record: TokenRecord) -> None:
+        """Store a new token.
+
+        Raises:
+            StorageError: the store failed or the id is taken.
+        """
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        """A token by its public id.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def revoke(self, token_id: str, now_ms: int) -> TokenRecord:
+        """Mark a token revoked; the first revocation time is kept.
+
+        Raises:
+            RecordNotFound: no such token.
+            StorageError: the store failed.
+        """
+
+    def list(self, tenant: str | None = None) -> list[TokenRecord]:
+        """All tokens, optionally of one tenant, oldest first.
+
+        Raises:
+            StorageError: the store failed.
+        """

@@ -1,0 +1,405 @@
+"""In-memory adapters for every port: thread-safe, with the DynamoDB adapters' semantics
+(conditional failures, idle expiry, idempotent retries, batch-trimmed last calls).
+
+For quick experiments (`QUOTA_BACKEND=memory`) and for the decision-logic tests. State
+lives in one process: a deployment with more than one Lambda container needs DynamoDB.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from chalicelib.audit import AuditEvent
+from chalicelib.grants import Grant
+from chalicelib.ports import (
+    AuditPage,
+    BadPageToken,
+    Consumed,
+    LimitChange,
+    NotConsumed,
+    RecordChanged,
+    RecordNotFound,
+    StoreRejected,
+)
+from chalicelib.quota import Attempt, CallRecord, SessionKey, SessionSnapshot, admits
+from chalicelib.tokens import TokenRecord
+
+_SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
+
+
+@dataclass
+class _Session:
+    last_seen_ms: int
+    started_ms: int
+    expires_ms: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+    raised: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+    notified: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    suspended_reason: str | None = None
+    principal: str | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+
+    def snapshot(self) -> SessionSnapshot:
+        return SessionSnapshot(
+            last_seen_ms=self.last_seen_ms,
+            started_ms=self.started_ms,
+            counts=dict(self.counts),
+            raised=dict(self.raised),
+            refused=dict(self.refused),
+            suspended=self.suspended_reason is not None,
+            suspended_reason=self.suspended_reason,
+            principal=self.principal,
+            calls=tuple(replace(c, principal=self.principal) for c in self.calls),
+        )
+
+    def holds(self, record: CallRecord) -> bool:
+        return any(
+            c.check_id == record.check_id
+            and (c.allowed, c.replay) == (record.allowed, record.replay)
+            for c in self.calls
+        )
+
+    def zero(self) -> None:
+        self.counts.clear()
+        self.notified.clear()
+        self.refused.clear()
+
+
+class MemoryCounters:
+    """The session counters port in a dict, under one lock."""
+
+    def __init__(self, categories: Iterable[str], keep_calls: int = 10) -> None:
+        self._categories = tuple(categories)
+        self._keep = max(1, keep_calls)
+        self._batch = max(1, keep_calls // 2)
+        self._sessions: dict[SessionKey, _Session] = {}
+        self._lock = threading.Lock()
+        self._writes = 0
+
+    def _append(self, session: _Session, record: CallRecord) -> None:
+        if record.allowed and not record.replay and record.call_id is not None:
+            record = replace(record, check_id=None)  # kept by call id alone, as in DynamoDB
+        session.calls.append(record)
+        # The DynamoDB item drops the oldest batch once the list is a batch past `keep`.
+        if len(session.calls) >= self._keep + self._batch:
+            del session.calls[: self._batch]
+
+    def _touch(self, session: _Session, attempt: Attempt) -> None:
+        session.last_seen_ms = attempt.now_ms
+        session.expires_ms = attempt.resets_at_ms
+        if attempt.principal is not None:
+            session.principal = attempt.principal
+
+    def _written(self, now_ms: int) -> None:
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            expired = [
+                key
+                for key, s in self._sessions.items()
+                if s.expires_ms is not None and s.expires_ms < now_ms
+            ]
+            for key in expired:
+                del self._sessions[key]
+
+    def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
+        """Count one call if `quota.admits` the session as stored."""
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if not admits(session.snapshot() if session else None, attempt):
+                return NotConsumed(session.snapshot() if session else None)
+            if session is None:
+                session = _Session(attempt.now_ms, attempt.now_ms, None)
+                self._sessions[attempt.session] = session
+            session.counts[attempt.category] = session.counts.get(attempt.category, 0) + 1
+            self._touch(session, attempt)
+            self._append(session, attempt.record(allowed=True))
+            self._written(attempt.now_ms)
+            return Consumed(session.snapshot())
+
+    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+        """Start idle-expired counters again with this call counted."""
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if session is None or session.last_seen_ms != old_last_seen_ms:
+                return None
+            if session.suspended_reason is not None:
+                return None
+            session.zero()
+            session.raised.clear()
+            session.counts[attempt.category] = 1
+            session.started_ms = attempt.now_ms
+            session.calls = []
+            self._append(session, attempt.record(allowed=True))
+            self._touch(session, attempt)
+            return Consumed(session.snapshot())
+
+    def record_block(
+        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+    ) -> bool | None:
+        """Record a refused attempt; whether it is the first at `limit`, or None."""
+        record = attempt.record(allowed=False)
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if session is None:
+                return None
+            if session.holds(record):
+                first = session.notified.get(attempt.category) == (limit, attempt.check_id)
+                return not suspended and first
+            if suspended:
+                if session.suspended_reason is None:
+                    return None
+                session.last_seen_ms = attempt.now_ms
+                self._append(session, record)
+                return False
+            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+                return None
+            previous = session.notified.get(attempt.category)
+            session.notified[attempt.category] = (limit, attempt.check_id)
+            session.refused[attempt.category] = session.refused.get(attempt.category, 0) + 1
+            self._touch(session, attempt)
+            self._append(session, record)
+            return previous is None or previous[0] != limit
+
+    def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
+        """Record a replayed call id; False if the session changed since `seen`."""
+        record = attempt.record(allowed=True, replay=True)
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if session is None:
+                return False
+            if session.holds(record):
+                return True
+            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+                return False
+            self._touch(session, attempt)
+            self._append(session, record)
+            return True
+
+    def get(self, session: SessionKey) -> SessionSnapshot | None:
+        """The session as stored, or None."""
+        with self._lock:
+            found = self._sessions.get(session)
+            return found.snapshot() if found else None
+
+    def raise_limit(
+        self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None
+    ) -> SessionSnapshot:
+        """Set a raised limit as read in `seen`.
+
+        Raises:
+            RecordChanged: the session changed since `seen`.
+        """
+        now_ms, idle_ms = change.now_ms, change.idle_ms
+        with self._lock:
+            found = self._sessions.get(session)
+            if seen is None or (not seen.suspended and seen.is_idle(now_ms, idle_ms)):
+                fresh_ok = (
+                    found is None
+                    if seen is None
+                    else (
+                        found is not None
+                        and found.last_seen_ms == seen.last_seen_ms
+                        and found.suspended_reason is None
+                    )
+                )
+                if not fresh_ok:
+                    raise RecordChanged("raising a limit")
+                if found is None:
+                    found = _Session(now_ms, now_ms, None)
+                    self._sessions[session] = found
+                found.zero()
+                found.raised = {}
+                found.started_ms = found.last_seen_ms = now_ms
+                found.expires_ms = now_ms + idle_ms
+            else:
+                live = found is not None and (
+                    found.last_seen_ms >= now_ms - idle_ms or found.suspended_reason is not None
+                )
+                if found is None or not live:
+                    raise RecordChanged("raising a limit")
+                if found.raised.get(change.category, 0) > change.new_limit:
+                    raise RecordChanged("raising a limit")
+            found.raised[change.category] = change.new_limit
+            return found.snapshot()
+
+    def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
+        """Suspend a session, creating it if unseen."""
+        with self._lock:
+            found = self._sessions.setdefault(session, _Session(now_ms, now_ms, None))
+            found.suspended_reason = reason
+            found.expires_ms = None
+            return found.snapshot()
+
+    def resume(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
+        """Lift a suspension.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+        """
+        with self._lock:
+            found = self._sessions.get(session)
+            if found is None:
+                raise RecordNotFound("resuming a session")
+            found.suspended_reason = None
+            found.expires_ms = now_ms + idle_ms
+            return found.snapshot()
+
+    def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
+        """Zero every counter; raises, suspension and last calls stay.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+        """
+        with self._lock:
+            found = self._sessions.get(session)
+            if found is None:
+                raise RecordNotFound("resetting a session")
+            found.zero()
+            found.started_ms = found.last_seen_ms = max(now_ms, found.started_ms + 1)
+            if found.suspended_reason is None:
+                found.expires_ms = found.started_ms + idle_ms
+            return found.snapshot()
+
+
+def _page_token(tenant: str, session_id: str, sort_key: str) -> str:
+    return base64.urlsafe_b64encode(f"{tenant}\n{session_id}\n{sort_key}".encode()).decode()
+
+
+class MemoryAuditLog:
+    """The audit log port in a dict of time-ordered lists."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str], dict[str, AuditEvent]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, event: AuditEvent) -> None:
+        """Append one event; never overwrites.
+
+        Raises:
+            StoreRejected: an event with this sort key exists.
+        """
+        with self._lock:
+            events = self._events.setdefault((event.tenant, event.session_id), {})
+            if event.sort_key in events:
+                raise StoreRejected("writing the audit trail", "ConditionalCheckFailed")
+            events[event.sort_key] = event
+
+    def page(
+        self,
+        tenant: str,
+        session_id: str,
+        since_ms: int = 0,
+        limit: int = 50,
+        next_token: str | None = None,
+    ) -> AuditPage:
+        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
+
+        Raises:
+            BadPageToken: the token is not one this listing issued.
+        """
+        after = f"{since_ms:013d}"
+        inclusive = True
+        if next_token is not None:
+            try:
+                raw = base64.urlsafe_b64decode(next_token.encode()).decode()
+            except (binascii.Error, ValueError) as exc:
+                raise BadPageToken("reading the audit trail") from exc
+            parts = raw.split("\n")
+            if len(parts) != 3 or parts[:2] != [tenant, session_id]:
+                raise BadPageToken("reading the audit trail")
+            after, inclusive = max(after, parts[2]), False
+        with self._lock:
+            events = self._events.get((tenant, session_id), {})
+            keys = sorted(k for k in events if k > after or (inclusive and k >= after))
+            chosen = [events[k] for k in keys[:limit]]
+        more = len(keys) > limit
+        token = _page_token(tenant, session_id, keys[limit - 1]) if more else None
+        return AuditPage(events=chosen, next_token=token)
+
+
+class MemoryGrants:
+    """The grants port in a dict per tenant."""
+
+    def __init__(self) -> None:
+        self._grants: dict[str, dict[str, Grant]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, grant: Grant) -> None:
+        """Store a new grant.
+
+        Raises:
+            StoreRejected: the id is taken.
+        """
+        with self._lock:
+            grants = self._grants.setdefault(grant.tenant, {})
+            if grant.grant_id in grants:
+                raise StoreRejected("storing a grant", "ConditionalCheckFailed")
+            grants[grant.grant_id] = grant
+
+    def list(self, tenant: str) -> list[Grant]:
+        """All grants of a tenant, in id order."""
+        with self._lock:
+            grants = self._grants.get(tenant, {})
+            return [grants[k] for k in sorted(grants)]
+
+    def delete(self, tenant: str, grant_id: str) -> Grant:
+        """Delete a grant; returns it.
+
+        Raises:
+            RecordNotFound: no such grant in this tenant.
+        """
+        with self._lock:
+            grant = self._grants.get(tenant, {}).pop(grant_id, None)
+        if grant is None:
+            raise RecordNotFound("deleting a grant")
+        return grant
+
+
+class MemoryTokens:
+    """The tokens port in a dict by token id."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, TokenRecord] = {}
+        self._lock = threading.Lock()
+
+    def put(self, record: TokenRecord) -> None:
+        """Store a new token.
+
+        Raises:
+            StoreRejected: the id is taken.
+        """
+        with self._lock:
+            if record.token_id in self._tokens:
+                raise StoreRejected("storing a token", "ConditionalCheckFailed")
+            self._tokens[record.token_id] = replace(record, name=record.name or "-")
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        """A token by its public id."""
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def revoke(self, token_id: str, now_ms: int) -> TokenRecord:
+        """Mark a token revoked; the first revocation time is kept.
+
+        Raises:
+            RecordNotFound: no such token.
+        """
+        with self._lock:
+            record = self._tokens.get(token_id)
+            if record is None:
+                raise RecordNotFound("revoking a token")
+            if record.revoked_at_ms is None:
+                record = replace(record, revoked_at_ms=now_ms)
+                self._tokens[token_id] = record
+            return record
+
+    def list(self, tenant: str | None = None) -> list[TokenRecord]:
+        """All tokens, optionally of one tenant, oldest first."""
+        with self._lock:
+            records = [r for r in self._tokens.values() if tenant in (None, r.tenant)]
+        return sorted(records, key=lambda r: r.created_at_ms)
