@@ -4,6 +4,7 @@ trail. Every change is audited with the admin's identity, reason, before and aft
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from chalicelib.admin_requests import AuditQuery, GrantRequest, RaiseRequest
@@ -158,20 +159,11 @@ class AdminService:
             NotFound: the session was never seen.
         """
         session = SessionKey(who.tenant, session_id)
-        before = self._get(session)
-        try:
-            after = self._counters.resume(session, self._clock(), self._idle_ms)
-        except RecordNotFound as exc:
-            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
+        before, after = self._change(session, self._counters.resume)
         view = self._view(session, after)
-        self._audit(
-            who,
-            EventType.SESSION_RESUMED,
-            session_id,
-            reason,
-            before={"state": str(self._views.state(before))},
-            after={"state": view["state"]},
-        )
+        before_state = {"state": str(self._views.state(before))}
+        after_state = {"state": view["state"]}
+        self._audit(who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state)
         return {"session": view}
 
     def reset(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
@@ -181,20 +173,26 @@ class AdminService:
             NotFound: the session was never seen.
         """
         session = SessionKey(who.tenant, session_id)
+        before, after = self._change(session, self._counters.reset)
+        used_before, used_after = {"used": dict(before.counts)}, {"used": dict(after.counts)}
+        self._audit(who, EventType.SESSION_RESET, session_id, reason, used_before, used_after)
+        return {"session": self._view(session, after)}
+
+    def _change(
+        self, session: SessionKey, action: Callable[[SessionKey, int, int], SessionSnapshot]
+    ) -> tuple[SessionSnapshot, SessionSnapshot]:
+        """The session before, and after an action that concurrent checks never defeat.
+
+        Raises:
+            NotFound: the session was never seen.
+        """
         before = self._get(session)
         try:
-            after = self._counters.reset(session, self._clock(), self._idle_ms)
+            return before, action(session, self._clock(), self._idle_ms)
         except RecordNotFound as exc:
-            raise NotFound(f"Session {session_id!r} has made no checks in this tenant.") from exc
-        self._audit(
-            who,
-            EventType.SESSION_RESET,
-            session_id,
-            reason,
-            before={"used": dict(before.counts)},
-            after={"used": dict(after.counts)},
-        )
-        return {"session": self._view(session, after)}
+            raise NotFound(
+                f"Session {session.session_id!r} has made no checks in this tenant."
+            ) from exc
 
     # -- grants ----------------------------------------------------------------------
 

@@ -246,8 +246,8 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
 
 
 @dataclass(frozen=True)
-class Allowed:
-    """The call was counted (or is a retry of one that was): it may run."""
+class _Answer:
+    """What every answer to a check says: the call, its budget and when it resets."""
 
     session_id: str
     tool: str
@@ -256,6 +256,12 @@ class Allowed:
     limit: int
     now_ms: int
     resets_at_ms: int
+
+
+@dataclass(frozen=True)
+class Allowed(_Answer):
+    """The call was counted (or is a retry of one that was): it may run."""
+
     duplicate: bool = False
     last_calls: tuple[CallRecord, ...] = ()
 
@@ -271,16 +277,9 @@ class Allowed:
 
 
 @dataclass(frozen=True)
-class Refused:
+class Refused(_Answer):
     """The call was refused, not run: why, and the evidence."""
 
-    session_id: str
-    tool: str
-    category: str
-    used: int
-    limit: int
-    now_ms: int
-    resets_at_ms: int
     reason: RefusalReason
     scope: Scope = Scope.SESSION
     first_exhaustion: bool = False
