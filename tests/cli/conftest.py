@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chalicelib.cli import main
+from admin_cli.main import main
 from tests.cli.fake_api import FakeAdminApi, running_fake
 
 ADMIN_TOKEN = "test-admin-token"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import pytest
 from moto import mock_aws
 
+from admin_cli.provision import create_tables
 from chalicelib.audit import TENANT_SCOPE
 from chalicelib.auth import Authenticator
-from chalicelib.provision import create_tables
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore

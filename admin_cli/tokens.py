@@ -2,7 +2,7 @@
 
 These commands talk to DynamoDB with the operator's own AWS credentials (the root of trust),
 not to the service, so that the first admin token can be created at all. Only the hash of a
-token is stored; the token itself is printed once. `chalicelib.cli` imports this module only
+token is stored; the token itself is printed once. `admin_cli.main` imports this module only
 for token commands, so the HTTP commands never load boto3.
 """
 
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import NoCredentialsError, NoRegionError
 
-from chalicelib import cli_render as render
+from admin_cli import render
+from admin_cli.errors import CliError, ExitCode, exit_code_for_status
+from admin_cli.render import Output
 from chalicelib.audit import TENANT_SCOPE, TOKEN_CREATED, TOKEN_REVOKED, AuditEvent
-from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
-from chalicelib.cli_render import Output
 from chalicelib.clock import iso_utc
 from chalicelib.errors import QuotaServiceError
 from chalicelib.storage.audit import AuditStore

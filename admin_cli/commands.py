@@ -1,7 +1,7 @@
 """`mcp-quota session|grant|audit ...`: the admin API, one function per command.
 
 Each command returns an `Output`: the service's JSON (what `--json` prints) and the text a
-human reads. Printing is left to `chalicelib.cli`.
+human reads. Printing is left to `admin_cli.main`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib import cli_render as render
-from chalicelib.cli_errors import CliError, ExitCode
-from chalicelib.cli_http import AdminClient, quote_segment
-from chalicelib.cli_render import Output
+from admin_cli import render
+from admin_cli.api_client import AdminClient, quote_segment
+from admin_cli.errors import CliError, ExitCode
+from admin_cli.render import Output
 from chalicelib.clock import iso_utc, parse_iso_utc
 
 # The service's rule for session ids (1 to 256 visible ASCII characters).
