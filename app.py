@@ -10,13 +10,12 @@ from urllib.parse import unquote
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
 
-from chalicelib.admin import session_id_param
 from chalicelib.clock import iso_utc
 from chalicelib.errors import Forbidden, QuotaServiceError
 from chalicelib.observability import count, logger
 from chalicelib.quota import SESSION_SUSPENDED, Decision
 from chalicelib.tokens import ADMIN, SERVER, Identity
-from chalicelib.validation import parse_check, parse_json_object
+from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
 
 app = Chalice(app_name="mcp-quota")

@@ -6,7 +6,6 @@ human reads. Printing is left to `admin_cli.main`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,38 +14,35 @@ from admin_cli.api_client import AdminClient, quote_segment
 from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
 from chalicelib.clock import iso_utc, parse_iso_utc
+from chalicelib.errors import InvalidRequest
+from chalicelib.validation import check_printable, reason_field, session_id_param
 
-# The service's rule for session ids (1 to 256 visible ASCII characters).
-SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
 MAX_AUDIT_PAGES = 1000
 
 
 def check_session_id(session_id: str) -> str:
-    """A session id as the service accepts it.
+    """A session id as the service accepts it (the service's own rule).
 
     Raises:
         CliError: the id is empty, too long, or not visible ASCII (usage).
     """
-    if not SESSION_ID.fullmatch(session_id):
-        raise CliError(
-            f"Session id {session_id!r} is not valid: it must be 1 to 256 visible ASCII "
-            "characters (no spaces).",
-            ExitCode.USAGE,
-        )
-    return session_id
+    try:
+        return session_id_param(session_id)
+    except InvalidRequest as exc:
+        raise CliError(f"{exc.message} Got {session_id!r}.", ExitCode.USAGE) from exc
 
 
 def check_reason(reason: str) -> str:
-    """A non-blank reason for the audit trail.
+    """A reason for the audit trail, by the service's rule: not blank, not too long, no
+    control characters; returned stripped.
 
     Raises:
-        CliError: the reason is blank (usage).
+        CliError: the reason breaks the rule (usage).
     """
-    if not reason.strip():
-        raise CliError(
-            "--reason must not be blank: it is recorded in the audit trail.", ExitCode.USAGE
-        )
-    return reason.strip()
+    try:
+        return check_printable(reason_field({"reason": reason}), "reason")
+    except InvalidRequest as exc:
+        raise CliError(f"--reason is not valid: {exc.message}", ExitCode.USAGE) from exc
 
 
 def check_timestamp(text: str, option: str) -> str:

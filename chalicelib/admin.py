@@ -19,7 +19,8 @@ from chalicelib.storage.audit import AuditPage, AuditStore
 from chalicelib.storage.counters import CounterStore, SessionChanged
 from chalicelib.storage.grants import GrantStore
 from chalicelib.tokens import Identity
-from chalicelib.validation import VISIBLE_ASCII, reject_unknown, text_field
+from chalicelib.validation import reason_field as _reason
+from chalicelib.validation import reject_unknown, session_id_param, text_field
 
 ACTIVE = "active"
 IDLE = "idle"
@@ -38,15 +39,6 @@ def _int_field(body: dict[str, Any], name: str, minimum: int = 1) -> int:
     return value
 
 
-def _reason(body: dict[str, Any]) -> str:
-    value = body.get("reason")
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequest("Field 'reason' is required: it goes to the audit trail.", "reason")
-    if len(value) > 1000:
-        raise InvalidRequest("Field 'reason' must be at most 1000 characters.", "reason")
-    return value.strip()
-
-
 def _time_field(body: dict[str, Any], name: str) -> int:
     value = body.get(name)
     if not isinstance(value, str):
@@ -61,17 +53,6 @@ def _time_field(body: dict[str, Any], name: str) -> int:
     if not EARLIEST_MS <= parsed < LATEST_MS:
         raise InvalidRequest(f"Field '{name}' must be a time in the years 2000 to 2999.", name)
     return parsed
-
-
-def session_id_param(raw: str) -> str:
-    """Validate a session id taken from a URL path.
-
-    Raises:
-        InvalidRequest: it is not 1-256 visible ASCII characters.
-    """
-    if not 1 <= len(raw) <= 256 or not VISIBLE_ASCII.fullmatch(raw):
-        raise InvalidRequest("Session id must be 1 to 256 visible ASCII characters.", "session_id")
-    return raw
 
 
 class AdminService:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,13 @@ from chalicelib.errors import InvalidRequest, PayloadTooLarge
 from chalicelib.policy import Policy
 
 MAX_BODY_BYTES = 16 * 1024
+MAX_SESSION_ID = 256
+MAX_REASON = 1000
 VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+# Format characters that reorder text on screen (Trojan Source, CVE-2021-42574).
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CHECK_FIELDS = frozenset({"session_id", "tool", "category", "annotations", "principal", "call_id"})
@@ -90,6 +97,48 @@ def text_field(
         raise InvalidRequest(f"Field '{name}' must be 1 to {max_length} characters long.", name)
     if not pattern.fullmatch(value):
         raise InvalidRequest(f"Field '{name}' must contain only {rule}.", name)
+    return value
+
+
+def session_id_param(raw: str) -> str:
+    """Validate a session id taken from a URL path.
+
+    Raises:
+        InvalidRequest: it is not 1-256 visible ASCII characters.
+    """
+    if not 1 <= len(raw) <= MAX_SESSION_ID or not VISIBLE_ASCII.fullmatch(raw):
+        raise InvalidRequest(
+            f"Session id must be 1 to {MAX_SESSION_ID} visible ASCII characters.", "session_id"
+        )
+    return raw
+
+
+def reason_field(body: Mapping[str, Any]) -> str:
+    """The required `reason` of an admin action, stripped, for the audit trail.
+
+    Raises:
+        InvalidRequest: the reason is missing, blank, or over 1000 characters.
+    """
+    value = body.get("reason")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("Field 'reason' is required: it goes to the audit trail.", "reason")
+    if len(value) > MAX_REASON:
+        raise InvalidRequest(f"Field 'reason' must be at most {MAX_REASON} characters.", "reason")
+    return value.strip()
+
+
+def check_printable(value: str, field: str) -> str:
+    """`value` if it holds no control character, lone surrogate or bidi control.
+
+    Raises:
+        InvalidRequest: a character of category Cc or Cs, or a bidi control, is present.
+    """
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Cs") or char in BIDI_CONTROLS:
+            raise InvalidRequest(
+                f"Field '{field}' must not contain control characters (found U+{ord(char):04X}).",
+                field,
+            )
     return value
 
 
