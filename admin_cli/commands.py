@@ -127,7 +127,7 @@ def session_raise(
     data = client.call("POST", _session_path(session_id, "raise"), body)
     session = _object(data, "session")
     headline = (
-        f"Raised {data.get('category', category)!s} for session {session_id}: "
+        f"Raised {render.cell(data.get('category', category))} for session {session_id}: "
         f"limit {render.change(data.get('before'), data.get('after'))}."
     )
     return Output(data, f"{headline}\n\n{render.session_view(session)}")
@@ -243,5 +243,6 @@ def audit(
         data = {"events": events, "next": None}
     note = None
     if data.get("next"):
-        note = f"More events: add --all-pages, or --next {data['next']} for the next page."
+        following = render.cell(data["next"])
+        note = f"More events: add --all-pages, or --next {following} for the next page."
     return Output(data, render.audit_events(events), note)

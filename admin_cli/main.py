@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from admin_cli import commands
+from admin_cli import commands, render
 from admin_cli.api_client import AdminClient, is_plain_http_to_remote
 from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
@@ -80,7 +80,8 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
     client = AdminClient(url, token, timeout=args.timeout)
     if is_plain_http_to_remote(client.base_url):
         print(
-            f"{PROG}: warning: sending the admin token unencrypted to {client.base_url}",
+            f"{PROG}: warning: sending the admin token unencrypted to "
+            f"{render.escape(client.base_url)}",
             file=sys.stderr,
         )
     return client
@@ -283,9 +284,9 @@ def _emit(output: Output, as_json: bool) -> None:
     if as_json:
         print(json.dumps(output.data, indent=2))
         return
-    print(output.text)
+    print(render.escape_lines(output.text))
     if output.note:
-        print(output.note, file=sys.stderr)
+        print(render.escape(output.note), file=sys.stderr)
 
 
 def _silence_stdout() -> None:
@@ -309,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = handler(args, os.environ)
         _emit(output, args.json)
     except CliError as exc:
-        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: error: {render.escape(exc.message)}", file=sys.stderr)
         return int(exc.exit_code)
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: stop quietly, as other CLIs do.
@@ -318,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a CLI reports the fault; it does not dump a traceback
-        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        message = render.escape(f"{type(exc).__name__}: {exc}")
+        print(f"{PROG}: unexpected error: {message}", file=sys.stderr)
         return int(ExitCode.UNEXPECTED)
     return int(ExitCode.OK)
 

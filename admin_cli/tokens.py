@@ -216,7 +216,7 @@ class TokenAudit:
             self._store.put(event)
         except QuotaServiceError as exc:
             print(
-                f"mcp-quota: warning: not written to the audit trail: {exc.message}",
+                f"mcp-quota: warning: not written to the audit trail: {render.escape(exc.message)}",
                 file=sys.stderr,
             )
 
@@ -270,12 +270,13 @@ def command_revoke(
     if not already:
         (trail or TokenAudit(None)).record(TOKEN_REVOKED, record, now_ms, token_json(record))
     data = token_json(record)
+    token_id, tenant, role = (render.cell(data[k]) for k in ("token_id", "tenant", "role"))
     when = data["revoked_at"]
     if already:
-        text = f"Token {record.token_id} (tenant {record.tenant}) was already revoked at {when}."
+        text = f"Token {token_id} (tenant {tenant}) was already revoked at {when}."
     else:
         text = (
-            f"Revoked {record.role} token {record.token_id} (tenant {record.tenant}) at {when}. "
+            f"Revoked {role} token {token_id} (tenant {tenant}) at {when}. "
             "Running services may accept it for up to QUOTA_TOKEN_CACHE_SECONDS more."
         )
     return Output(data, text)

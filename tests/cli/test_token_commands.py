@@ -13,13 +13,14 @@ import pytest
 from moto import mock_aws
 
 from admin_cli.provision import create_tables
+from admin_cli.render import escape
 from chalicelib.audit import TENANT_SCOPE
 from chalicelib.auth import Authenticator
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
-from chalicelib.tokens import ADMIN, SERVER, hash_secret
-from tests.cli.conftest import Cli
+from chalicelib.tokens import ADMIN, SERVER, TokenRecord, hash_secret
+from tests.cli.conftest import HOSTILE_TEXT, Cli, unsafe_characters
 from tests.support import FixedClock, client_for, fresh_settings
 
 if TYPE_CHECKING:
@@ -131,6 +132,20 @@ def test_list_shows_tokens_without_secrets_and_filters_by_tenant(cli: Cli, table
     listed = json.loads(only_acme.out)["tokens"]
     assert [t["token_id"] for t in listed] == [acme["token_id"]]
     assert set(listed[0]) == {"token_id", "tenant", "role", "name", "created_at", "revoked_at"}
+
+
+# A lone surrogate is not UTF-8, so DynamoDB cannot store one (the HTTP tests cover it).
+@pytest.mark.parametrize("text", [t for t in HOSTILE_TEXT if t != "\ud800"])
+def test_list_escapes_a_stored_name(cli: Cli, tables: Tables, text: str) -> None:
+    # The CLI refuses such names, but the table can be written by other means.
+    record = TokenRecord("0123456789ab", hash_secret("x"), "acme", ADMIN, text, 1_000)
+    TokenStore(tables.client, tables.table).put(record)
+
+    run = cli("token", "list", "--table", tables.table)
+
+    assert run.code == 0, run.err
+    assert unsafe_characters(run.out) == [] and unsafe_characters(run.err) == []
+    assert escape(text) in run.out
 
 
 def test_table_name_comes_from_the_environment(
