@@ -138,9 +138,10 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
         settings = Settings.from_env(env)
     except ConfigurationError as exc:
         raise CliError(str(exc), ExitCode.USAGE) from exc
-    store = tokens.store_for(args.table or settings.tokens_table, args.region)
+    region = tokens.region_from(args.region, env)
+    store = tokens.store_for(args.table or settings.tokens_table, region)
     trail = tokens.TokenAudit(
-        tokens.audit_store_for(settings.audit_table, args.region, settings.audit_ttl_days)
+        tokens.audit_store_for(settings.audit_table, region, settings.audit_ttl_days)
     )
     if args.token_command == "create":
         return tokens.command_create(
@@ -193,7 +194,9 @@ def _leaf(
         parser.add_argument(
             "--table", help="tokens table (env QUOTA_TOKENS_TABLE, default mcp-quota-tokens)"
         )
-        parser.add_argument("--region", help="AWS region (default: your AWS configuration)")
+        parser.add_argument(
+            "--region", help="AWS region (env AWS_REGION, default: your AWS configuration)"
+        )
     parser.set_defaults(handler=handler)
     return parser
 

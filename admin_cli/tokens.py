@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 TOKEN_ID = re.compile(r"^[0-9a-f]{12}$")
 MAX_NAME = 64
 STORED_EMPTY_NAME = "-"  # TokenStore stores an empty name as "-"
+REGION_ENV = "AWS_REGION"
 
 
 def check_tenant(tenant: str) -> str:
@@ -112,6 +113,13 @@ def store_errors() -> Iterator[None]:
         raise CliError(exc.message, exit_code_for_status(exc.STATUS_CODE)) from exc
 
 
+def region_from(flag: str | None, env: Mapping[str, str]) -> str | None:
+    """The AWS region: --region, else AWS_REGION, else None for boto3 to resolve
+    (AWS_DEFAULT_REGION, then the profile). boto3 alone never reads AWS_REGION, which the
+    AWS CLI and the other SDKs honour first."""
+    return flag or env.get(REGION_ENV) or None
+
+
 def dynamodb_client(region: str | None) -> DynamoDBClient:
     """A DynamoDB client from the operator's environment (AWS_ENDPOINT_URL is honoured).
 
@@ -123,7 +131,7 @@ def dynamodb_client(region: str | None) -> DynamoDBClient:
         return boto3.session.Session().client("dynamodb", region_name=region)
     except NoRegionError as exc:
         raise CliError(
-            "No AWS region configured: pass --region or set AWS_REGION.", ExitCode.USAGE
+            f"No AWS region configured: pass --region or set {REGION_ENV}.", ExitCode.USAGE
         ) from exc
 
 

@@ -224,6 +224,44 @@ def test_missing_aws_credentials_exit_4(
     assert "No AWS credentials" in run.err
 
 
+def _only_region_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, region: str | None) -> None:
+    """AWS_REGION alone decides the region: no AWS_DEFAULT_REGION, no profile config."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    if region is None:
+        monkeypatch.delenv("AWS_REGION", raising=False)
+    else:
+        monkeypatch.setenv("AWS_REGION", region)
+
+
+def test_aws_region_alone_selects_the_region(
+    cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The tables exist in us-east-1 only (moto keeps regions apart); a region other than
+    # AWS_REGION's would find no table, and no region at all would fail before any call.
+    _only_region_env(monkeypatch, tmp_path, "us-east-1")
+
+    run = cli("token", "create", "--table", tables.table, "--tenant", "acme", "--role", "admin")
+
+    assert run.code == 0, run.err
+    assert len(tables.raw_items()) == 1
+    elsewhere = cli("token", "list", "--table", tables.table, "--region", "eu-west-2")
+    assert elsewhere.code == 6  # --region wins over AWS_REGION, and there is no table there
+
+
+def test_no_region_at_all_says_to_set_aws_region(
+    cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _only_region_env(monkeypatch, tmp_path, None)
+
+    run = cli("token", "create", "--table", tables.table, "--tenant", "acme", "--role", "admin")
+
+    assert run.code == 2
+    assert "set AWS_REGION" in run.err
+    assert tables.raw_items() == []
+
+
 def test_token_commands_do_not_need_the_service_url_or_token(cli: Cli, tables: Tables) -> None:
     run = cli("token", "list", "--table", tables.table)
 
