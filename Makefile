@@ -34,7 +34,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy app.py chalicelib scripts tests bench deploy examples client/src
+	$(BIN)/mypy app.py chalicelib admin_cli scripts tests bench deploy examples client/src
 
 ## Install everything, lint, type-check and run the whole test suite.
 test: install lint typecheck

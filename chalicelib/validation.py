@@ -14,19 +14,21 @@ from chalicelib.errors import InvalidRequest, PayloadTooLarge
 from chalicelib.policy import Policy
 
 MAX_BODY_BYTES = 16 * 1024
+MAX_SESSION_ID = 256
+MAX_REASON = 1000
 VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+# Format characters that reorder text on screen (Trojan Source, CVE-2021-42574).
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CHECK_FIELDS = frozenset(
     {"session_id", "tool", "category", "annotations", "principal", "call_id", "fail_open"}
 )
-MAX_REASON = 1000
 MAX_FAIL_OPEN = 1_000_000
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
-# Characters no operator's terminal or mail client should receive from stored text:
-# controls (escape sequences), format characters (bidi overrides), lone surrogates.
-_UNSHOWABLE = frozenset({"Cc", "Cf", "Cs", "Co"})
 
 
 @dataclass(frozen=True)
@@ -109,18 +111,18 @@ def text_field(
     return value
 
 
-def showable_text(value: str, name: str) -> str:
-    """Refuse text that cannot be stored as UTF-8 or shown safely to an operator.
+def check_printable(value: str, field: str) -> str:
+    """`value` if it can be stored as UTF-8 and shown safely to an operator: no control
+    character (escape sequences), lone surrogate or bidi control (Trojan Source).
 
     Raises:
-        InvalidRequest: it holds a control or format character or a lone surrogate.
+        InvalidRequest: a character of category Cc or Cs, or a bidi control, is present.
     """
-    for ch in value:
-        if unicodedata.category(ch) in _UNSHOWABLE:
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Cs") or char in BIDI_CONTROLS:
             raise InvalidRequest(
-                f"Field '{name}' must not contain control or format characters "
-                f"(found U+{ord(ch):04X}).",
-                name,
+                f"Field '{field}' must not contain control characters (found U+{ord(char):04X}).",
+                field,
             )
     return value
 
@@ -136,7 +138,7 @@ def reason_field(body: Mapping[str, Any]) -> str:
         raise InvalidRequest("Field 'reason' is required: it goes to the audit trail.", "reason")
     if len(value) > MAX_REASON:
         raise InvalidRequest(f"Field 'reason' must be at most {MAX_REASON} characters.", "reason")
-    return showable_text(value.strip(), "reason")
+    return check_printable(value.strip(), "reason")
 
 
 def int_field(body: Mapping[str, Any], name: str, minimum: int = 1, maximum: int = 10**9) -> int:
@@ -193,8 +195,10 @@ def session_id_param(raw: str) -> str:
     Raises:
         InvalidRequest: it is not 1-256 visible ASCII characters.
     """
-    if not 1 <= len(raw) <= 256 or not VISIBLE_ASCII.fullmatch(raw):
-        raise InvalidRequest("Session id must be 1 to 256 visible ASCII characters.", "session_id")
+    if not 1 <= len(raw) <= MAX_SESSION_ID or not VISIBLE_ASCII.fullmatch(raw):
+        raise InvalidRequest(
+            f"Session id must be 1 to {MAX_SESSION_ID} visible ASCII characters.", "session_id"
+        )
     return raw
 
 

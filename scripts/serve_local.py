@@ -74,7 +74,7 @@ def main() -> int:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from chalicelib.provision import create_tables
+    from admin_cli.provision import create_tables
     from chalicelib.settings import Settings
 
     if not env.get("QUOTA_TOPIC_ARN"):

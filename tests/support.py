@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from chalicelib.provision import create_tables
+from admin_cli.provision import create_tables
 from chalicelib.settings import Settings
 
 if TYPE_CHECKING:

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from chalicelib.cli import main
+from admin_cli.main import main
 from tests.cli.fake_api import FakeAdminApi, running_fake
 
 ADMIN_TOKEN = "test-admin-token"
+
+# Stored text an attacker (or a bug) could put in a reason, name or tool: a terminal title
+# change, screen clear, carriage return, 8-bit CSI, bidi override, lone surrogate, NUL, DEL.
+HOSTILE_TEXT = [
+    "\x1b]0;pwned\x07",
+    "\x1b[2J",
+    "over\rwrite",
+    "\x9b31m",
+    "\u202eevil",
+    "\u2066isolate",
+    "\ud800",
+    "nul\x00",
+    "del\x7f",
+    "two\nlines",
+    "tag\U000e0001",
+]
+
+
+def unsafe_characters(text: str) -> list[str]:
+    """Characters a terminal may obey or fail to encode (line breaks the CLI writes aside)."""
+    return [c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Cs")]
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chalicelib.cli_http import is_plain_http_to_remote
+from admin_cli.api_client import is_plain_http_to_remote
 from tests.cli.conftest import Cli
 from tests.cli.fake_api import FakeAdminApi, error, running_fake, session_view
 from tests.support import free_port
@@ -152,7 +152,7 @@ def test_an_unexpected_fault_exits_1_with_a_message_not_a_traceback(
     def explode(*_: object) -> str:
         raise RuntimeError("renderer broke")
 
-    monkeypatch.setattr("chalicelib.cli_render.session_view", explode)
+    monkeypatch.setattr("admin_cli.render.session_view", explode)
     api.reply("GET", "/v1/sessions/s", 200, session_view("s"))
 
     run = cli.admin(api, "session", "show", "s")

@@ -257,6 +257,24 @@ def test_blank_reason_is_refused_before_any_request(cli: Cli, api: FakeAdminApi)
     assert api.requests == []
 
 
+@pytest.mark.parametrize(
+    ("reason", "complaint"),
+    [
+        ("x" * 1001, "at most 1000 characters"),
+        ("fixed\x1b[2J", "control characters"),
+        ("fixed\u202e", "control characters"),
+    ],
+)
+def test_a_reason_the_service_would_refuse_is_refused_before_any_request(
+    cli: Cli, api: FakeAdminApi, reason: str, complaint: str
+) -> None:
+    run = cli.admin(api, "session", "suspend", "sess-1", "--reason", reason)
+
+    assert run.code == 2
+    assert "--reason" in run.err and complaint in run.err
+    assert api.requests == []
+
+
 def test_missing_reason_is_a_usage_error(cli: Cli, api: FakeAdminApi) -> None:
     run = cli.admin(api, "session", "reset", "sess-1")
 

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 import pytest
 from moto import mock_aws
 
+from admin_cli.provision import create_tables
+from admin_cli.render import escape
 from chalicelib.audit import TENANT_SCOPE
 from chalicelib.auth import Authenticator
-from chalicelib.provision import create_tables
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
-from chalicelib.tokens import ADMIN, SERVER, hash_secret
-from tests.cli.conftest import Cli
+from chalicelib.tokens import ADMIN, SERVER, TokenRecord, hash_secret
+from tests.cli.conftest import HOSTILE_TEXT, Cli, unsafe_characters
 from tests.support import FixedClock, client_for, fresh_settings
 
 if TYPE_CHECKING:
@@ -133,6 +134,20 @@ def test_list_shows_tokens_without_secrets_and_filters_by_tenant(cli: Cli, table
     assert set(listed[0]) == {"token_id", "tenant", "role", "name", "created_at", "revoked_at"}
 
 
+# A lone surrogate is not UTF-8, so DynamoDB cannot store one (the HTTP tests cover it).
+@pytest.mark.parametrize("text", [t for t in HOSTILE_TEXT if t != "\ud800"])
+def test_list_escapes_a_stored_name(cli: Cli, tables: Tables, text: str) -> None:
+    # The CLI refuses such names, but the table can be written by other means.
+    record = TokenRecord("0123456789ab", hash_secret("x"), "acme", ADMIN, text, 1_000)
+    TokenStore(tables.client, tables.table).put(record)
+
+    run = cli("token", "list", "--table", tables.table)
+
+    assert run.code == 0, run.err
+    assert unsafe_characters(run.out) == [] and unsafe_characters(run.err) == []
+    assert escape(text) in run.out
+
+
 def test_table_name_comes_from_the_environment(
     cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,6 +222,44 @@ def test_missing_aws_credentials_exit_4(
 
     assert run.code == 4
     assert "No AWS credentials" in run.err
+
+
+def _only_region_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, region: str | None) -> None:
+    """AWS_REGION alone decides the region: no AWS_DEFAULT_REGION, no profile config."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    if region is None:
+        monkeypatch.delenv("AWS_REGION", raising=False)
+    else:
+        monkeypatch.setenv("AWS_REGION", region)
+
+
+def test_aws_region_alone_selects_the_region(
+    cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The tables exist in us-east-1 only (moto keeps regions apart); a region other than
+    # AWS_REGION's would find no table, and no region at all would fail before any call.
+    _only_region_env(monkeypatch, tmp_path, "us-east-1")
+
+    run = cli("token", "create", "--table", tables.table, "--tenant", "acme", "--role", "admin")
+
+    assert run.code == 0, run.err
+    assert len(tables.raw_items()) == 1
+    elsewhere = cli("token", "list", "--table", tables.table, "--region", "eu-west-2")
+    assert elsewhere.code == 6  # --region wins over AWS_REGION, and there is no table there
+
+
+def test_no_region_at_all_says_to_set_aws_region(
+    cli: Cli, tables: Tables, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _only_region_env(monkeypatch, tmp_path, None)
+
+    run = cli("token", "create", "--table", tables.table, "--tenant", "acme", "--role", "admin")
+
+    assert run.code == 2
+    assert "set AWS_REGION" in run.err
+    assert tables.raw_items() == []
 
 
 def test_token_commands_do_not_need_the_service_url_or_token(cli: Cli, tables: Tables) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from email.message import Message
 from typing import Any
 
-from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
+from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 
 USER_AGENT = "mcp-quota-cli/0.1"
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})

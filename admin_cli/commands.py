@@ -1,52 +1,48 @@
 """`mcp-quota session|grant|audit ...`: the admin API, one function per command.
 
 Each command returns an `Output`: the service's JSON (what `--json` prints) and the text a
-human reads. Printing is left to `chalicelib.cli`.
+human reads. Printing is left to `admin_cli.main`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib import cli_render as render
-from chalicelib.cli_errors import CliError, ExitCode
-from chalicelib.cli_http import AdminClient, quote_segment
-from chalicelib.cli_render import Output
+from admin_cli import render
+from admin_cli.api_client import AdminClient, quote_segment
+from admin_cli.errors import CliError, ExitCode
+from admin_cli.render import Output
 from chalicelib.clock import iso_utc, parse_iso_utc
+from chalicelib.errors import InvalidRequest
+from chalicelib.validation import check_printable, reason_field, session_id_param
 
-# The service's rule for session ids (1 to 256 visible ASCII characters).
-SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
 MAX_AUDIT_PAGES = 1000
 
 
 def check_session_id(session_id: str) -> str:
-    """A session id as the service accepts it.
+    """A session id as the service accepts it (the service's own rule).
 
     Raises:
         CliError: the id is empty, too long, or not visible ASCII (usage).
     """
-    if not SESSION_ID.fullmatch(session_id):
-        raise CliError(
-            f"Session id {session_id!r} is not valid: it must be 1 to 256 visible ASCII "
-            "characters (no spaces).",
-            ExitCode.USAGE,
-        )
-    return session_id
+    try:
+        return session_id_param(session_id)
+    except InvalidRequest as exc:
+        raise CliError(f"{exc.message} Got {session_id!r}.", ExitCode.USAGE) from exc
 
 
 def check_reason(reason: str) -> str:
-    """A non-blank reason for the audit trail.
+    """A reason for the audit trail, by the service's rule: not blank, not too long, no
+    control characters; returned stripped.
 
     Raises:
-        CliError: the reason is blank (usage).
+        CliError: the reason breaks the rule (usage).
     """
-    if not reason.strip():
-        raise CliError(
-            "--reason must not be blank: it is recorded in the audit trail.", ExitCode.USAGE
-        )
-    return reason.strip()
+    try:
+        return check_printable(reason_field({"reason": reason}), "reason")
+    except InvalidRequest as exc:
+        raise CliError(f"--reason is not valid: {exc.message}", ExitCode.USAGE) from exc
 
 
 def check_timestamp(text: str, option: str) -> str:
@@ -131,7 +127,7 @@ def session_raise(
     data = client.call("POST", _session_path(session_id, "raise"), body)
     session = _object(data, "session")
     headline = (
-        f"Raised {data.get('category', category)!s} for session {session_id}: "
+        f"Raised {render.cell(data.get('category', category))} for session {session_id}: "
         f"limit {render.change(data.get('before'), data.get('after'))}."
     )
     return Output(data, f"{headline}\n\n{render.session_view(session)}")
@@ -247,5 +243,6 @@ def audit(
         data = {"events": events, "next": None}
     note = None
     if data.get("next"):
-        note = f"More events: add --all-pages, or --next {data['next']} for the next page."
+        following = render.cell(data["next"])
+        note = f"More events: add --all-pages, or --next {following} for the next page."
     return Output(data, render.audit_events(events), note)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from chalicelib import cli_admin
-from chalicelib.cli_errors import CliError, ExitCode
-from chalicelib.cli_http import AdminClient, is_plain_http_to_remote
-from chalicelib.cli_render import Output
+from admin_cli import commands, render
+from admin_cli.api_client import AdminClient, is_plain_http_to_remote
+from admin_cli.errors import CliError, ExitCode
+from admin_cli.render import Output
 from chalicelib.clock import system_clock
 from chalicelib.errors import ConfigurationError
 from chalicelib.settings import Settings
@@ -80,28 +80,29 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
     client = AdminClient(url, token, timeout=args.timeout)
     if is_plain_http_to_remote(client.base_url):
         print(
-            f"{PROG}: warning: sending the admin token unencrypted to {client.base_url}",
+            f"{PROG}: warning: sending the admin token unencrypted to "
+            f"{render.escape(client.base_url)}",
             file=sys.stderr,
         )
     return client
 
 
 def _session_show(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.session_show(_client(args, env), args.session_id)
+    return commands.session_show(_client(args, env), args.session_id)
 
 
 def _session_raise(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.session_raise(
+    return commands.session_raise(
         _client(args, env), args.session_id, args.category, args.reason, args.limit, args.add
     )
 
 
 def _session_action(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.session_action(_client(args, env), args.session_id, args.action, args.reason)
+    return commands.session_action(_client(args, env), args.session_id, args.action, args.reason)
 
 
 def _grant_add(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.grant_add(
+    return commands.grant_add(
         _client(args, env),
         args.principal,
         args.category,
@@ -113,15 +114,15 @@ def _grant_add(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
 
 
 def _grant_list(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.grant_list(_client(args, env))
+    return commands.grant_list(_client(args, env))
 
 
 def _grant_rm(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.grant_rm(_client(args, env), args.grant_id)
+    return commands.grant_rm(_client(args, env), args.grant_id)
 
 
 def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
-    return cli_admin.audit(
+    return commands.audit(
         _client(args, env), args.session, args.since, args.limit, args.next, args.all_pages
     )
 
@@ -131,23 +132,24 @@ def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
 
 def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     # Imported here so that session/grant/audit commands never pay for boto3.
-    from chalicelib import cli_tokens  # noqa: PLC0415
+    from admin_cli import tokens  # noqa: PLC0415
 
     try:
         settings = Settings.from_env(env)
     except ConfigurationError as exc:
         raise CliError(str(exc), ExitCode.USAGE) from exc
-    store = cli_tokens.store_for(args.table or settings.tokens_table, args.region)
-    trail = cli_tokens.TokenAudit(
-        cli_tokens.audit_store_for(settings.audit_table, args.region, settings.audit_ttl_days)
+    region = tokens.region_from(args.region, env)
+    store = tokens.store_for(args.table or settings.tokens_table, region)
+    trail = tokens.TokenAudit(
+        tokens.audit_store_for(settings.audit_table, region, settings.audit_ttl_days)
     )
     if args.token_command == "create":
-        return cli_tokens.command_create(
+        return tokens.command_create(
             store, args.tenant, args.role, args.name, system_clock(), trail
         )
     if args.token_command == "revoke":
-        return cli_tokens.command_revoke(store, args.token_id, system_clock(), trail)
-    return cli_tokens.command_list(store, args.tenant)
+        return tokens.command_revoke(store, args.token_id, system_clock(), trail)
+    return tokens.command_list(store, args.tenant)
 
 
 # --- parser --------------------------------------------------------------------------------
@@ -192,7 +194,9 @@ def _leaf(
         parser.add_argument(
             "--table", help="tokens table (env QUOTA_TOKENS_TABLE, default mcp-quota-tokens)"
         )
-        parser.add_argument("--region", help="AWS region (default: your AWS configuration)")
+        parser.add_argument(
+            "--region", help="AWS region (env AWS_REGION, default: your AWS configuration)"
+        )
     parser.set_defaults(handler=handler)
     return parser
 
@@ -283,9 +287,9 @@ def _emit(output: Output, as_json: bool) -> None:
     if as_json:
         print(json.dumps(output.data, indent=2))
         return
-    print(output.text)
+    print(render.escape_lines(output.text))
     if output.note:
-        print(output.note, file=sys.stderr)
+        print(render.escape(output.note), file=sys.stderr)
 
 
 def _silence_stdout() -> None:
@@ -309,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = handler(args, os.environ)
         _emit(output, args.json)
     except CliError as exc:
-        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: error: {render.escape(exc.message)}", file=sys.stderr)
         return int(exc.exit_code)
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: stop quietly, as other CLIs do.
@@ -318,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a CLI reports the fault; it does not dump a traceback
-        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        message = render.escape(f"{type(exc).__name__}: {exc}")
+        print(f"{PROG}: unexpected error: {message}", file=sys.stderr)
         return int(ExitCode.UNEXPECTED)
     return int(ExitCode.OK)
 

@@ -1,14 +1,52 @@
-"""Plain-text rendering for the CLI: aligned tables and key/value blocks, no dependencies."""
+"""Plain-text rendering for the CLI: aligned tables and key/value blocks, no dependencies.
+
+Text from the service or the store is never trusted on a terminal: everything printed goes
+through `escape`, so a stored escape sequence, carriage return, bidi override or lone
+surrogate is shown as a backslash escape instead of being obeyed (or failing to encode).
+"""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 EMPTY = "-"
 MAX_CELL = 60
+# Control (C0, DEL, C1), format (bidi overrides, zero-width) and surrogate characters.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(char: str) -> str:
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def escape(text: str) -> str:
+    """`text` safe to print: control, format and surrogate characters backslash-escaped.
+
+    Idempotent: the result holds none of those characters, so escaping again changes nothing.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        _escape_char(char) if unicodedata.category(char) in _UNSAFE_CATEGORIES else char
+        for char in text
+    )
+
+
+def escape_lines(text: str) -> str:
+    """`escape` applied line by line, keeping the line breaks the CLI itself wrote."""
+    return "\n".join(escape(line) for line in text.split("\n"))
 
 
 @dataclass(frozen=True)
@@ -30,7 +68,8 @@ def cell(value: Any, max_width: int | None = None) -> str:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True)
     else:
         text = str(value)
-    text = " ".join(text.split())  # a table row stays on one line
+    # Stored line breaks become `\\n` and other whitespace runs one space: a row stays one line.
+    text = " ".join(escape(text).split())
     if max_width is not None and len(text) > max_width:
         text = text[: max_width - 1] + "…"
     return text
@@ -65,9 +104,9 @@ def change(before: Any, after: Any) -> str:
         for key in [*before, *(k for k in after if k not in before)]:
             old, new = before.get(key), after.get(key)
             if old == new:
-                parts.append(f"{key}={cell(old)}")
+                parts.append(f"{cell(key)}={cell(old)}")
             else:
-                parts.append(f"{key}: {cell(old)} -> {cell(new)}")
+                parts.append(f"{cell(key)}: {cell(old)} -> {cell(new)}")
         return ", ".join(parts) or EMPTY
     return f"{cell(before)} -> {cell(after)}"
 

@@ -2,7 +2,7 @@
 
 These commands talk to DynamoDB with the operator's own AWS credentials (the root of trust),
 not to the service, so that the first admin token can be created at all. Only the hash of a
-token is stored; the token itself is printed once. `chalicelib.cli` imports this module only
+token is stored; the token itself is printed once. `admin_cli.main` imports this module only
 for token commands, so the HTTP commands never load boto3.
 """
 
@@ -11,17 +11,17 @@ from __future__ import annotations
 import getpass
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import NoCredentialsError, NoRegionError
 
-from chalicelib import cli_render as render
+from admin_cli import render
+from admin_cli.errors import CliError, ExitCode, exit_code_for_status
+from admin_cli.render import Output
 from chalicelib.audit import TENANT_SCOPE, AuditEvent, EventType
-from chalicelib.cli_errors import CliError, ExitCode, exit_code_for_status
-from chalicelib.cli_render import Output
 from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
 from chalicelib.ports import RecordNotFound, StorageError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 TOKEN_ID = re.compile(r"^[0-9a-f]{12}$")
 MAX_NAME = 64
 STORED_EMPTY_NAME = "-"  # TokenStore stores an empty name as "-"
+REGION_ENV = "AWS_REGION"
 
 
 def check_tenant(tenant: str) -> str:
@@ -116,6 +117,13 @@ def store_errors() -> Iterator[None]:
         raise CliError(error.message, exit_code_for_status(error.STATUS_CODE)) from exc
 
 
+def region_from(flag: str | None, env: Mapping[str, str]) -> str | None:
+    """The AWS region: --region, else AWS_REGION, else None for boto3 to resolve
+    (AWS_DEFAULT_REGION, then the profile). boto3 alone never reads AWS_REGION, which the
+    AWS CLI and the other SDKs honour first."""
+    return flag or env.get(REGION_ENV) or None
+
+
 def dynamodb_client(region: str | None) -> DynamoDBClient:
     """A DynamoDB client from the operator's environment (AWS_ENDPOINT_URL is honoured).
 
@@ -127,7 +135,7 @@ def dynamodb_client(region: str | None) -> DynamoDBClient:
         return boto3.session.Session().client("dynamodb", region_name=region)
     except NoRegionError as exc:
         raise CliError(
-            "No AWS region configured: pass --region or set AWS_REGION.", ExitCode.USAGE
+            f"No AWS region configured: pass --region or set {REGION_ENV}.", ExitCode.USAGE
         ) from exc
 
 
@@ -281,12 +289,13 @@ def command_revoke(
             EventType.TOKEN_REVOKED, record, now_ms, token_json(record)
         )
     data = token_json(record)
+    token_id, tenant, role = (render.cell(data[k]) for k in ("token_id", "tenant", "role"))
     when = data["revoked_at"]
     if already:
-        text = f"Token {record.token_id} (tenant {record.tenant}) was already revoked at {when}."
+        text = f"Token {token_id} (tenant {tenant}) was already revoked at {when}."
     else:
         text = (
-            f"Revoked {record.role} token {record.token_id} (tenant {record.tenant}) at {when}. "
+            f"Revoked {role} token {token_id} (tenant {tenant}) at {when}. "
             "Running services may accept it for up to QUOTA_TOKEN_CACHE_SECONDS more."
         )
     return Output(data, text)

@@ -1,0 +1,1 @@
+"""The `mcp-quota` operator tools: the admin CLI and table provisioning. Never in the Lambda."""

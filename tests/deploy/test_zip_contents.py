@@ -1,0 +1,58 @@
+"""`deployment.zip` holds the service and its runtime dependencies, nothing of the repository
+besides: the operator tools (`admin_cli/`), tests and benchmarks never ship in the Lambda."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import PurePosixPath
+
+import pytest
+
+from tests.deploy.code_calls import ROOT
+from tests.deploy.conftest import Packaged
+
+# What the repository contributes to the Lambda; every other top-level entry of the zip
+# must be a runtime dependency from requirements.txt.
+SERVICE_TOPS = {"app.py", "chalicelib"}
+NEVER_SHIPPED = ("admin_cli", "tests", "bench", "scripts", "examples", "deploy", "client")
+
+
+@pytest.fixture(scope="module")
+def names(packaged: Packaged) -> list[str]:
+    with zipfile.ZipFile(packaged.zip) as archive:
+        return archive.namelist()
+
+
+def test_only_the_service_comes_from_the_repository(names: list[str]) -> None:
+    repository_entries = {path.name for path in ROOT.iterdir()}
+    tops = {name.split("/", 1)[0] for name in names}
+
+    assert tops & repository_entries == SERVICE_TOPS
+
+
+@pytest.mark.parametrize("directory", NEVER_SHIPPED)
+def test_no_operator_tools_tests_or_benchmarks_anywhere_in_the_zip(
+    names: list[str], directory: str
+) -> None:
+    first_party = [n for n in names if n.split("/", 1)[0] in SERVICE_TOPS]
+    assert [n for n in first_party if directory in PurePosixPath(n).parts] == []
+    assert [n for n in names if n.split("/", 1)[0] == directory] == []
+
+
+def test_no_cli_or_provisioning_module_in_the_zip(names: list[str]) -> None:
+    modules = [PurePosixPath(n) for n in names if n.endswith(".py")]
+
+    assert [m for m in modules if m.parts[0] == "admin_cli"] == []
+    assert [m for m in modules if m.parts[0] == "chalicelib" and m.stem.startswith("cli")] == []
+    assert "chalicelib/provision.py" not in names
+
+
+def test_every_service_module_ships_and_nothing_else(names: list[str]) -> None:
+    in_repository = {
+        path.relative_to(ROOT).as_posix() for path in (ROOT / "chalicelib").rglob("*.py")
+    } | {"app.py"}
+    in_zip = {n for n in names if n.split("/", 1)[0] in SERVICE_TOPS and n.endswith(".py")}
+
+    assert in_zip == in_repository
+    assert {"app.py", "chalicelib/service.py", "chalicelib/validation.py"} <= in_zip
+    assert "chalicelib/policies/default.json" in names
