@@ -16,12 +16,13 @@ from chalicelib.admin_requests import (
     parse_grant,
     parse_raise,
     parse_reason,
+    principal_param,
 )
 from chalicelib.clock import iso_utc
 from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
 from chalicelib.observability import count, logger
 from chalicelib.ports import StorageError
-from chalicelib.quota import Decision, Refused, SessionKey
+from chalicelib.quota import BudgetKey, Decision, Refused, Scope, SessionKey
 from chalicelib.tokens import ADMIN, SERVER, Identity
 from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
@@ -158,9 +159,28 @@ def request_body() -> dict[str, Any]:
     return parse_json_object(raw.encode("utf-8") if isinstance(raw, str) else raw)
 
 
+def _rate_limit_headers(decision: Decision) -> dict[str, str | list[str]]:
+    """One RateLimit-Policy / RateLimit entry per scope that applies, the session's first
+    (named after the category), then `<category>-principal` and `<category>-tenant`."""
+    window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
+    session_remaining = decision.remaining
+    if isinstance(decision, Refused) and decision.scope is not Scope.SESSION:
+        session_remaining = 0  # refused: no headroom, whichever budget said no
+    policies = [f'"{decision.category}";q={decision.limit};w={window}']
+    remaining = [f'"{decision.category}";r={session_remaining};t={window}']
+    if isinstance(decision, Refused) and decision.scope is not Scope.SESSION:
+        policies, remaining = [], []
+    for use in decision.scopes:
+        name = f"{decision.category}-{use.scope.value}"
+        reset = max(1, -(-(use.resets_at_ms - decision.now_ms) // 1000))
+        policies.append(f'"{name}";q={use.limit};w={use.window_seconds}')
+        left = 0 if isinstance(decision, Refused) and use.scope is decision.scope else use.remaining
+        remaining.append(f'"{name}";r={left};t={reset}')
+    return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(remaining)}
+
+
 def decision_response(decision: Decision) -> Response:
     """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
-    window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
     body: dict[str, Any] = {
         "allowed": decision.allowed,
         "session_id": decision.session_id,
@@ -172,10 +192,18 @@ def decision_response(decision: Decision) -> Response:
         "resets_at": iso_utc(decision.resets_at_ms),
         "duplicate": not isinstance(decision, Refused) and decision.duplicate,
     }
-    headers: dict[str, str | list[str]] = {
-        "RateLimit-Policy": f'"{decision.category}";q={decision.limit};w={window}',
-        "RateLimit": f'"{decision.category}";r={decision.remaining};t={window}',
-    }
+    if decision.scopes:
+        body["scopes"] = {
+            use.scope.value: {
+                "used": use.used,
+                "limit": use.limit,
+                "remaining": use.remaining,
+                "window_seconds": use.window_seconds,
+                "resets_at": iso_utc(use.resets_at_ms),
+            }
+            for use in decision.scopes
+        }
+    headers = _rate_limit_headers(decision)
     if not isinstance(decision, Refused):
         return Response(body=body, status_code=200, headers=headers)
     body["error"] = {
@@ -183,6 +211,8 @@ def decision_response(decision: Decision) -> Response:
         "scope": str(decision.scope),
         "message": decision.message,
     }
+    if decision.principal is not None:
+        body["principal"] = decision.principal
     if decision.suspended:
         # Waiting does not help: only an administrator's resume does.
         body["resets_at"] = None
@@ -277,6 +307,69 @@ def reset_session(session_id: str) -> Response:
     who = admin_caller()
     result = deps().admin.reset(who, path_session(session_id), parse_reason(request_body()))
     return Response(body=result, status_code=200)
+
+
+def path_principal(who: Identity, raw: str) -> BudgetKey:
+    """The caller's tenant's principal named in the URL path."""
+    return BudgetKey.principal(who.tenant, principal_param(unquote(raw)))
+
+
+@app.route("/v1/principals/{principal}", methods=["GET"], authorizer=bearer)
+@handled
+def show_principal(principal: str) -> Response:
+    """A principal's windowed counters, limits and state, in every session."""
+    who = admin_caller()
+    body = deps().budget_admin.show(path_principal(who, principal))
+    return Response(body=body, status_code=200)
+
+
+@app.route("/v1/principals/{principal}/raise", methods=["POST"], authorizer=bearer)
+@handled
+def raise_principal(principal: str) -> Response:
+    """Raise one category's principal budget."""
+    who = admin_caller()
+    request = parse_raise(request_body(), deps().policy)
+    body = deps().budget_admin.raise_limit(who, path_principal(who, principal), request)
+    return Response(body=body, status_code=200)
+
+
+@app.route("/v1/principals/{principal}/suspend", methods=["POST"], authorizer=bearer)
+@handled
+def suspend_principal(principal: str) -> Response:
+    """Refuse every call made for this principal, in every session."""
+    who = admin_caller()
+    reason = parse_reason(request_body())
+    body = deps().budget_admin.suspend(who, path_principal(who, principal), reason)
+    return Response(body=body, status_code=200)
+
+
+@app.route("/v1/principals/{principal}/resume", methods=["POST"], authorizer=bearer)
+@handled
+def resume_principal(principal: str) -> Response:
+    """Lift a principal's suspension, manual or automatic."""
+    who = admin_caller()
+    reason = parse_reason(request_body())
+    body = deps().budget_admin.resume(who, path_principal(who, principal), reason)
+    return Response(body=body, status_code=200)
+
+
+@app.route("/v1/principals/{principal}/reset", methods=["POST"], authorizer=bearer)
+@handled
+def reset_principal(principal: str) -> Response:
+    """Zero a principal's counters in every window."""
+    who = admin_caller()
+    reason = parse_reason(request_body())
+    body = deps().budget_admin.reset(who, path_principal(who, principal), reason)
+    return Response(body=body, status_code=200)
+
+
+@app.route("/v1/tenant", methods=["GET"], authorizer=bearer)
+@handled
+def show_tenant() -> Response:
+    """The tenant's ceiling: counters, limits and windows."""
+    who = admin_caller()
+    body = deps().budget_admin.show(BudgetKey.whole_tenant(who.tenant))
+    return Response(body=body, status_code=200)
 
 
 @app.route("/v1/grants", methods=["POST"], authorizer=bearer)

@@ -74,6 +74,17 @@ def parse_raise(body: Mapping[str, Any], policy: Policy) -> RaiseRequest:
     return RaiseRequest(category, reason, add=int_field(body, "add"))
 
 
+def principal_param(raw: str) -> str:
+    """A principal named in a URL path (percent-decoded by the caller).
+
+    Raises:
+        InvalidRequest: it is not 1-256 visible ASCII characters.
+    """
+    if not 1 <= len(raw) <= 256 or not VISIBLE_ASCII.fullmatch(raw):
+        raise InvalidRequest("Principal must be 1 to 256 visible ASCII characters.", "principal")
+    return raw
+
+
 def parse_reason(body: Mapping[str, Any]) -> str:
     """The body of suspend, resume and reset: only a reason.
 

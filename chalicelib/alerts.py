@@ -9,7 +9,7 @@ from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Notifier
 from chalicelib.observability import count
 from chalicelib.policy import Policy
-from chalicelib.quota import Attempt, CallRecord, Refused
+from chalicelib.quota import Attempt, CallRecord, Refused, Scope
 
 CLI = "mcp-quota"
 
@@ -26,23 +26,54 @@ def _calls_table(calls: tuple[CallRecord, ...]) -> str:
     return "\n".join("    " + line.rstrip() for line in lines)
 
 
+def _whose(decision: Refused) -> str:
+    if decision.scope is Scope.PRINCIPAL:
+        return f"principal {decision.principal}"
+    if decision.scope is Scope.TENANT:
+        return "the whole tenant"
+    return f"session {decision.session_id}"
+
+
+def _refills(decision: Refused) -> str:
+    at = iso_utc(decision.resets_at_ms)
+    if decision.scope is Scope.SESSION:
+        return f"{at} if the session stays idle until then"
+    return f"{at} (the end of the {decision.scope.value} budget's window)"
+
+
 def exhaustion_email(tenant: str, attempt: Attempt, decision: Refused) -> Notification:
-    """The email an administrator gets when a session first uses up a category."""
+    """The email an administrator gets when a budget (session, principal or the whole
+    tenant) first runs out in a category, or when a principal is suspended for ignoring
+    refusals."""
     session = decision.session_id
-    subject = (
-        f"[mcp-quota] {tenant}: session {session} used its {decision.category} quota "
-        f"({decision.used}/{decision.limit})"
-    )
+    whose = _whose(decision)
+    if decision.escalated:
+        subject = f"[mcp-quota] {tenant}: principal {decision.principal} suspended"
+        what = (
+            f"An AI agent acting for principal '{decision.principal}' kept calling tools\n"
+            "after being refused, so the principal has been SUSPENDED: every tool call made\n"
+            "for it is now refused, in every session, until an administrator resumes it."
+        )
+    else:
+        subject = (
+            f"[mcp-quota] {tenant}: {whose} used its {decision.category} quota "
+            f"({decision.used}/{decision.limit})"
+        )
+        what = (
+            f"An AI agent has used the whole '{decision.category}' budget of {whose},\n"
+            f"and further '{decision.category}' tool calls are being refused. Nothing was run\n"
+            "past the limit."
+        )
     quoted = "'" + session.replace("'", "'\\''") + "'"
-    body = f"""An AI agent session has used its whole '{decision.category}' quota, and its
-further '{decision.category}' tool calls are being refused. Nothing was run past the limit.
+    body = f"""{what}
 
     tenant:     {tenant}
     session:    {session}
     principal:  {attempt.principal or "(not given)"}
+    scope:      {decision.scope.value} (the budget that refused the call)
     category:   {decision.category} ({decision.used}/{decision.limit} calls used)
     blocked:    {decision.tool} at {iso_utc(decision.now_ms)}
-    resets at:  {iso_utc(decision.resets_at_ms)} if the session stays idle until then
+    refills at: {_refills(decision)}
 
 Last calls of the session:
 {_calls_table(decision.last_calls)}
@@ -56,7 +87,13 @@ What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
 
 You get one message per exhaustion, however often the agent keeps trying.
 """
-    attributes = {"tenant": tenant, "category": decision.category, "event": "quota_exceeded"}
+    event = "principal_suspended" if decision.escalated else "quota_exceeded"
+    attributes = {
+        "tenant": tenant,
+        "category": decision.category,
+        "scope": decision.scope.value,
+        "event": event,
+    }
     return Notification(subject, body, attributes)
 
 
@@ -70,6 +107,21 @@ class BlockReporter:
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; never raises, so it can never turn a refusal into an allow."""
+        if decision.escalated:
+            self._auditor.record(
+                AuditEvent(
+                    at_ms=decision.now_ms,
+                    type=EventType.PRINCIPAL_SUSPENDED,
+                    tenant=tenant,
+                    session_id=decision.session_id,
+                    actor=audit.SERVICE_ACTOR,
+                    reason="refused calls in a row reached suspend_after_refusals",
+                    after={"principal": decision.principal, "state": "suspended"},
+                    detail={"scope": decision.scope.value, "category": decision.category},
+                )
+            )
+            self._notify(tenant, attempt, decision)
+            return
         if not decision.first_exhaustion:
             return
         self._auditor.record(
@@ -81,6 +133,7 @@ class BlockReporter:
                 actor=audit.SERVICE_ACTOR,
                 detail={
                     "category": decision.category,
+                    "scope": decision.scope.value,
                     "used": decision.used,
                     "limit": decision.limit,
                     "tool": decision.tool,

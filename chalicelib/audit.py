@@ -28,6 +28,10 @@ class EventType(enum.StrEnum):
     SESSION_RESET = "session_reset"
     GRANT_CREATED = "grant_created"
     GRANT_DELETED = "grant_deleted"
+    PRINCIPAL_SUSPENDED = "principal_suspended"
+    PRINCIPAL_RESUMED = "principal_resumed"
+    PRINCIPAL_RAISED = "principal_raised"
+    PRINCIPAL_RESET = "principal_reset"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
 

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.policy import Policy
+from chalicelib.policy import Policy, WindowLimit
+from chalicelib.quota import Scope
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,11 @@ class GrantLimits:
             if grant.applies(principal, category, now_ms):
                 limit = max(limit, grant.limit)
         return limit
+
+    def window_limit(
+        self, tenant: str, principal: str | None, window: WindowLimit, category: str, now_ms: int
+    ) -> int:
+        """A wider scope's limit: an open grant for the principal lifts its budget too."""
+        if window.scope is not Scope.PRINCIPAL or principal is None:
+            return window.limit
+        return max(window.limit, self.base_limit(tenant, principal, category, now_ms))

@@ -17,22 +17,53 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.errors import ConfigurationError
+from chalicelib.quota import Scope
 
 POLICY_DIR = Path(__file__).parent / "policies"
 CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 READ = "read"
 WRITE = "write"
+DAY_SECONDS = 86_400
+_WINDOW = re.compile(r"^([1-9][0-9]{0,4})([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": DAY_SECONDS}
+DEFAULT_SUSPEND_AFTER = 50
+
+
+@dataclass(frozen=True)
+class WindowLimit:
+    """A limit over a fixed window aligned to UTC midnight (e.g. 100 per 24 h)."""
+
+    scope: Scope
+    limit: int
+    window_seconds: int
+
+    def window_start_ms(self, now_ms: int) -> int:
+        """The start of the window that holds `now_ms`."""
+        window_ms = self.window_seconds * 1000
+        return now_ms - now_ms % window_ms
+
+    def window_end_ms(self, now_ms: int) -> int:
+        """When the window that holds `now_ms` ends and the budget refills."""
+        return self.window_start_ms(now_ms) + self.window_seconds * 1000
 
 
 @dataclass(frozen=True)
 class Category:
-    """One budget: how many calls a session may make in it."""
+    """One budget: how many calls a session may make in it, and optionally how many a
+    principal and the whole tenant may make in a fixed window."""
 
     name: str
     limit: int
     max_limit: int
     notify: bool
     description: str = ""
+    principal: WindowLimit | None = None
+    tenant: WindowLimit | None = None
+
+    @property
+    def windows(self) -> tuple[WindowLimit, ...]:
+        """The scopes above the session, inner first: the order they are counted in."""
+        return tuple(w for w in (self.principal, self.tenant) if w is not None)
 
 
 @dataclass(frozen=True)
@@ -64,6 +95,7 @@ class Policy:
 
     categories: Mapping[str, Category]
     rules: tuple[Rule, ...]
+    suspend_after_refusals: int = DEFAULT_SUSPEND_AFTER
 
     @property
     def most_restrictive(self) -> Category:
@@ -91,12 +123,49 @@ class Policy:
         return Classification(self.most_restrictive, "default")
 
 
+def _positive_int(where: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{where} must be an integer >= 1")
+    return value
+
+
+def _window_seconds(where: str, raw: Any) -> int:
+    """A window such as "24h", "1h", "15m" or "7d": at least a minute, at most 31 days,
+    and either dividing a day or a whole number of days, so windows align to UTC days."""
+    match = _WINDOW.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None:
+        raise ConfigurationError(f"{where} must look like 15m, 1h, 24h or 7d, got {raw!r}")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not 60 <= seconds <= 31 * DAY_SECONDS:
+        raise ConfigurationError(f"{where} must be from 1m to 31d, got {raw!r}")
+    if DAY_SECONDS % seconds and seconds % DAY_SECONDS:
+        raise ConfigurationError(
+            f"{where} must divide a day (like 1h, 6h, 24h) or be whole days, got {raw!r}"
+        )
+    return seconds
+
+
+def _window_limit(category: str, scope: Scope, raw: Any, inner: int) -> WindowLimit | None:
+    where = f"category {category!r} scope {scope.value!r}"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"limit", "window"}:
+        raise ConfigurationError(f"{where} must be an object of exactly limit and window")
+    limit = _positive_int(f"{where}: limit", raw["limit"])
+    if limit < inner:
+        raise ConfigurationError(
+            f"{where}: limit {limit} is below the scope inside it ({inner}), which could "
+            "then never be reached"
+        )
+    return WindowLimit(scope, limit, _window_seconds(f"{where}: window", raw["window"]))
+
+
 def _category(name: str, raw: Any) -> Category:
     if not CATEGORY_NAME.fullmatch(name):
         raise ConfigurationError(f"category name {name!r} must match {CATEGORY_NAME.pattern}")
     if not isinstance(raw, dict):
         raise ConfigurationError(f"category {name!r} must be an object")
-    unknown = set(raw) - {"limit", "max_limit", "notify", "description"}
+    unknown = set(raw) - {"limit", "max_limit", "notify", "description", "principal", "tenant"}
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
     limit = raw.get("limit")
@@ -108,7 +177,11 @@ def _category(name: str, raw: Any) -> Category:
     notify = raw.get("notify", False)
     if not isinstance(notify, bool):
         raise ConfigurationError(f"category {name!r}: notify must be true or false")
-    return Category(name, limit, max_limit, notify, str(raw.get("description", "")))
+    principal = _window_limit(name, Scope.PRINCIPAL, raw.get("principal"), limit)
+    inner = principal.limit if principal else limit
+    tenant = _window_limit(name, Scope.TENANT, raw.get("tenant"), inner)
+    description = str(raw.get("description", ""))
+    return Category(name, limit, max_limit, notify, description, principal, tenant)
 
 
 def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
@@ -137,6 +210,9 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     """
     if document.get("version") != 1:
         raise ConfigurationError("policy version must be 1")
+    unknown = set(document) - {"version", "categories", "rules", "suspend_after_refusals"}
+    if unknown:
+        raise ConfigurationError(f"policy has unknown keys {sorted(unknown)}")
     raw_categories = document.get("categories")
     if not isinstance(raw_categories, dict) or not raw_categories:
         raise ConfigurationError("policy must define categories")
@@ -148,7 +224,10 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     if not isinstance(raw_rules, list):
         raise ConfigurationError("rules must be a list")
     rules = tuple(_rule(i, raw, categories) for i, raw in enumerate(raw_rules))
-    return Policy(categories=categories, rules=rules)
+    suspend_after = _positive_int(
+        "suspend_after_refusals", document.get("suspend_after_refusals", DEFAULT_SUSPEND_AFTER)
+    )
+    return Policy(categories=categories, rules=rules, suspend_after_refusals=suspend_after)
 
 
 def load_policy(name: str) -> Policy:

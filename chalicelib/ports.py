@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from chalicelib.audit import AuditEvent
     from chalicelib.grants import Grant
-    from chalicelib.quota import Attempt, SessionKey, SessionSnapshot
+    from chalicelib.quota import (
+        Attempt,
+        BudgetKey,
+        BudgetSnapshot,
+        SessionKey,
+        SessionSnapshot,
+        Spend,
+    )
     from chalicelib.tokens import TokenRecord
 
 # -- storage errors: what went wrong, never how to say it over HTTP -------------------
@@ -80,6 +87,20 @@ class NotConsumed:
 
 
 @dataclass(frozen=True)
+class Taken:
+    """The call was counted in a budget above the session; the budget as it is now."""
+
+    snapshot: BudgetSnapshot
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """The budget is spent or suspended; as it was (None if it vanished meanwhile)."""
+
+    snapshot: BudgetSnapshot | None
+
+
+@dataclass(frozen=True)
 class AuditPage:
     """One page of events, oldest first, and the token for the next page."""
 
@@ -137,6 +158,15 @@ class SessionCounters(Protocol):
             StorageError: the store failed.
         """
 
+    def uncount(self, attempt: Attempt, started_ms: int) -> None:
+        """Take back a call `consume` counted, because a budget above the session refused
+        it: the count goes down (if the counters are still those of `started_ms`) and the
+        call shows as refused in the last calls.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """The session as stored (strongly consistent), or None.
 
@@ -176,6 +206,77 @@ class SessionCounters(Protocol):
 
         Raises:
             RecordNotFound: the session does not exist.
+            StorageError: the store failed.
+        """
+
+
+class BudgetCounters(Protocol):
+    """Budgets above the session, in fixed windows: a principal's, the tenant's.
+
+    A check counts the session first, then each of these in order; a refusal gives back
+    what the earlier steps took. So no budget is ever over-admitted, and a crash between
+    steps can only leave a budget counted for a call that did not run (under-admission).
+    """
+
+    def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
+        """Count one call if the budget is not suspended and is under its (raised) limit
+        in the current window; atomically.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+        """Undo one `take` of this window (a later scope refused the call).
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
+        """Record that this budget refused a call: returns the refusals in a row (reset by
+        every call it takes) and whether this is the first refusal at this window and limit.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def get(self, key: BudgetKey) -> BudgetSnapshot | None:
+        """The budget as stored, or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
+        """Raise a category's limit, never below a raise set meanwhile.
+
+        Raises:
+            RecordChanged: a higher raise was set meanwhile.
+            StorageError: the store failed.
+        """
+
+    def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
+        """Suspend (creating the budget if unseen); returns it and whether it was newly
+        suspended. Concurrent checks never defeat it.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def resume(self, key: BudgetKey) -> BudgetSnapshot:
+        """Lift a suspension and the refusal streak.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+            StorageError: the store failed.
+        """
+
+    def reset(self, key: BudgetKey) -> BudgetSnapshot:
+        """Zero the counters of every window; raises and suspension stay.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
             StorageError: the store failed.
         """
 

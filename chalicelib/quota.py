@@ -35,12 +35,15 @@ class RefusalReason(enum.StrEnum):
 
     QUOTA_EXCEEDED = "quota_exceeded"
     SESSION_SUSPENDED = "session_suspended"
+    PRINCIPAL_SUSPENDED = "principal_suspended"
 
 
 class Scope(enum.StrEnum):
-    """Which budget a limit belongs to."""
+    """Which budget a limit belongs to: a session, whom the agent acts for, the tenant."""
 
     SESSION = "session"
+    PRINCIPAL = "principal"
+    TENANT = "tenant"
 
 
 class Verdict(enum.Enum):
@@ -61,6 +64,75 @@ class SessionKey:
 
     tenant: str
     session_id: str
+
+
+@dataclass(frozen=True)
+class BudgetKey:
+    """A budget above the session: one principal's, or the whole tenant's (subject "")."""
+
+    tenant: str
+    scope: Scope
+    subject: str = ""
+
+    @classmethod
+    def principal(cls, tenant: str, principal: str) -> BudgetKey:
+        """The budget of whom an agent acts for."""
+        return cls(tenant, Scope.PRINCIPAL, principal)
+
+    @classmethod
+    def whole_tenant(cls, tenant: str) -> BudgetKey:
+        """The tenant's ceiling over everything its servers do."""
+        return cls(tenant, Scope.TENANT)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One call taken from a windowed budget: `limit` calls per window."""
+
+    category: str
+    limit: int
+    window_start_ms: int
+    window_end_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class BudgetSnapshot:
+    """A principal's or the tenant's counters as stored, for the current windows."""
+
+    counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # by window start
+    raised: Mapping[str, int] = field(default_factory=dict)
+    suspended_reason: str | None = None
+    refusals_in_a_row: int = 0
+
+    @property
+    def suspended(self) -> bool:
+        """Whether an administrator (or escalation) suspended this principal."""
+        return self.suspended_reason is not None
+
+    def used(self, category: str, window_start_ms: int) -> int:
+        """Calls counted in a category in the window starting at `window_start_ms`."""
+        return self.counts.get(window_start_ms, {}).get(category, 0)
+
+    def limit_for(self, category: str, base_limit: int) -> int:
+        """The effective limit: the policy's (or a grant's) or a raise, if higher."""
+        return max(base_limit, self.raised.get(category, 0))
+
+
+@dataclass(frozen=True)
+class ScopeUse:
+    """Where one scope's budget stands for a category after a check."""
+
+    scope: Scope
+    used: int
+    limit: int
+    window_seconds: int
+    resets_at_ms: int
+
+    @property
+    def remaining(self) -> int:
+        """Calls left in this scope's budget."""
+        return max(0, self.limit - self.used)
 
 
 def call_id_key(call_id: str) -> str:
@@ -263,6 +335,7 @@ class Allowed(_Answer):
     """The call was counted (or is a retry of one that was): it may run."""
 
     duplicate: bool = False
+    scopes: tuple[ScopeUse, ...] = ()  # the budgets above the session it was counted in
     last_calls: tuple[CallRecord, ...] = ()
 
     @property
@@ -284,6 +357,9 @@ class Refused(_Answer):
     scope: Scope = Scope.SESSION
     first_exhaustion: bool = False
     last_calls: tuple[CallRecord, ...] = ()
+    scopes: tuple[ScopeUse, ...] = ()
+    principal: str | None = None
+    escalated: bool = False  # this refusal suspended the principal
 
     @property
     def allowed(self) -> bool:
@@ -292,8 +368,11 @@ class Refused(_Answer):
 
     @property
     def suspended(self) -> bool:
-        """Whether an administrator's suspension refused it (waiting does not help)."""
-        return self.reason is RefusalReason.SESSION_SUSPENDED
+        """Whether a suspension refused it (waiting does not help)."""
+        return self.reason in (
+            RefusalReason.SESSION_SUSPENDED,
+            RefusalReason.PRINCIPAL_SUSPENDED,
+        )
 
     @property
     def remaining(self) -> int:
@@ -302,12 +381,18 @@ class Refused(_Answer):
 
     @property
     def retry_after_seconds(self) -> int:
-        """Seconds until the counter resets, if the session stays idle from now."""
+        """Seconds until the refusing budget refills (a session's, if it stays idle)."""
         return max(1, -(-(self.resets_at_ms - self.now_ms) // 1000))
 
     @property
     def message(self) -> str:
         """Why the call was refused, in one or two plain sentences for a model and a human."""
+        if self.reason is RefusalReason.PRINCIPAL_SUSPENDED:
+            return (
+                f"The tool '{self.tool}' was NOT run: principal '{self.principal}' has been "
+                "suspended, and every tool call made for it is refused, in every session, "
+                "until an administrator resumes it. Stop calling tools and tell the user."
+            )
         if self.suspended:
             return (
                 f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has been "
@@ -315,6 +400,18 @@ class Refused(_Answer):
                 "an administrator resumes it. Stop calling tools and tell the user."
             )
         resets = iso_utc(self.resets_at_ms)
+        if self.scope is not Scope.SESSION:
+            whose = (
+                f"principal '{self.principal}'"
+                if self.scope is Scope.PRINCIPAL
+                else "this whole site (the tenant ceiling over all its servers and agents)"
+            )
+            return (
+                f"The tool '{self.tool}' was NOT run: {whose} has used its '{self.category}' "
+                f"budget for this window ({self.used}/{self.limit} calls), whatever the "
+                f"session. Stop calling '{self.category}' tools and tell the user; the "
+                f"budget refills at {resets}, or sooner if an administrator raises it."
+            )
         idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
         return (
             f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has used its "

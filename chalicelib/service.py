@@ -1,22 +1,35 @@
-"""The check: classify the call, count it in one conditional update, explain a refusal."""
+"""The check: classify the call, count it against every budget that applies (session,
+then principal, then tenant), all or nothing, and explain a refusal.
+
+Counting order and compensation: the session first (one conditional update; a runaway
+session is refused there and never touches the wider budgets), then each wider budget.
+When a wider budget refuses, what the earlier steps took is given back. Every step is a
+conditional increment that can never pass its limit, so no budget is over-admitted; a
+crash between steps leaves a call counted that did not run (under-admission, never over).
+"""
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from chalicelib.clock import Clock
-from chalicelib.policy import Policy
-from chalicelib.ports import Consumed, RecordChanged, SessionCounters
+from chalicelib.policy import Category, Policy, WindowLimit
+from chalicelib.ports import BudgetCounters, Consumed, RecordChanged, SessionCounters, Taken
 from chalicelib.quota import (
     Allowed,
     Attempt,
+    BudgetKey,
+    BudgetSnapshot,
     Decision,
     RefusalReason,
     Refused,
+    Scope,
+    ScopeUse,
     SessionKey,
     SessionSnapshot,
+    Spend,
     Verdict,
     explain_refusal,
 )
@@ -35,20 +48,30 @@ class BlockListener(Protocol):
 
 
 class LimitResolver(Protocol):
-    """The base limit of a category for a call: the policy's, or a grant's if higher."""
+    """Limits for a call: the policy's, or a grant's if higher."""
 
     def base_limit(self, tenant: str, principal: str | None, category: str, now_ms: int) -> int:
-        """Resolve the base limit without a store request on the hot path."""
+        """The session limit, without a store request on the hot path."""
+
+    def window_limit(
+        self, tenant: str, principal: str | None, window: WindowLimit, category: str, now_ms: int
+    ) -> int:
+        """A wider scope's limit: grants lift the principal scope too."""
 
 
 class PolicyLimits:
-    """Base limits straight from the policy (no grants)."""
+    """Limits straight from the policy (no grants)."""
 
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
 
     def base_limit(self, tenant: str, principal: str | None, category: str, now_ms: int) -> int:
         return self._policy.categories[category].limit
+
+    def window_limit(
+        self, tenant: str, principal: str | None, window: WindowLimit, category: str, now_ms: int
+    ) -> int:
+        return window.limit
 
 
 class QuietListener:
@@ -58,10 +81,53 @@ class QuietListener:
         return None
 
 
+class PrincipalGate:
+    """Which principals are suspended, cached per container for `cache_seconds`, so that
+    a check of a category without a principal budget (reads, by default) pays no request
+    for it. A suspension reaches such checks in other containers within that delay; a
+    category with a principal budget sees it at once, in its conditional update."""
+
+    def __init__(self, budgets: BudgetCounters, clock: Clock, cache_seconds: int = 30) -> None:
+        self._budgets = budgets
+        self._clock = clock
+        self._cache_ms = cache_seconds * 1000
+        self._cache: dict[BudgetKey, tuple[int, str | None]] = {}
+
+    def suspension(self, key: BudgetKey) -> str | None:
+        """The reason the principal is suspended, or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        snapshot = self._budgets.get(key)
+        reason = snapshot.suspended_reason if snapshot else None
+        self.learn(key, reason)
+        return reason
+
+    def learn(self, key: BudgetKey, reason: str | None) -> None:
+        """Remember a principal's state seen or set here."""
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[key] = (self._clock() + self._cache_ms, reason)
+
+
 def new_check_id() -> str:
     """The service's own id of one check: 36 random bits, unique among a session's
     last calls, which is all it must be."""
     return secrets.token_urlsafe(6)[:6]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One wider budget a check counts against."""
+
+    key: BudgetKey
+    window: WindowLimit
+    spend: Spend
 
 
 class CheckService:
@@ -76,6 +142,8 @@ class CheckService:
         limits: LimitResolver | None = None,
         listener: BlockListener | None = None,
         keep_calls: int = 10,
+        budgets: BudgetCounters | None = None,
+        gate: PrincipalGate | None = None,
     ) -> None:
         self._policy = policy
         self._store = store
@@ -84,6 +152,8 @@ class CheckService:
         self._limits = limits or PolicyLimits(policy)
         self._listener = listener or QuietListener()
         self._keep = keep_calls
+        self._budgets = budgets
+        self._gate = gate or (PrincipalGate(budgets, clock) if budgets else None)
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -104,30 +174,47 @@ class CheckService:
         )
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
-        """Count the call if the session's budget allows it, else refuse it.
+        """Count the call against every budget that applies, or refuse it.
 
         Raises:
             StorageError: the store failed, or the session kept changing under us.
         """
         attempt = self.attempt_for(tenant, request)
+        category = self._policy.categories[attempt.category]
+        if self._gate is not None and attempt.principal is not None:
+            key = BudgetKey.principal(tenant, attempt.principal)
+            if self._gate.suspension(key) is not None:
+                return self._principal_suspended(attempt)
+        counted = self._count_session(attempt)
+        if isinstance(counted, Refused):
+            return counted
+        allowed, snapshot = counted
+        steps = self._steps(attempt, category)
+        if allowed.duplicate or not steps:
+            return allowed
+        return self._count_wider(attempt, allowed, snapshot, steps)
+
+    # -- the session -------------------------------------------------------------------
+
+    def _count_session(self, attempt: Attempt) -> tuple[Allowed, SessionSnapshot] | Refused:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
-                return self._allowed(attempt, result.snapshot)
+                return self._allowed(attempt, result.snapshot), result.snapshot
             snapshot = result.snapshot
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
             if verdict is Verdict.ALREADY_COUNTED:
-                return self._allowed(attempt, snapshot)
+                return self._allowed(attempt, snapshot), snapshot
             if verdict is Verdict.EXPIRED:
                 reset = self._store.reset_expired(attempt, snapshot.last_seen_ms)
                 if reset is not None:
-                    return self._allowed(attempt, reset.snapshot)
+                    return self._allowed(attempt, reset.snapshot), reset.snapshot
                 continue
             if verdict is Verdict.DUPLICATE:
                 if self._store.record_replay(attempt, snapshot):
-                    return self._allowed(attempt, snapshot, duplicate=True)
+                    return self._allowed(attempt, snapshot, duplicate=True), snapshot
                 continue
             if verdict is Verdict.REUSED_CALL_ID:
                 attempt = replace(attempt, dedupe=False)
@@ -136,7 +223,10 @@ class CheckService:
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None:
-                self._listener.on_block(tenant, attempt, decision)
+                refusals = snapshot.refused.get(attempt.category, 0) + 1
+                if verdict is Verdict.OVER_LIMIT and refusals >= self._escalate_after:
+                    decision = replace(decision, escalated=self._escalate(attempt, refusals))
+                self._listener.on_block(attempt.tenant, attempt, decision)
                 return decision
         raise RecordChanged("counting a call")
 
@@ -174,4 +264,132 @@ class CheckService:
             reason=RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
             first_exhaustion=first,
             last_calls=(*snapshot.calls, attempt.record(allowed=False))[-self._keep :],
+            principal=attempt.principal,
         )
+
+    # -- the wider budgets ---------------------------------------------------------------
+
+    @property
+    def _escalate_after(self) -> int:
+        return self._policy.suspend_after_refusals
+
+    def _steps(self, attempt: Attempt, category: Category) -> list[_Step]:
+        if self._budgets is None:
+            return []
+        steps = []
+        for window in category.windows:
+            if window.scope is Scope.PRINCIPAL:
+                if attempt.principal is None:
+                    continue
+                key = BudgetKey.principal(attempt.tenant, attempt.principal)
+            else:
+                key = BudgetKey.whole_tenant(attempt.tenant)
+            limit = self._limits.window_limit(
+                attempt.tenant, attempt.principal, window, category.name, attempt.now_ms
+            )
+            spend = Spend(
+                category.name,
+                limit,
+                window.window_start_ms(attempt.now_ms),
+                window.window_end_ms(attempt.now_ms),
+                attempt.now_ms,
+            )
+            steps.append(_Step(key, window, spend))
+        return steps
+
+    def _count_wider(
+        self,
+        attempt: Attempt,
+        allowed: Allowed,
+        session: SessionSnapshot,
+        steps: list[_Step],
+    ) -> Decision:
+        assert self._budgets is not None
+        taken: list[_Step] = []
+        uses: list[ScopeUse] = []
+        for step in steps:
+            result = self._budgets.take(step.key, step.spend)
+            if isinstance(result, Taken):
+                taken.append(step)
+                uses.append(_use(step, result.snapshot))
+                continue
+            for done in reversed(taken):
+                self._budgets.give_back(done.key, done.spend)
+            self._store.uncount(attempt, session.started_ms)
+            return self._refuse_wider(attempt, session, step, result.snapshot, uses)
+        return replace(allowed, scopes=tuple(uses))
+
+    def _refuse_wider(
+        self,
+        attempt: Attempt,
+        session: SessionSnapshot,
+        step: _Step,
+        snapshot: BudgetSnapshot | None,
+        uses: list[ScopeUse],
+    ) -> Refused:
+        assert self._budgets is not None
+        use = _use(step, snapshot or BudgetSnapshot())
+        suspended = snapshot is not None and snapshot.suspended
+        if suspended and self._gate is not None:
+            self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
+        streak, first = self._budgets.note_refusal(step.key, step.spend)
+        calls = [c for c in session.calls if c.check_id != attempt.check_id or not c.allowed]
+        decision = Refused(
+            session_id=attempt.session_id,
+            tool=attempt.tool,
+            category=attempt.category,
+            used=use.used,
+            limit=use.limit,
+            now_ms=attempt.now_ms,
+            resets_at_ms=step.spend.window_end_ms,
+            reason=RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
+            scope=step.window.scope,
+            first_exhaustion=first and not suspended,
+            last_calls=(*calls, attempt.record(allowed=False))[-self._keep :],
+            scopes=(*uses, use),
+            principal=attempt.principal,
+        )
+        if not suspended and streak >= self._escalate_after:
+            decision = replace(decision, escalated=self._escalate(attempt, streak))
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
+
+    def _escalate(self, attempt: Attempt, refusals: int) -> bool:
+        """Suspend the principal of a caller that keeps ignoring refusals; whether this
+        check is the one that suspended it."""
+        if self._budgets is None or attempt.principal is None:
+            return False
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        reason = (
+            f"automatic: {refusals} refused calls in a row (suspend_after_refusals is "
+            f"{self._escalate_after}); an agent that ignores refusals is stopped"
+        )
+        _, newly = self._budgets.suspend(key, reason)
+        if self._gate is not None:
+            self._gate.learn(key, reason)
+        return newly
+
+    def _principal_suspended(self, attempt: Attempt) -> Refused:
+        return Refused(
+            session_id=attempt.session_id,
+            tool=attempt.tool,
+            category=attempt.category,
+            used=0,
+            limit=0,
+            now_ms=attempt.now_ms,
+            resets_at_ms=attempt.resets_at_ms,
+            reason=RefusalReason.PRINCIPAL_SUSPENDED,
+            scope=Scope.PRINCIPAL,
+            principal=attempt.principal,
+        )
+
+
+def _use(step: _Step, snapshot: BudgetSnapshot) -> ScopeUse:
+    spend = step.spend
+    return ScopeUse(
+        scope=step.window.scope,
+        used=snapshot.used(spend.category, spend.window_start_ms),
+        limit=snapshot.limit_for(spend.category, spend.limit),
+        window_seconds=step.window.window_seconds,
+        resets_at_ms=spend.window_end_ms,
+    )

@@ -13,6 +13,7 @@ import boto3
 from botocore.config import Config
 
 from chalicelib.admin_actions import AdminService
+from chalicelib.admin_budgets import BudgetAdmin
 from chalicelib.admin_views import SessionViews
 from chalicelib.alerts import BlockReporter
 from chalicelib.audit import Auditor
@@ -21,8 +22,14 @@ from chalicelib.clock import Clock, system_clock
 from chalicelib.grants import GrantLimits
 from chalicelib.notify import Notifier
 from chalicelib.policy import Policy, load_policy
-from chalicelib.ports import AuditLog, GrantRepository, SessionCounters, TokenRepository
-from chalicelib.service import CheckService
+from chalicelib.ports import (
+    AuditLog,
+    BudgetCounters,
+    GrantRepository,
+    SessionCounters,
+    TokenRepository,
+)
+from chalicelib.service import CheckService, PrincipalGate
 from chalicelib.settings import Settings
 
 if TYPE_CHECKING:
@@ -72,6 +79,20 @@ class Container:
         from chalicelib.storage.counters import CounterStore
 
         return CounterStore(self.dynamodb, self.settings.counters_table, categories, keep)
+
+    @cached_property
+    def budgets(self) -> BudgetCounters:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryBudgets
+
+            return MemoryBudgets()
+        from chalicelib.storage.budgets import BudgetStore
+
+        return BudgetStore(self.dynamodb, self.settings.counters_table)
+
+    @cached_property
+    def gate(self) -> PrincipalGate:
+        return PrincipalGate(self.budgets, self.clock, self.settings.grant_cache_seconds)
 
     @cached_property
     def tokens(self) -> TokenRepository:
@@ -146,6 +167,12 @@ class Container:
         )
 
     @cached_property
+    def budget_admin(self) -> BudgetAdmin:
+        return BudgetAdmin(
+            self.policy, self.budgets, self.limits, self.gate, self.auditor, self.clock
+        )
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         return Authenticator(self.settings, lambda: self.tokens, self.clock)
 
@@ -159,4 +186,6 @@ class Container:
             limits=self.limits,
             listener=BlockReporter(self.policy, self.auditor, self.notifier),
             keep_calls=self.settings.last_calls,
+            budgets=self.budgets,
+            gate=self.gate,
         )

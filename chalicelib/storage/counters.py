@@ -61,6 +61,7 @@ COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is m
 COUNTED_CHECK = "s:"  # counted, no client call id: "s:<check id>"
 BLOCKED = "b:"  # refused: "b:<call id or empty>|<check id>"
 REPLAYED = "d:"  # a client's retry answered from the original: "d:<call id>|<check id>"
+UNCOUNTED = "u:"  # a counted call taken back (a wider budget refused it): as BLOCKED
 _SEP = "|"
 _DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -116,6 +117,11 @@ REPLAY_CONDITION = BLOCK_CONDITION
 REPLAY_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}"
 
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
+# Taking back a counted call that a wider budget refused; after a reset there is nothing
+# to take back from the count, and the call still shows as refused.
+UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n > :zero"
+UNCOUNT_UPDATE = f"SET #n = #n - :one, {_APPEND_CALL}"
+UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 
 # Administrator actions. None of them compares the idle clock or the counters, which
 # every check rewrites: a session that agents keep calling can always be acted on.
@@ -201,7 +207,7 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
         call_id = stored[len(COUNTED_CALL_ID) :]
     elif stored.startswith(COUNTED_CHECK):
         check_id = stored[len(COUNTED_CHECK) :]
-    elif stored.startswith((BLOCKED, REPLAYED)) and _SEP in stored:
+    elif stored.startswith((BLOCKED, REPLAYED, UNCOUNTED)) and _SEP in stored:
         call_id, check_id = stored[2:].rsplit(_SEP, 1)
     replay = stored.startswith(REPLAYED)
     return CallRecord(
@@ -248,6 +254,25 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         principal=principal,
         calls=calls,
     )
+
+
+def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
+    """The last calls with every taken-back call shown once, as refused."""
+    calls: list[CallRecord] = []
+    for record, stored in entries:
+        if stored.startswith(UNCOUNTED):
+            for i in range(len(calls) - 1, -1, -1):
+                kept = calls[i]
+                same = (
+                    kept.call_id == record.call_id
+                    if record.call_id is not None
+                    else kept.check_id == record.check_id
+                )
+                if same and kept.allowed and not kept.replay:
+                    del calls[i]
+                    break
+        calls.append(record)
+    return tuple(calls)
 
 
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
@@ -544,6 +569,27 @@ class CounterStore:
             return _holds(self._old(failed, key, doing), own)
         self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
         return True
+
+    def uncount(self, attempt: Attempt, started_ms: int) -> None:
+        """Take back a counted call that a wider budget refused.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        record = attempt.record(allowed=False)
+        values = self._call_values(attempt, record)
+        values[":cidl"] = {"L": [_s(f"{UNCOUNTED}{record.call_id or ''}{_SEP}{attempt.check_id}")]}
+        values.update({":one": _n(1), ":zero": _n(0), ":started": _n(started_ms)})
+        key = _key(attempt.session)
+        doing = "taking back a counted call"
+        names = self._names(attempt)
+        try:
+            self._update(key, UNCOUNT_UPDATE, UNCOUNT_CONDITION, names, values, doing, "NONE")
+        except _ConditionFailed:
+            try:
+                self._update(key, UNCOUNT_RECORD_ONLY, _EXISTS, names, values, doing, "NONE")
+            except _ConditionFailed:
+                return
 
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """Read a session (strongly consistent), or None.

@@ -21,11 +21,22 @@ from chalicelib.ports import (
     Consumed,
     LimitChange,
     NotConsumed,
+    NotTaken,
     RecordChanged,
     RecordNotFound,
     StoreRejected,
+    Taken,
 )
-from chalicelib.quota import Attempt, CallRecord, SessionKey, SessionSnapshot, admits
+from chalicelib.quota import (
+    Attempt,
+    BudgetKey,
+    BudgetSnapshot,
+    CallRecord,
+    SessionKey,
+    SessionSnapshot,
+    Spend,
+    admits,
+)
 from chalicelib.tokens import TokenRecord
 
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
@@ -179,6 +190,27 @@ class MemoryCounters:
             self._touch(session, attempt)
             self._append(session, record)
             return True
+
+    def uncount(self, attempt: Attempt, started_ms: int) -> None:
+        """Take back a counted call that a wider budget refused."""
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if session is None:
+                return
+            counted = attempt.record(allowed=True)
+            for i in range(len(session.calls) - 1, -1, -1):
+                kept = session.calls[i]
+                same = (
+                    kept.call_id == counted.call_id
+                    if counted.call_id is not None
+                    else kept.check_id == counted.check_id
+                )
+                if same and kept.allowed and not kept.replay:
+                    del session.calls[i]
+                    break
+            if session.started_ms == started_ms and session.counts.get(attempt.category, 0) > 0:
+                session.counts[attempt.category] -= 1
+            self._append(session, attempt.record(allowed=False))
 
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """The session as stored, or None."""
@@ -403,3 +435,115 @@ class MemoryTokens:
         with self._lock:
             records = [r for r in self._tokens.values() if tenant in (None, r.tenant)]
         return sorted(records, key=lambda r: r.created_at_ms)
+
+
+@dataclass
+class _Budget:
+    counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    raised: dict[str, int] = field(default_factory=dict)
+    notified: dict[str, tuple[int, int]] = field(default_factory=dict)
+    streak: int = 0
+    suspended_reason: str | None = None
+
+    def snapshot(self) -> BudgetSnapshot:
+        counts: dict[int, dict[str, int]] = {}
+        for (category, start), count in self.counts.items():
+            counts.setdefault(start, {})[category] = count
+        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak)
+
+
+class MemoryBudgets:
+    """The budgets port (principal and tenant windows) in a dict, under one lock."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[BudgetKey, _Budget] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
+        """Count one call if not suspended and under the limit in the current window."""
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            slot = (spend.category, spend.window_start_ms)
+            used = budget.counts.get(slot, 0)
+            limit = max(spend.limit, budget.raised.get(spend.category, 0))
+            if budget.suspended_reason is not None or used >= limit:
+                return NotTaken(budget.snapshot())
+            window = spend.window_end_ms - spend.window_start_ms
+            for back in (1, 2):  # as the DynamoDB item drops the two windows before
+                budget.counts.pop((spend.category, spend.window_start_ms - back * window), None)
+            budget.counts[slot] = used + 1
+            budget.streak = 0
+            return Taken(budget.snapshot())
+
+    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+        """Undo one take of this window."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            slot = (spend.category, spend.window_start_ms)
+            if budget is not None and budget.counts.get(slot, 0) > 0:
+                budget.counts[slot] -= 1
+
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
+        """Count a refusal in a row; whether it is the first at this window and limit."""
+        mark = (spend.window_start_ms, spend.limit)
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            budget.streak += 1
+            first = budget.notified.get(spend.category) != mark
+            budget.notified[spend.category] = mark
+            return budget.streak, first
+
+    def get(self, key: BudgetKey) -> BudgetSnapshot | None:
+        """The budget as stored, or None."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            return budget.snapshot() if budget else None
+
+    def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
+        """Raise a category's limit, never below a raise set meanwhile.
+
+        Raises:
+            RecordChanged: a higher raise was set meanwhile.
+        """
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            if budget.raised.get(category, 0) > new_limit:
+                raise RecordChanged("raising a budget")
+            budget.raised[category] = new_limit
+            return budget.snapshot()
+
+    def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
+        """Suspend; returns the budget and whether it was newly suspended."""
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            newly = budget.suspended_reason is None
+            budget.suspended_reason = reason
+            return budget.snapshot(), newly
+
+    def resume(self, key: BudgetKey) -> BudgetSnapshot:
+        """Lift a suspension and the refusal streak.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+        """
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is None:
+                raise RecordNotFound("resuming a budget")
+            budget.suspended_reason = None
+            budget.streak = 0
+            return budget.snapshot()
+
+    def reset(self, key: BudgetKey) -> BudgetSnapshot:
+        """Zero the counters of every window.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+        """
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is None:
+                raise RecordNotFound("resetting a budget")
+            budget.counts.clear()
+            budget.streak = 0
+            return budget.snapshot()

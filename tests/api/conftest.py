@@ -63,10 +63,11 @@ def make_container(settings: Settings, clock: FixedClock) -> Container:
 
 
 @contextmanager
-def running_api(clock: FixedClock, backend: str) -> Iterator[Api]:
+def running_api(clock: FixedClock, backend: str, **overrides: object) -> Iterator[Api]:
     with mock_aws():
         topic = boto3.client("sns").create_topic(Name="alerts")["TopicArn"]
-        settings = fresh_settings(f"a{uuid.uuid4().hex[:8]}", topic_arn=topic, backend=backend)
+        prefix = f"a{uuid.uuid4().hex[:8]}"
+        settings = fresh_settings(prefix, topic_arn=topic, backend=backend, **overrides)
         if backend == "dynamodb":
             provisioned(client_for(None), settings)
         container = make_container(settings, clock)

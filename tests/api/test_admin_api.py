@@ -24,16 +24,29 @@ def audit(api: Api, session: str | None = "cleanup-7") -> list[dict[str, Any]]:
     return events
 
 
-def test_the_incident_one_email_one_audit_event_then_a_raise_of_ten(api: Api) -> None:
-    codes = statuses(api, 400, **DELETE)
+def test_the_incident_one_email_per_event_then_escalation_then_a_raise_of_ten(
+    api: Api,
+) -> None:
+    answers = [api.check(**DELETE) for _ in range(400)]
+    codes = [a.status_code for a in answers]
     assert codes.count(200) == 15 and codes.count(429) == 385 and codes[:15] == [200] * 15
+    reasons = [body(a)["error"]["code"] for a in answers[15:]]
+    # 50 refusals in a row (suspend_after_refusals) and the principal is suspended: the
+    # loop is then stopped completely, in every session and every category.
+    assert reasons[:50] == ["quota_exceeded"] * 50
+    assert set(reasons[50:]) == {"principal_suspended"}
+    assert body(answers[-1])["error"]["scope"] == "principal"
+    assert (
+        api.check(session_id="fresh", tool="search_articles", principal="tag-bot").status_code
+        == 429
+    )
 
     sent = api.sent()
-    assert len(sent) == 1
+    assert len(sent) == 2  # the exhaustion, then the suspension
     _, message, subject, attributes, _ = sent[0]
     assert subject is not None and len(subject) <= 100 and "\n" not in subject
     assert "cleanup-7" in subject and "write" in subject
-    for needle in ("tenant:     demo", "tag-bot", "15/15", "delete_tag", "REFUSED"):
+    for needle in ("tenant:     demo", "tag-bot", "15/15", "delete_tag", "REFUSED", "session"):
         assert needle in message
     assert "mcp-quota session raise 'cleanup-7' --category write" in message
     assert "mcp-quota session suspend 'cleanup-7'" in message
@@ -41,18 +54,27 @@ def test_the_incident_one_email_one_audit_event_then_a_raise_of_ten(api: Api) ->
     assert attributes is not None
     assert attributes["tenant"]["Value"] == "demo"
     assert attributes["category"]["Value"] == "write"
+    assert attributes["scope"]["Value"] == "session"
+    _, escalated, subject, attributes, _ = sent[1]
+    assert subject is not None and "tag-bot suspended" in subject
+    assert "SUSPENDED" in escalated and attributes is not None
+    assert attributes["event"]["Value"] == "principal_suspended"
 
     events = audit(api)
     blocks = [e for e in events if e["type"] == "quota_exceeded"]
     assert len(blocks) == 1
     detail = blocks[0]["detail"]
     assert detail["used"] == 15 and detail["limit"] == 15 and detail["principal"] == "tag-bot"
-    assert len(detail["last_calls"]) >= 10 and detail["last_calls"][-1]["allowed"] is False
-    assert [e["type"] for e in events].count("notification_sent") == 1
+    assert detail["scope"] == "session"
+    assert len(detail["last_calls"]) == 10 and detail["last_calls"][-1]["allowed"] is False
+    assert [e["type"] for e in events].count("notification_sent") == 2
+    assert [e["type"] for e in events].count("principal_suspended") == 1
 
     session = body(api.get("/v1/sessions/cleanup-7"))
-    assert session["categories"]["write"]["refused"] == 385
+    assert session["categories"]["write"]["refused"] == 50
     assert session["state"] == "active" and session["principal"] == "tag-bot"
+    principal = body(api.get("/v1/principals/tag-bot"))
+    assert principal["state"] == "suspended" and principal["categories"]["write"]["used"] == 15
 
     raised = api.admin(
         "/v1/sessions/cleanup-7/raise",
@@ -60,14 +82,18 @@ def test_the_incident_one_email_one_audit_event_then_a_raise_of_ten(api: Api) ->
     )
     assert raised.status_code == 200
     assert body(raised)["before"] == 15 and body(raised)["after"] == 25
+    resumed = api.admin("/v1/principals/tag-bot/resume", {"reason": "loop fixed"})
+    assert resumed.status_code == 200 and body(resumed)["principal"]["state"] == "active"
     codes = statuses(api, 30, **DELETE)
     assert codes.count(200) == 10 and codes[:10] == [200] * 10
-    assert len(api.sent()) == 2  # the raised limit ran out too: a new exhaustion
+    assert len(api.sent()) == 3  # the raised limit ran out too: a new exhaustion
     raise_events = [e for e in audit(api) if e["type"] == "session_raised"]
     assert raise_events[0]["before"] == {"category": "write", "limit": 15}
     assert raise_events[0]["after"] == {"category": "write", "limit": 25}
     assert raise_events[0]["reason"] == "finish the last batch"
     assert raise_events[0]["actor"] == "dev-admin (admin)"
+    resumes = [e for e in audit(api, None) if e["type"] == "principal_resumed"]
+    assert resumes[0]["before"] == {"principal": "tag-bot", "state": "suspended"}
 
 
 def test_reads_run_out_quietly_audited_but_no_email(api: Api) -> None:
@@ -153,9 +179,11 @@ def test_a_grant_lifts_the_limit_for_its_principal_in_its_window(api: Api) -> No
     assert [g["grant_id"] for g in listed] == [grant_id]
     api.clock.advance(1)
     assert api.client.http.delete(f"/v1/grants/{grant_id}", headers=ADMIN).status_code == 200
-    assert statuses(
-        api, 16, session_id="m3", **{"tool": "delete_tag", "principal": "migration-bot"}
-    ) == [200] * 15 + [429]
+    # Without the grant the principal's 24 h budget (100) is already spent: a new session
+    # does not start it again.
+    after = api.check(session_id="m3", tool="delete_tag", principal="migration-bot")
+    assert after.status_code == 429 and body(after)["error"]["scope"] == "principal"
+    assert body(api.get("/v1/sessions/m3"))["categories"]["write"]["used"] == 0
     types = [e["type"] for e in audit(api, None)]
     assert types == ["grant_created", "grant_deleted"]
 

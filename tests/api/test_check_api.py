@@ -30,9 +30,26 @@ def test_allowed_answer_has_the_documented_fields_and_headers(api: Api) -> None:
         "remaining": 14,
         "resets_at": "2026-12-02T13:00:00Z",
         "duplicate": False,
+        "scopes": {
+            "tenant": {
+                "used": 1,
+                "limit": 1000,
+                "remaining": 999,
+                "window_seconds": 3600,
+                "resets_at": "2026-12-02T13:00:00Z",
+            }
+        },
     }
-    assert response.headers["RateLimit-Policy"] == '"write";q=15;w=3600'
-    assert response.headers["RateLimit"] == '"write";r=14;t=3600'
+    # One entry per scope that applies (no principal given here: the tenant's ceiling).
+    policy = '"write";q=15;w=3600, "write-tenant";q=1000;w=3600'
+    assert response.headers["RateLimit-Policy"] == policy
+    assert response.headers["RateLimit"] == '"write";r=14;t=3600, "write-tenant";r=999;t=3600'
+
+
+def test_a_read_has_one_scope_and_one_entry(api: Api) -> None:
+    response = api.check(session_id="r1", tool="search_articles")
+    assert "scopes" not in body(response)
+    assert response.headers["RateLimit"] == '"read";r=199;t=3600'
 
 
 def test_the_sixteenth_write_is_refused_with_an_explicit_message(api: Api) -> None:

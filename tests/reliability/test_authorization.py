@@ -38,6 +38,16 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "list_grants": ("GET", "/v1/grants", None),
     "delete_grant": ("DELETE", "/v1/grants/{grant}", None),
     "audit": ("GET", "/v1/audit", None),
+    "show_principal": ("GET", "/v1/principals/bot", None),
+    "raise_principal": (
+        "POST",
+        "/v1/principals/bot/raise",
+        {"category": "write", "add": 5, **REASON},
+    ),
+    "suspend_principal": ("POST", "/v1/principals/bot/suspend", REASON),
+    "resume_principal": ("POST", "/v1/principals/bot/resume", REASON),
+    "reset_principal": ("POST", "/v1/principals/bot/reset", REASON),
+    "tenant": ("GET", "/v1/tenant", None),
 }
 
 ADMIN_ONLY = [name for name in ENDPOINTS if name not in ("health", "check")]
@@ -60,6 +70,12 @@ EXPECTED: dict[str, dict[str, int]] = {
         "list_grants": 200,
         "delete_grant": 404,
         "audit": 200,
+        "show_principal": 200,  # its own principal of that name: zeros
+        "raise_principal": 200,  # its own
+        "suspend_principal": 200,  # its own
+        "resume_principal": 404,
+        "reset_principal": 404,
+        "tenant": 200,  # its own
     },
     "admin token": {
         "health": 200,
@@ -73,6 +89,17 @@ EXPECTED: dict[str, dict[str, int]] = {
         "list_grants": 200,
         "delete_grant": 200,
         "audit": 200,
+        **dict.fromkeys(
+            [
+                "show_principal",
+                "raise_principal",
+                "suspend_principal",
+                "resume_principal",
+                "reset_principal",
+                "tenant",
+            ],
+            200,
+        ),
     },
 }
 
@@ -113,6 +140,7 @@ CELLS = [(caller, name) for caller in EXPECTED for name in ENDPOINTS]
 @pytest.mark.parametrize(("caller", "endpoint"), CELLS, ids=[f"{c}-{e}" for c, e in CELLS])
 def test_authorization_matrix(api: Api, caller: str, endpoint: str) -> None:
     assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
+    assert api.check(session_id="b", tool="delete_tag", principal="bot").status_code == 200
     grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
     headers = headers_for(api, caller)
     method, path, payload = ENDPOINTS[endpoint]
@@ -126,7 +154,9 @@ def test_another_tenants_admin_changed_nothing_of_demo(api: Api) -> None:
     assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
     grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
     other = headers_for(api, "admin of another tenant")
-    for name in ("raise", "suspend", "resume", "reset", "delete_grant"):
+    assert api.check(session_id="b", tool="delete_tag", principal="bot").status_code == 200
+    names = ("raise", "suspend", "resume", "reset", "delete_grant")
+    for name in (*names, "suspend_principal", "reset_principal", "raise_principal"):
         method, path, payload = ENDPOINTS[name]
         call(api, method, path.format(grant=grant), payload, other)
     session = body(api.get(f"/v1/sessions/{SESSION}"))
@@ -134,3 +164,6 @@ def test_another_tenants_admin_changed_nothing_of_demo(api: Api) -> None:
     assert session["categories"]["write"]["used"] == 1
     assert session["categories"]["write"]["limit"] == 15
     assert [g["grant_id"] for g in body(api.get("/v1/grants"))["grants"]] == [grant]
+    bot = body(api.get("/v1/principals/bot"))
+    assert bot["state"] == "active" and bot["categories"]["write"]["used"] == 1
+    assert bot["categories"]["write"]["limit"] == 100

@@ -50,6 +50,10 @@ ROUTES: list[tuple[str, str, list[str], list[str]]] = [
         [],
     ),
     ("GET", "/v1/audit", [], ["session_id", "since", "limit", "next"]),
+    ("POST", "/v1/principals/bot/raise", ["category", "limit", "add", "reason"], []),
+    ("POST", "/v1/principals/bot/suspend", ["reason"], []),
+    ("POST", "/v1/principals/bot/resume", ["reason"], []),
+    ("POST", "/v1/principals/bot/reset", ["reason"], []),
 ]
 VALID: dict[str, Any] = {
     "session_id": "s1",

@@ -1,0 +1,243 @@
+"""The budgets above the session (a principal's, the tenant's) on DynamoDB, in the
+counters table: one conditional UpdateItem per call counted.
+
+Item layout (every attribute aliased in expressions):
+    pk             "<tenant> <scope> <subject>": a space, which no session key holds
+    n_<cat>_<ws>   calls counted in a category in the window starting at <ws> (epoch ms);
+                   each take removes the two windows before, so old counts never pile up
+    r_<cat>        a raised limit (admin)
+    z_<cat>        "<ws>|<limit>": the window and limit of the last first-refusal (one event)
+    rf             refusals in a row (escalation); every counted call sets it back to 0
+    suspended      the reason, while suspended (no TTL then)
+    expires_at     TTL, epoch s: a day past the current window; clean-up only
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from chalicelib.ports import NotTaken, RecordChanged, RecordNotFound, Taken
+from chalicelib.quota import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.storage import updates
+from chalicelib.storage.updates import ConditionFailed, n, s
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+PK = "pk"
+COUNT_PREFIX = "n_"
+RAISED_PREFIX = "r_"
+NOTIFIED_PREFIX = "z_"
+STREAK = "rf"
+SUSPENDED = "suspended"
+EXPIRES = "expires_at"
+_KEEP_AFTER_WINDOW_S = 86_400
+
+_NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
+_NOT_SUSPENDED = "attribute_not_exists(#sus)"
+_UNDER_LIMIT = "(attribute_not_exists(#nw) OR #nw < :limit OR #nw < #r)"
+TAKE_CONDITION = f"{_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
+TAKE_UPDATE = "SET #nw = if_not_exists(#nw, :zero) + :one, #rf = :zero, #exp = :exp REMOVE #p1, #p2"
+GIVE_BACK_CONDITION = "#nw > :zero"
+GIVE_BACK_UPDATE = "SET #nw = #nw - :one"
+NOTE_REFUSAL_UPDATE = "SET #z = :mark ADD #rf :one"
+RAISE_CONDITION = "attribute_not_exists(#r) OR #r <= :new"
+RAISE_UPDATE = "SET #r = :new"
+SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
+EXISTS = "attribute_exists(#pk)"
+RESUME_UPDATE = "SET #rf = :zero REMOVE #sus"
+
+
+def _key(key: BudgetKey) -> dict[str, Any]:
+    return {PK: s(f"{key.tenant} {key.scope.value} {key.subject}")}
+
+
+def _count_name(category: str, window_start_ms: int) -> str:
+    return f"{COUNT_PREFIX}{category}_{window_start_ms}"
+
+
+def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
+    """Decode a budget item."""
+    counts: dict[int, dict[str, int]] = {}
+    raised: dict[str, int] = {}
+    for name, value in item.items():
+        if name.startswith(COUNT_PREFIX) and "N" in value:
+            category, _, start = name[len(COUNT_PREFIX) :].rpartition("_")
+            counts.setdefault(int(start), {})[category] = int(value["N"])
+        elif name.startswith(RAISED_PREFIX) and "N" in value:
+            raised[name[len(RAISED_PREFIX) :]] = int(value["N"])
+    suspended = item.get(SUSPENDED)
+    return BudgetSnapshot(
+        counts=counts,
+        raised=raised,
+        suspended_reason=suspended.get("S") if suspended else None,
+        refusals_in_a_row=int(item.get(STREAK, {"N": "0"})["N"]),
+    )
+
+
+class BudgetStore:
+    """Counts calls against principal and tenant budgets; decides nothing about policy."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def _update(
+        self,
+        key: BudgetKey,
+        expression: str,
+        condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        doing: str,
+        returns: str = "ALL_NEW",
+        old_on_failure: bool = False,
+    ) -> dict[str, Any]:
+        return updates.update(
+            self._client,
+            self._table,
+            _key(key),
+            expression,
+            condition,
+            {**_NAMES, **names},
+            values,
+            doing,
+            returns,
+            old_on_failure,
+        )
+
+    def _old(self, failed: ConditionFailed, key: BudgetKey, doing: str) -> BudgetSnapshot | None:
+        item = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
+        return snapshot_from_item(item) if item else None
+
+    def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
+        """Count one call if not suspended and under the limit in the current window.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        window = spend.window_end_ms - spend.window_start_ms
+        names = {
+            "#nw": _count_name(spend.category, spend.window_start_ms),
+            "#p1": _count_name(spend.category, spend.window_start_ms - window),
+            "#p2": _count_name(spend.category, spend.window_start_ms - 2 * window),
+            "#r": RAISED_PREFIX + spend.category,
+        }
+        values = {
+            ":zero": n(0),
+            ":one": n(1),
+            ":limit": n(spend.limit),
+            ":exp": n(spend.window_end_ms // 1000 + _KEEP_AFTER_WINDOW_S),
+        }
+        doing = f"counting a call against the {key.scope.value} budget"
+        try:
+            item = self._update(
+                key, TAKE_UPDATE, TAKE_CONDITION, names, values, doing, old_on_failure=True
+            )
+        except ConditionFailed as failed:
+            return NotTaken(self._old(failed, key, doing))
+        return Taken(snapshot_from_item(item))
+
+    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+        """Undo one take of this window; nothing if it was reset meanwhile.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        names = {"#nw": _count_name(spend.category, spend.window_start_ms)}
+        values = {":zero": n(0), ":one": n(1)}
+        doing = f"giving back a call to the {key.scope.value} budget"
+        try:
+            self._update(key, GIVE_BACK_UPDATE, GIVE_BACK_CONDITION, names, values, doing, "NONE")
+        except ConditionFailed:
+            return
+
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
+        """Count a refusal in a row; whether it is the first at this window and limit.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        mark = f"{spend.window_start_ms}|{spend.limit}"
+        names = {"#z": NOTIFIED_PREFIX + spend.category}
+        values = {":mark": s(mark), ":one": n(1)}
+        doing = f"recording a refusal of the {key.scope.value} budget"
+        old = self._update(key, NOTE_REFUSAL_UPDATE, "", names, values, doing, "UPDATED_OLD")
+        streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
+        return streak, old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark
+
+    def get(self, key: BudgetKey) -> BudgetSnapshot | None:
+        """The budget as stored, or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        doing = f"reading the {key.scope.value} budget"
+        item = updates.get(self._client, self._table, _key(key), doing)
+        return snapshot_from_item(item) if item else None
+
+    def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
+        """Raise a category's limit, never below a raise set meanwhile.
+
+        Raises:
+            RecordChanged: a higher raise was set meanwhile.
+            StorageError: the store failed.
+        """
+        names = {"#r": RAISED_PREFIX + category}
+        doing = f"raising the {key.scope.value} budget"
+        try:
+            item = self._update(
+                key, RAISE_UPDATE, RAISE_CONDITION, names, {":new": n(new_limit)}, doing
+            )
+        except ConditionFailed as exc:
+            raise RecordChanged(doing) from exc
+        return snapshot_from_item(item)
+
+    def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
+        """Suspend; returns the budget and whether it was newly suspended.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        doing = f"suspending the {key.scope.value} budget"
+        old = self._update(key, SUSPEND_UPDATE, "", {}, {":why": s(reason)}, doing, "ALL_OLD")
+        now = {k: v for k, v in old.items() if k != EXPIRES}
+        now[SUSPENDED] = s(reason)
+        return snapshot_from_item(now), SUSPENDED not in old
+
+    def resume(self, key: BudgetKey) -> BudgetSnapshot:
+        """Lift a suspension and the refusal streak.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+            StorageError: the store failed.
+        """
+        doing = f"resuming the {key.scope.value} budget"
+        try:
+            item = self._update(key, RESUME_UPDATE, EXISTS, {}, {":zero": n(0)}, doing)
+        except ConditionFailed as exc:
+            raise RecordNotFound(doing) from exc
+        return snapshot_from_item(item)
+
+    def reset(self, key: BudgetKey) -> BudgetSnapshot:
+        """Zero the counters of every window; raises and suspension stay.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+            StorageError: the store failed.
+        """
+        doing = f"resetting the {key.scope.value} budget"
+        item = updates.get(self._client, self._table, _key(key), doing)
+        if item is None:
+            raise RecordNotFound(doing)
+        counts = [name for name in item if name.startswith(COUNT_PREFIX)]
+        names = {f"#c{i}": name for i, name in enumerate(counts)}
+        remove = f" REMOVE {', '.join(names)}" if names else ""
+        try:
+            item = self._update(
+                key, f"SET #rf = :zero{remove}", EXISTS, names, {":zero": n(0)}, doing
+            )
+        except ConditionFailed as exc:
+            raise RecordNotFound(doing) from exc
+        return snapshot_from_item(item)
