@@ -106,7 +106,8 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
                 assert target in packaged.resources, (name, value)
         settings = Settings.from_env({k: _resolve(v) for k, v in variables.items()})
         assert settings.stage == "prod"
-        assert not settings.is_local  # no development tokens in a deployed stage
+        assert not settings.is_local
+        assert not settings.dev_tokens  # no development tokens in a deployed stage
         assert settings.counters_table == "<CountersTable>"
         assert settings.tokens_table == "<TokensTable>"
         assert settings.audit_table == "<AuditTable>"
