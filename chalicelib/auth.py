@@ -36,7 +36,7 @@ class Authenticator:
         self._clock = clock
         self._cache: dict[str, tuple[int, AuthResult]] = {}
         self._dev: dict[str, Identity] = {}
-        if settings.is_local:
+        if settings.dev_tokens:
             tenant = settings.dev_tenant
             self._dev = {
                 settings.dev_server_token: Identity(tenant, SERVER, "dev-server"),

@@ -33,7 +33,9 @@ class TableSpec:
 COUNTERS = TableSpec("CountersTable", partition_key="pk", ttl_attribute="expires_at")
 TOKENS = TableSpec("TokensTable", partition_key="token_id")
 AUDIT = TableSpec("AuditTable", partition_key="pk", sort_key="sk", ttl_attribute="expires_at")
-GRANTS = TableSpec("GrantsTable", partition_key="tenant", sort_key="grant_id")
+GRANTS = TableSpec(
+    "GrantsTable", partition_key="tenant", sort_key="grant_id", ttl_attribute="expires_at"
+)
 
 ALL_TABLES: dict[str, TableSpec] = {
     "counters": COUNTERS,

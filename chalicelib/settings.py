@@ -52,10 +52,11 @@ class Settings:
     dev_server_token: str
     dev_admin_token: str
     dev_tenant: str
+    dev_tokens: bool  # the fixed development tokens are accepted: only `make run` says so
 
     @property
     def is_local(self) -> bool:
-        """The local stage: debug output and the fixed development tokens."""
+        """The local stage: notifications are also printed to the console."""
         return self.stage == LOCAL_STAGE
 
     @classmethod
@@ -67,7 +68,6 @@ class Settings:
         """
         env = os.environ if env is None else env
         return cls(
-            # The safe default: the dev tokens exist only where the stage says `local`.
             stage=env.get("QUOTA_STAGE", "prod"),
             backend=_choice(env, "QUOTA_BACKEND", BACKENDS),
             counters_table=env.get("QUOTA_COUNTERS_TABLE", "mcp-quota-counters"),
@@ -84,4 +84,6 @@ class Settings:
             dev_server_token=env.get("QUOTA_DEV_SERVER_TOKEN", "dev-server-token"),
             dev_admin_token=env.get("QUOTA_DEV_ADMIN_TOKEN", "dev-admin-token"),
             dev_tenant=env.get("QUOTA_DEV_TENANT", "demo"),
+            # An explicit switch, set only by scripts/serve_local.py: never a stage name.
+            dev_tokens=env.get("QUOTA_DEV_TOKENS") == "1",
         )

@@ -26,14 +26,15 @@ DEFAULT_REGION = "us-east-1"
 MERGE_TEMPLATE = "merge-template.json"
 
 
-def package(stage: str, outdir: Path) -> Path:
+def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     """Package `stage` into `outdir` (replaced); returns the path of the SAM template.
 
     Raises:
         subprocess.CalledProcessError: `chalice package` failed.
-        SystemExit: the stage cannot be packaged.
+        SystemExit: the stage cannot be packaged, e.g. it would accept the development
+            tokens (QUOTA_DEV_TOKENS or QUOTA_STAGE=local in its environment).
     """
-    template = build_merge_template(stage, load_config(), app_function_names())
+    template = build_merge_template(stage, load_config(project_dir), app_function_names())
     outdir = outdir.resolve()
     if outdir.exists():
         shutil.rmtree(outdir)

@@ -64,6 +64,7 @@ def main() -> int:
     env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     env.setdefault("QUOTA_STAGE", "local")
+    env.setdefault("QUOTA_DEV_TOKENS", "1")
     port = int(env.get("PORT", "8000"))
     if not env.get("AWS_ENDPOINT_URL"):
         env["AWS_ENDPOINT_URL"] = start_embedded_backend()

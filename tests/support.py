@@ -100,6 +100,7 @@ def fresh_settings(prefix: str, **overrides: object) -> Settings:
     settings = replace(
         base,
         stage="local",
+        dev_tokens=True,  # the tests speak as the fixed development tokens
         counters_table=f"{prefix}-counters",
         tokens_table=f"{prefix}-tokens",
         audit_table=f"{prefix}-audit",

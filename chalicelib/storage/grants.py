@@ -17,6 +17,9 @@ _NEW = "attribute_not_exists(#id)"
 _EXISTS = "attribute_exists(#id)"
 _OF_TENANT = "#tenant = :tenant"
 _NAMES = {"#id": "grant_id"}
+# TTL deletes a grant this long after its window closes (clean-up only: a grant applies
+# by its window, never by its presence), so `grant list` still shows recent ones.
+_KEEP_AFTER_END_SECONDS = 30 * 24 * 3600
 
 
 def _item(grant: Grant) -> dict[str, Any]:
@@ -31,6 +34,7 @@ def _item(grant: Grant) -> dict[str, Any]:
         "reason": {"S": grant.reason},
         "created_by": {"S": grant.created_by},
         "created_at": {"N": str(grant.created_at_ms)},
+        "expires_at": {"N": str(grant.ends_at_ms // 1000 + _KEEP_AFTER_END_SECONDS)},
     }
 
 

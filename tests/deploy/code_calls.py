@@ -121,3 +121,42 @@ def attribute_calls(path: Path) -> Iterator[tuple[str, str, int]]:
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             yield ast.unparse(node.func.value), node.func.attr, node.lineno
+
+
+def _decorator_name(node: ast.expr) -> str:
+    """`app.route` for `@app.route(...)`, `handled` for `@handled`."""
+    target = node.func if isinstance(node, ast.Call) else node
+    return ast.unparse(target)
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    """The plain names and `receiver.method` strings a function calls."""
+    names: set[str] = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            func = call.func
+            names.add(func.id if isinstance(func, ast.Name) else ast.unparse(func))
+    return names
+
+
+def lambda_entry_paths(path: Path | None = None) -> dict[str, set[str]]:
+    """Chalice's function kind (`authorizer`, `route`) -> every call its views and
+    authorizers make in app.py, following calls to app.py's own functions."""
+    path = path or ROOT / "app.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    reached: dict[str, set[str]] = {"authorizer": set(), "route": set()}
+    for function in functions.values():
+        kinds = {_decorator_name(d).rsplit(".", 1)[-1] for d in function.decorator_list}
+        for kind in kinds & set(reached):
+            seen: set[str] = set()
+            todo = [function.name]
+            while todo:
+                name = todo.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                calls = _called_names(functions[name])
+                reached[kind] |= calls
+                todo += [call for call in calls if call in functions]
+    return reached

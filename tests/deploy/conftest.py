@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -53,3 +54,28 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Packaged:
     result = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"packaging failed:\n{result.stdout}\n{result.stderr}"
     return Packaged(out, json.loads((out / "sam.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def deployed(packaged: Packaged) -> dict[str, Any]:
+    """The template CloudFormation deploys: SAM's transform applied, as after `aws
+    cloudformation package` (code in S3). The transform makes no AWS call."""
+    import boto3  # noqa: PLC0415
+    from samtranslator.parser.parser import Parser  # type: ignore[import-untyped]  # noqa: PLC0415
+    from samtranslator.translator.translator import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        Translator,
+    )
+
+    template = copy.deepcopy(packaged.template)
+    for resource in template["Resources"].values():
+        if "CodeUri" in resource.get("Properties", {}):
+            resource["Properties"]["CodeUri"] = "s3://artifact-bucket/deployment.zip"
+    translator = Translator(
+        None, Parser(), boto_session=boto3.session.Session(region_name="us-east-1")
+    )
+    result: dict[str, Any] = translator.translate(
+        template,
+        parameter_values={"AlertEmail": "oncall@example.com"},
+        get_managed_policy_map=dict,
+    )
+    return result

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deploy.build_template import build_merge_template, load_config
+from deploy.package import package
 from tests.deploy.code_calls import ROOT
 
 FUNCTIONS = ["api_handler", "bearer"]
@@ -63,3 +65,38 @@ def test_xray_opt_in_grants_trace_writes_and_traces_the_api() -> None:
 def test_unknown_stage_is_refused() -> None:
     with pytest.raises(SystemExit, match="unknown stage"):
         build_merge_template("staging", load_config(), FUNCTIONS)
+
+
+def with_env(config: dict[str, Any], env: dict[str, str], function: str | None) -> dict[str, Any]:
+    config = json.loads(json.dumps(config))
+    stage = config["stages"]["prod"]
+    if function is None:
+        stage["environment_variables"].update(env)
+    else:
+        stage["lambda_functions"][function]["environment_variables"] = env
+    return config
+
+
+@pytest.mark.parametrize("function", [None, "bearer"])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"QUOTA_DEV_TOKENS": "1"}, "QUOTA_DEV_TOKENS"),
+        ({"QUOTA_DEV_TOKENS": "0"}, "QUOTA_DEV_TOKENS"),
+        ({"QUOTA_STAGE": "local"}, "QUOTA_STAGE=local"),
+    ],
+)
+def test_a_stage_that_would_accept_development_tokens_is_refused(
+    env: dict[str, str], message: str, function: str | None
+) -> None:
+    with pytest.raises(SystemExit, match=message):
+        build_merge_template("prod", with_env(load_config(), env, function), FUNCTIONS)
+
+
+def test_packaging_refuses_it_with_a_clear_error(tmp_path: Path) -> None:
+    config = with_env(load_config(), {"QUOTA_DEV_TOKENS": "1"}, None)
+    (tmp_path / ".chalice").mkdir()
+    (tmp_path / ".chalice" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="development tokens exist only under `make run`"):
+        package("prod", tmp_path / "out", project_dir=tmp_path)
+    assert not (tmp_path / "out").exists()

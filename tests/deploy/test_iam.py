@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from chalicelib.schema import ALL_TABLES
-from tests.deploy.code_calls import ROOT, ApiCall, api_calls, attribute_calls, relative
+from tests.deploy.code_calls import (
+    ROOT,
+    ApiCall,
+    api_calls,
+    attribute_calls,
+    lambda_entry_paths,
+    relative,
+)
 from tests.deploy.conftest import Packaged
 
 Grant = tuple[str, str]  # (IAM action, logical id of the resource)
@@ -45,8 +52,20 @@ OPERATOR_FUNCTIONS = {
     ("chalicelib/storage/tokens.py", "TokenStore.revoke"),
     ("chalicelib/storage/tokens.py", "TokenStore.list"),
 }
-# The authorizer only resolves tokens; every route runs in the API handler.
-TABLE_FUNCTION = {"TokensTable": AUTHORIZER}
+# The Lambda function that runs each kind of Chalice entry point in app.py.
+ENTRY_FUNCTION = {"authorizer": AUTHORIZER, "route": API_HANDLER}
+TOKENS_TABLE = "TokensTable"
+
+
+def functions_that_authenticate() -> set[str]:
+    """The functions whose app.py code resolves tokens (`Authenticator.authenticate`):
+    the authorizer, and the API handler when the authorizer let a request through
+    unverified because the token store failed (`caller`)."""
+    return {
+        ENTRY_FUNCTION[kind]
+        for kind, calls in lambda_entry_paths().items()
+        if any(call.endswith("authenticator.authenticate") for call in calls)
+    }
 
 
 def target_of(call: ApiCall) -> str:
@@ -79,10 +98,14 @@ def lambda_calls() -> list[ApiCall]:
 
 
 def required_grants() -> dict[str, set[Grant]]:
+    """Function -> the grants its code paths need: token look-ups wherever app.py
+    authenticates, every other table and the topic in the API handler."""
     required: dict[str, set[Grant]] = defaultdict(set)
+    authenticating = functions_that_authenticate()
     for call in lambda_calls():
         target = target_of(call)
-        required[TABLE_FUNCTION.get(target, API_HANDLER)].add((call.action, target))
+        for function in authenticating if target == TOKENS_TABLE else {API_HANDLER}:
+            required[function].add((call.action, target))
     return required
 
 
@@ -179,6 +202,19 @@ def test_the_scan_sees_the_calls_we_know_about() -> None:
     assert ("chalicelib/storage/tokens.py", "TokenStore.get", "dynamodb:GetItem") in found
     # Every operator-only exemption still names a function that makes a call.
     assert {(m, f) for m, f, _ in found} >= OPERATOR_FUNCTIONS
+
+
+def test_the_handlers_fallback_authentication_is_covered_and_granted(
+    packaged: Packaged,
+) -> None:
+    # On a token-store error the authorizer lets the request through unverified and the
+    # handler authenticates again: in prod that needs a token look-up in the handler too.
+    assert functions_that_authenticate() == {AUTHORIZER, API_HANDLER}
+    grants = granted(packaged)
+    assert ("dynamodb:GetItem", TOKENS_TABLE) in grants[API_HANDLER]
+    # ... and nothing else on that table: no Lambda mints or revokes tokens.
+    for name, pairs in grants.items():
+        assert {a for a, t in pairs if t == TOKENS_TABLE} == {"dynamodb:GetItem"}, name
 
 
 @pytest.mark.parametrize("path", [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))])

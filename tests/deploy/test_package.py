@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 from cfnlint.api import ManualArgs, lint_file  # type: ignore[import-untyped]
@@ -15,6 +16,21 @@ def test_cfn_lint_reports_no_errors_or_warnings(packaged: Packaged) -> None:
         f"{m.rule.id} {m.message} (line {m.linenumber})" for m in matches if m.rule.id[0] in "EW"
     ]
     assert problems == []
+
+
+RUNTIME_DEPRECATION_RULES = {"E2531", "W2531", "E2533"}
+
+
+def test_cfn_lint_checks_runtime_deprecation_and_finds_none(packaged: Packaged) -> None:
+    matches = lint_file(packaged.sam, config=ManualArgs(regions=["us-east-1"]))
+    assert [m for m in matches if m.rule.id in RUNTIME_DEPRECATION_RULES] == []
+    # The same configuration does flag a deprecated runtime: the rules are not suppressed.
+    old = json.loads(packaged.sam.read_text())
+    old["Resources"]["APIHandler"]["Properties"]["Runtime"] = "python3.8"
+    stale = packaged.directory / "stale-runtime.json"
+    stale.write_text(json.dumps(old))
+    flagged = lint_file(stale, config=ManualArgs(regions=["us-east-1"]))
+    assert {m.rule.id for m in flagged} & RUNTIME_DEPRECATION_RULES
 
 
 def test_template_is_sam_with_the_parameters_the_docs_use(packaged: Packaged) -> None:

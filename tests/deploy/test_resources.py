@@ -12,6 +12,7 @@ from cfnlint.template.transforms._sam_globals import (  # type: ignore[import-un
 from chalicelib.observability import NAMESPACE, SERVICE
 from chalicelib.schema import ALL_TABLES
 from chalicelib.settings import Settings
+from deploy.build_template import load_config
 from tests.deploy.code_calls import ROOT
 from tests.deploy.conftest import Packaged
 
@@ -40,11 +41,8 @@ def test_tables_are_exactly_the_schema_on_demand_with_ttl_and_pitr(packaged: Pac
             }
 
 
-def test_audit_table_is_protected_from_deletion(packaged: Packaged) -> None:
-    audit = packaged.resources[ALL_TABLES["audit"].logical_name]
-    assert audit["Properties"]["DeletionProtectionEnabled"] is True
-    assert audit["DeletionPolicy"] == "Retain"
-    assert audit["UpdateReplacePolicy"] == "Retain"
+def test_counters_table_is_not_protected_from_deletion(packaged: Packaged) -> None:
+    # Counters are disposable (they reset on idle); see test_hardening for the kept tables.
     counters = packaged.resources[ALL_TABLES["counters"].logical_name]
     assert "DeletionProtectionEnabled" not in counters["Properties"]
 
@@ -62,8 +60,7 @@ def test_alert_topic_has_an_email_subscription_from_the_parameter(packaged: Pack
 def test_alarm_watches_the_metric_the_service_emits_and_notifies_the_topic(
     packaged: Packaged,
 ) -> None:
-    (alarm,) = of_type(packaged, "AWS::CloudWatch::Alarm").values()
-    props = alarm["Properties"]
+    props = packaged.resources["BlockedWritesAlarm"]["Properties"]
     assert props["Namespace"] == NAMESPACE
     assert props["MetricName"] == "ChecksBlocked"
     # EMF metrics match only on the exact dimension set observability.count emits.
@@ -109,7 +106,8 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
                 assert target in packaged.resources, (name, value)
         settings = Settings.from_env({k: _resolve(v) for k, v in variables.items()})
         assert settings.stage == "prod"
-        assert not settings.is_local  # no development tokens in a deployed stage
+        assert not settings.is_local
+        assert not settings.dev_tokens  # no development tokens in a deployed stage
         assert settings.counters_table == "<CountersTable>"
         assert settings.tokens_table == "<TokensTable>"
         assert settings.audit_table == "<AuditTable>"
@@ -120,11 +118,14 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
         assert not any(key.startswith("QUOTA_DEV_") for key in variables)
         props = function["Properties"]
         assert props["Tracing"] == "PassThrough"  # X-Ray is opt-in per stage
-        assert props["Runtime"] == "python3.11"
+        assert props["Runtime"] == load_config()["lambda_python_version"]
 
 
-def test_log_groups_belong_to_the_functions_and_expire(packaged: Packaged) -> None:
+def test_log_groups_belong_to_the_functions_or_the_api_and_expire(packaged: Packaged) -> None:
     groups = of_type(packaged, "AWS::Logs::LogGroup")
+    access = groups.pop("ApiAccessLogGroup")
+    assert "LogGroupName" not in access["Properties"]  # CloudFormation names it per stack
+    assert access["Properties"]["RetentionInDays"] == 30
     assert {g["Properties"]["LogGroupName"]["Fn::Sub"] for g in groups.values()} == {
         "/aws/lambda/${APIHandler}",
         "/aws/lambda/${Bearer}",

@@ -9,7 +9,7 @@ from chalicelib.settings import Settings
 def test_defaults_are_the_documented_ones() -> None:
     settings = Settings.from_env({})
     assert settings.idle_timeout_seconds == 3600 and settings.last_calls == 10
-    assert not settings.is_local  # no dev tokens unless the stage says local
+    assert not settings.is_local and not settings.dev_tokens
     assert Settings.from_env({"QUOTA_STAGE": "local"}).is_local
 
 

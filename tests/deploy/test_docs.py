@@ -1,0 +1,44 @@
+"""docs/deploy.md says what a first deployment needs, in commands that match the stack."""
+
+from __future__ import annotations
+
+import re
+
+from tests.deploy.code_calls import ROOT
+from tests.deploy.conftest import Packaged
+
+DOC = ROOT / "docs" / "deploy.md"
+
+
+def test_deploy_doc_creates_the_bucket_and_warns_off_chalice_deploy() -> None:
+    text = DOC.read_text()
+    assert "aws s3 mb " in text
+    assert "LocationConstraint" in text  # the create-bucket region rule
+    assert "Do not use `chalice deploy` for prod" in text
+    assert "make package STAGE=prod" in text
+    assert "CloudWatchRoleArn" in text and "AWS::ApiGateway::Account" in text
+    readme = (ROOT / "README.md").read_text()
+    assert "`chalice deploy` is not the way to deploy prod" in readme
+
+
+def test_first_admin_token_sets_every_variable_its_audit_event_needs() -> None:
+    text = DOC.read_text()
+    section = text[text.index("### Create the first admin token") :]
+    section = section[: section.index("mcp-quota token create")]
+    # `token create` writes the token and an audit event: both tables and the region.
+    for variable in ("QUOTA_TOKENS_TABLE", "QUOTA_AUDIT_TABLE", "AWS_REGION"):
+        assert f"export {variable}=" in section, variable
+
+
+def test_every_output_and_parameter_the_doc_names_exists(packaged: Packaged) -> None:
+    text = DOC.read_text()
+    # The outputs the doc's commands query: `OutputKey=='X'` and the `output X` helper.
+    outputs = set(re.findall(r"OutputKey=='(\w+)'", text)) | set(
+        re.findall(r"\$\(output (\w+)\)", text)
+    )
+    assert {"TokensTableName", "AuditTableName", "AlertTopicArn"} <= outputs
+    assert outputs <= set(packaged.template["Outputs"])
+    for parameter in re.findall(
+        r"`(Api(?:Throttle|Reserved)\w+|BlockedWrites\w+Threshold|AlertEmail)`", text
+    ):
+        assert parameter in packaged.template["Parameters"], parameter
