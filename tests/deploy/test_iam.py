@@ -68,11 +68,18 @@ def functions_that_authenticate() -> set[str]:
     }
 
 
+# Storage modules that act on another module's table: the principal and tenant budgets
+# live in the counters table, and `updates.py` is the UpdateItem/GetItem helper of the
+# counters-table adapters.
+SHARES_TABLE = {"budgets": "counters", "updates": "counters"}
+
+
 def target_of(call: ApiCall) -> str:
     """The logical id of the resource a call acts on, from the module that makes it."""
     if call.service == "sns":
         return TOPIC
     stem = call.module.rsplit("/", 1)[-1].removesuffix(".py")
+    stem = SHARES_TABLE.get(stem, stem)
     if call.module.startswith("chalicelib/storage/") and stem in ALL_TABLES:
         return ALL_TABLES[stem].logical_name
     raise AssertionError(

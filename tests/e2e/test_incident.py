@@ -48,13 +48,18 @@ def inbox(stack: Stack) -> list[dict[str, Any]]:
 
 def test_the_incident_over_http(stack: Stack) -> None:
     body = {"session_id": "tag-cleanup", "tool": "delete_tag", "principal": "cleanup-agent"}
-    statuses = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(400)]
+    replies = [call(f"{stack.url}/v1/check", "POST", body) for _ in range(400)]
+    statuses = [r.status for r in replies]
     assert statuses[:15] == [200] * 15 and statuses[15:] == [429] * 385
+    # The loop ignores 50 refusals: its principal is suspended and it is stopped outright.
+    codes = [r.body["error"]["code"] for r in replies[15:]]
+    assert codes[:50] == ["quota_exceeded"] * 50 and set(codes[50:]) == {"principal_suspended"}
 
-    [email] = inbox(stack)
+    [suspended, email] = sorted(inbox(stack), key=lambda m: "suspended" not in m["Subject"])
     assert "tag-cleanup" in email["Subject"] and len(email["Subject"]) <= 100
     assert "mcp-quota session raise 'tag-cleanup'" in email["Message"]
     assert email["MessageAttributes"]["category"]["Value"] == "write"
+    assert "cleanup-agent suspended" in suspended["Subject"]
 
     trail = call(f"{stack.url}/v1/audit?session_id=tag-cleanup", token=ADMIN_TOKEN).body
     blocks = [e for e in trail["events"] if e["type"] == "quota_exceeded"]
@@ -68,5 +73,12 @@ def test_the_incident_over_http(stack: Stack) -> None:
         token=ADMIN_TOKEN,
     )
     assert raised.status == 200 and raised.body["after"] == 25
+    resumed = call(
+        f"{stack.url}/v1/principals/cleanup-agent/resume",
+        "POST",
+        {"reason": "loop fixed"},
+        token=ADMIN_TOKEN,
+    )
+    assert resumed.status == 200
     more = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(20)]
     assert more == [200] * 10 + [429] * 10
