@@ -151,6 +151,76 @@ def session_action(client: AdminClient, session_id: str, action: str, reason: st
     return Output(data, f"{headline}\n\n{render.session_view(session)}")
 
 
+def _principal_path(principal: str, action: str = "") -> str:
+    path = f"/v1/principals/{quote_segment(check_session_id(principal))}"
+    return f"{path}/{action}" if action else path
+
+
+def principal_show(client: AdminClient, principal: str) -> Output:
+    """`principal show`: a principal's windowed counters, limits and state.
+
+    Raises:
+        CliError: the request failed.
+    """
+    data = client.call("GET", _principal_path(principal))
+    if not isinstance(data, Mapping) or "categories" not in data:
+        raise CliError("The service's answer is not a principal.", ExitCode.UNEXPECTED)
+    return Output(data, render.budget_view(data))
+
+
+def principal_raise(
+    client: AdminClient,
+    principal: str,
+    category: str,
+    reason: str,
+    limit: int | None = None,
+    add: int | None = None,
+) -> Output:
+    """`principal raise`: lift a category's principal budget.
+
+    Raises:
+        CliError: neither or both of limit/add given (usage), or the request failed.
+    """
+    if (limit is None) == (add is None):
+        raise CliError("Give exactly one of --limit and --add.", ExitCode.USAGE)
+    body: dict[str, Any] = {"category": category}
+    body["limit" if limit is not None else "add"] = limit if limit is not None else add
+    body["reason"] = check_reason(reason)
+    data = client.call("POST", _principal_path(principal, "raise"), body)
+    budget = _object(data, "principal")
+    headline = (
+        f"Raised {render.cell(category)} for principal {render.cell(principal)}: "
+        f"limit {render.change(data.get('before'), data.get('after'))}."
+    )
+    return Output(data, f"{headline}\n\n{render.budget_view(budget)}")
+
+
+def principal_action(client: AdminClient, principal: str, action: str, reason: str) -> Output:
+    """`principal suspend|resume|reset`.
+
+    Raises:
+        CliError: the action is unknown (usage) or the request failed.
+    """
+    if action not in _DONE:
+        raise CliError(f"Unknown principal action {action!r}.", ExitCode.USAGE)
+    data = client.call("POST", _principal_path(principal, action), {"reason": check_reason(reason)})
+    budget = _object(data, "principal")
+    headline = f"Principal {render.cell(principal)} {_DONE[action]}."
+    return Output(data, f"{headline}\n\n{render.budget_view(budget)}")
+
+
+def tenant_show(client: AdminClient) -> Output:
+    """`tenant show`: the tenant's ceiling over everything its servers do.
+
+    Raises:
+        CliError: the request failed.
+    """
+    data = client.call("GET", "/v1/tenant")
+    if not isinstance(data, Mapping) or "categories" not in data:
+        raise CliError("The service's answer is not a tenant budget.", ExitCode.UNEXPECTED)
+    return Output(data, render.budget_view(data))
+
+
 def grant_add(
     client: AdminClient,
     principal: str,

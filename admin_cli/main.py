@@ -101,6 +101,24 @@ def _session_action(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.session_action(_client(args, env), args.session_id, args.action, args.reason)
 
 
+def _principal_show(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.principal_show(_client(args, env), args.principal)
+
+
+def _principal_raise(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.principal_raise(
+        _client(args, env), args.principal, args.category, args.reason, args.limit, args.add
+    )
+
+
+def _principal_action(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.principal_action(_client(args, env), args.principal, args.action, args.reason)
+
+
+def _tenant_show(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.tenant_show(_client(args, env))
+
+
 def _grant_add(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.grant_add(
         _client(args, env),
@@ -243,6 +261,35 @@ def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentPars
         parser.set_defaults(action=action)
 
 
+def _add_principal_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    principal = root.add_parser(
+        "principal", help="whom agents act for: a budget across all their sessions"
+    )
+    commands = principal.add_subparsers(dest="principal_command", required=True, metavar="COMMAND")
+    show = _leaf(commands, "show", "windowed counters, limits and state", _principal_show)
+    show.add_argument("principal", metavar="PRINCIPAL")
+    raise_ = _leaf(commands, "raise", "raise one category's principal budget", _principal_raise)
+    raise_.add_argument("principal", metavar="PRINCIPAL")
+    raise_.add_argument("--category", required=True, help="category to raise, e.g. write")
+    amount = raise_.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--limit", type=_positive_int, help="the new limit")
+    amount.add_argument("--add", type=_positive_int, help="calls to add to the current limit")
+    raise_.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+    actions = {
+        "suspend": "refuse every call made for the principal, in every session",
+        "resume": "lift a suspension (manual or automatic)",
+        "reset": "zero the principal's counters in every window",
+    }
+    for action, help_text in actions.items():
+        parser = _leaf(commands, action, help_text, _principal_action)
+        parser.add_argument("principal", metavar="PRINCIPAL")
+        parser.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+        parser.set_defaults(action=action)
+    tenant = root.add_parser("tenant", help="the tenant's ceiling over all its servers")
+    tenant_commands = tenant.add_subparsers(dest="tenant_command", required=True, metavar="COMMAND")
+    _leaf(tenant_commands, "show", "counters, limits and windows of the tenant", _tenant_show)
+
+
 def _add_grant_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     grant = root.add_parser("grant", help="raises planned ahead for a principal")
     commands = grant.add_subparsers(dest="grant_command", required=True, metavar="COMMAND")
@@ -271,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     root = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_token_commands(root)
     _add_session_commands(root)
+    _add_principal_commands(root)
     _add_grant_commands(root)
     audit = _leaf(root, "audit", "list audit events: blocks, admin actions, notifications", _audit)
     audit.add_argument(

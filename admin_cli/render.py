@@ -138,6 +138,41 @@ def session_view(session: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def budget_view(budget: Mapping[str, Any]) -> str:
+    """A principal's or the tenant's budget: identity and state, a row per category."""
+    pairs: list[tuple[str, Any]] = []
+    if budget.get("scope") == "principal":
+        pairs.append(("Principal", budget.get("principal")))
+    pairs += [
+        ("Tenant", budget.get("tenant")),
+        ("State", budget.get("state")),
+    ]
+    if budget.get("suspended_reason"):
+        pairs.append(("Suspended", budget.get("suspended_reason")))
+    streak = (
+        f"{cell(budget.get('refusals_in_a_row'))} of {cell(budget.get('suspend_after_refusals'))}"
+    )
+    pairs.append(("Refused in a row", streak))
+    headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING", "WINDOW", "RESETS AT")
+    categories = budget.get("categories")
+    rows = [
+        (
+            name,
+            c.get("used"),
+            c.get("limit"),
+            c.get("base_limit"),
+            c.get("raised_limit"),
+            c.get("remaining"),
+            f"{cell(c.get('window_seconds'))}s",
+            c.get("resets_at"),
+        )
+        for name, c in sorted(categories.items() if isinstance(categories, Mapping) else [])
+        if isinstance(c, Mapping)
+    ]
+    body = table(headers, rows) if rows else "No category has a budget at this scope."
+    return f"{fields(pairs)}\n\n{body}"
+
+
 def _categories(categories: Mapping[str, Any]) -> str:
     headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING", "REFUSED")
     rows = [

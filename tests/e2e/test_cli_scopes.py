@@ -1,0 +1,60 @@
+"""The operator CLI on the principal and tenant scopes, against the service as `make run`
+starts it: show, raise, suspend, resume and reset a principal; show the tenant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.http import ADMIN_TOKEN, call
+from tests.support import ROOT, running_service
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running_service() as base:
+        yield base
+
+
+def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MCP_QUOTA_URL": url, "MCP_QUOTA_TOKEN": ADMIN_TOKEN}
+    command = [str(ROOT / ".venv" / "bin" / "mcp-quota"), *args]
+    return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_principal_and_tenant_commands(url: str) -> None:
+    body = {"session_id": "cli-1", "tool": "delete_tag", "principal": "cli-bot"}
+    assert call(f"{url}/v1/check", "POST", body).status == 200
+    shown = cli(url, "principal", "show", "cli-bot")
+    assert shown.returncode == 0, shown.stderr
+    assert "cli-bot" in shown.stdout and "write" in shown.stdout and "86400s" in shown.stdout
+    raised = cli(
+        url,
+        "principal",
+        "raise",
+        "cli-bot",
+        "--category",
+        "write",
+        "--add",
+        "50",
+        "--reason",
+        "migration",
+    )
+    assert raised.returncode == 0 and "100 -> 150" in raised.stdout, raised.stdout
+    suspended = cli(url, "principal", "suspend", "cli-bot", "--reason", "looks wrong")
+    assert suspended.returncode == 0 and "suspended" in suspended.stdout
+    refused = call(f"{url}/v1/check", "POST", {**body, "session_id": "cli-2"})
+    assert refused.status == 429 and refused.body["error"]["code"] == "principal_suspended"
+    assert cli(url, "principal", "resume", "cli-bot", "--reason", "checked").returncode == 0
+    assert call(f"{url}/v1/check", "POST", {**body, "session_id": "cli-3"}).status == 200
+    reset = cli(url, "principal", "reset", "cli-bot", "--reason", "new batch", "--json")
+    assert reset.returncode == 0 and '"used": 0' in reset.stdout
+    tenant = cli(url, "tenant", "show")
+    assert tenant.returncode == 0 and "3600s" in tenant.stdout
+    lowered = cli(
+        url, "principal", "raise", "cli-bot", "--category", "write", "--limit", "5", "--reason", "x"
+    )
+    assert lowered.returncode == 5  # conflict: a raise never lowers
