@@ -210,6 +210,11 @@ class SessionSnapshot:
         """Whether the check with this service id was counted (its write went through)."""
         return any(r.check_id == check_id and r.allowed for r in self.calls)
 
+    def holds_call_id(self, call_id: str) -> bool:
+        """Whether any call (not a replay) in the record carries this call id."""
+        key = call_id_key(call_id)
+        return any(r.call_id == key and not r.replay for r in self.calls)
+
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed (counted) call recorded under this call id, if still in the record."""
         key = call_id_key(call_id)
@@ -307,9 +312,10 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
         return Verdict.EXPIRED
     call_id = attempt.dedupe_call_id
-    if call_id is not None and snapshot.find_call(call_id):
-        if snapshot.replayable(call_id, attempt.now_ms):
+    if call_id is not None and snapshot.holds_call_id(call_id):
+        if snapshot.find_call(call_id) and snapshot.replayable(call_id, attempt.now_ms):
             return Verdict.DUPLICATE
+        # Counted and taken back (a wider budget refused it), or replayed too often.
         return Verdict.REUSED_CALL_ID
     used = snapshot.counts.get(attempt.category, 0)
     if used >= snapshot.limit_for(attempt.category, attempt.base_limit):

@@ -242,7 +242,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     principal = item.get(PRINCIPAL, {}).get("S")
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
     ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
-    calls = tuple(decode_call(text, cid, principal) for text, cid in zip(texts, ids, strict=False))
+    pairs = zip(texts, ids, strict=False)
+    calls = _settle([(decode_call(text, cid, principal), cid) for text, cid in pairs])
     return SessionSnapshot(
         last_seen_ms=int(item.get(LAST_SEEN, {"N": "0"})["N"]),
         started_ms=int(item.get(STARTED, {"N": "0"})["N"]),

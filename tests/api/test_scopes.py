@@ -1,6 +1,6 @@
 """Issue 11: budgets that follow the agent. A session budget inside a principal budget
 inside a tenant ceiling, counted all or nothing, with refusals that name the scope, and
-escalation that stops an agent ignoring refusals. On the memory backend."""
+escalation that stops an agent ignoring refusals. On the memory backend and moto."""
 
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ POLICY = {
 }
 
 
-@pytest.fixture
-def scoped(tmp_path: Path, clock: FixedClock) -> Iterator[Api]:
+@pytest.fixture(params=["memory", "dynamodb"])
+def scoped(request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock) -> Iterator[Api]:
+    """The API with a small scoped policy, on both backends (DynamoDB is moto's)."""
     policy = tmp_path / "scoped.json"
     policy.write_text(json.dumps(POLICY))
-    with running_api(clock, "memory", policy=str(policy)) as api:
+    with running_api(clock, request.param, policy=str(policy)) as api:
         yield api
 
 
@@ -152,3 +153,15 @@ def test_reads_keep_one_scope_and_cost_nothing_wider(scoped: Api) -> None:
     response = scoped.check(session_id="r", tool="search_articles", principal="bot")
     assert response.status_code == 200 and "scopes" not in body(response)
     assert body(scoped.get("/v1/tenant"))["categories"]["write"]["used"] == 0
+
+
+def test_a_retried_call_id_refused_by_a_wider_budget_is_refused_again_not_a_503(
+    scoped: Api,
+) -> None:
+    for i in range(5):
+        assert write(scoped, f"c{i}").status_code == 200
+    first = scoped.check(session_id="c9", tool="delete_tag", principal="bot", call_id="rpc-1")
+    assert first.status_code == 429 and body(first)["error"]["scope"] == "principal"
+    again = scoped.check(session_id="c9", tool="delete_tag", principal="bot", call_id="rpc-1")
+    assert again.status_code == 429 and body(again)["error"]["scope"] == "principal"
+    assert body(scoped.get("/v1/sessions/c9"))["categories"]["write"]["used"] == 0
