@@ -12,9 +12,6 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from chalicelib.admin_actions import AdminService
-from chalicelib.admin_budgets import BudgetAdmin
-from chalicelib.admin_views import SessionViews
 from chalicelib.alerts import BlockReporter
 from chalicelib.audit import Auditor
 from chalicelib.auth import Authenticator
@@ -35,6 +32,10 @@ from chalicelib.settings import Settings
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
+
+    from chalicelib.admin_actions import AdminService
+    from chalicelib.admin_budgets import BudgetAdmin
+    from chalicelib.admin_views import SessionViews
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).
@@ -142,8 +143,12 @@ class Container:
     def notifier(self) -> Notifier:
         return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)
 
+    # The admin side is imported on first use: a container that only answers checks never
+    # loads it (a shorter cold start).
     @cached_property
     def views(self) -> SessionViews:
+        from chalicelib.admin_views import SessionViews
+
         return SessionViews(
             self.policy,
             self.limits,
@@ -154,6 +159,8 @@ class Container:
 
     @cached_property
     def admin(self) -> AdminService:
+        from chalicelib.admin_actions import AdminService
+
         return AdminService(
             self.policy,
             self.counters,
@@ -168,6 +175,8 @@ class Container:
 
     @cached_property
     def budget_admin(self) -> BudgetAdmin:
+        from chalicelib.admin_budgets import BudgetAdmin
+
         return BudgetAdmin(
             self.policy, self.budgets, self.limits, self.gate, self.auditor, self.clock
         )
