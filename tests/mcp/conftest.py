@@ -114,7 +114,7 @@ class FakeQuotaService:
                     "used": used,
                     "remaining": 0,
                     "retry_after_seconds": RETRY_AFTER,
-                    "error": {"code": "quota_exceeded", "message": message},
+                    "error": {"code": "quota_exceeded", "scope": "session", "message": message},
                 },
             )
         else:

@@ -107,6 +107,7 @@ async def test_200_searches_run_and_the_201st_is_refused_with_the_explicit_text(
     assert "administrator" in text
     assert refused.structured_content is not None
     assert refused.structured_content["kind"] == "quota_exceeded"
+    assert refused.structured_content["scope"] == "session"
     assert refused.structured_content["used"] == 200
     assert refused.structured_content["limit"] == 200
     assert refused.structured_content["retryAfterSeconds"] > 0

@@ -50,6 +50,7 @@ async def test_a_refused_call_is_a_tool_error_and_the_tool_never_runs(
     assert "'write' quota (3/3 calls)" in text_of(refused)
     assert refused.structured_content == {
         "kind": "quota_exceeded",
+        "scope": "session",
         "category": "write",
         "used": 3,
         "limit": 3,

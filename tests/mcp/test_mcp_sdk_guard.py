@@ -35,6 +35,7 @@ async def test_a_refused_call_never_reaches_the_tool(
     assert "was NOT run" in block.text
     assert refused.structured_content == {
         "kind": "quota_exceeded",
+        "scope": "session",
         "category": "write",
         "used": 2,
         "limit": 2,

@@ -36,6 +36,7 @@ DEFAULT_FAIL_MODES: Mapping[str, FailMode] = MappingProxyType(
 _BLOCKED_CODES = {
     "quota_exceeded": Outcome.QUOTA_EXCEEDED,
     "session_suspended": Outcome.SESSION_SUSPENDED,
+    "principal_suspended": Outcome.PRINCIPAL_SUSPENDED,
 }
 
 
@@ -411,6 +412,7 @@ def _service_decision(
         retry_after_seconds=retry_after,
         duplicate=body.get("duplicate") is True,
         error_code=code,
+        scope=_str_or_none(error.get("scope")),
         http_status=status,
         attempts=attempt,
         raw=dict(body),
@@ -439,6 +441,7 @@ def _rejected(
             "must fix it."
         ),
         error_code=code,
+        scope=_str_or_none(error.get("scope")),
         http_status=status,
         attempts=attempt,
         raw=dict(body),

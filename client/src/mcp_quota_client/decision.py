@@ -17,6 +17,9 @@ class Outcome(StrEnum):
     """The service refused: the session used its budget for the category."""
     SESSION_SUSPENDED = "session_suspended"
     """The service refused: an administrator suspended the session."""
+    PRINCIPAL_SUSPENDED = "principal_suspended"
+    """The service refused: the principal is suspended (by an administrator, or for
+    ignoring refusals), in every session."""
     FAIL_OPEN = "fail_open"
     """The service could not be asked; the category fails open, so the call runs uncounted."""
     FAIL_CLOSED = "fail_closed"
@@ -101,6 +104,8 @@ class Decision:
     retry_after_seconds: int | None = None
     duplicate: bool = False
     error_code: str | None = None
+    scope: str | None = None
+    """The budget that refused the call: session, principal or tenant."""
     http_status: int | None = None
     attempts: int = 1
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -112,4 +117,5 @@ class Decision:
             Outcome.ALLOWED,
             Outcome.QUOTA_EXCEEDED,
             Outcome.SESSION_SUSPENDED,
+            Outcome.PRINCIPAL_SUSPENDED,
         )

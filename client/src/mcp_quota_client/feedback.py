@@ -9,6 +9,7 @@ from mcp_quota_client.decision import Decision, Outcome
 _KINDS = {
     Outcome.QUOTA_EXCEEDED: "quota_exceeded",
     Outcome.SESSION_SUSPENDED: "session_suspended",
+    Outcome.PRINCIPAL_SUSPENDED: "principal_suspended",
     Outcome.FAIL_CLOSED: "quota_service_unavailable",
     Outcome.REJECTED: "quota_check_rejected",
 }
@@ -23,6 +24,7 @@ def refusal_structured(decision: Decision) -> dict[str, Any]:
     """`structuredContent` of a refused call: the same keys for every kind of refusal."""
     return {
         "kind": _KINDS.get(decision.outcome, decision.outcome.value),
+        "scope": decision.scope,
         "category": decision.category,
         "used": decision.used,
         "limit": decision.limit,
