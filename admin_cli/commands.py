@@ -90,6 +90,18 @@ def _session_path(session_id: str, action: str = "") -> str:
     return f"{path}/{action}" if action else path
 
 
+def _raise_body(category: str, reason: str, limit: int | None, add: int | None) -> dict[str, Any]:
+    """The body of a raise at any scope.
+
+    Raises:
+        CliError: neither or both of limit/add given (usage), or a bad reason.
+    """
+    if (limit is None) == (add is None):
+        raise CliError("Give exactly one of --limit and --add.", ExitCode.USAGE)
+    amount = {"limit": limit} if limit is not None else {"add": add}
+    return {"category": category, **amount, "reason": check_reason(reason)}
+
+
 def session_show(client: AdminClient, session_id: str) -> Output:
     """`session show`: counters, limits, state and last calls.
 
@@ -116,14 +128,7 @@ def session_raise(
         CliError: neither or both of limit/add given (usage), or the request failed
             (409 when it would lower the limit, 400 above the policy's maximum).
     """
-    if (limit is None) == (add is None):
-        raise CliError("Give exactly one of --limit and --add.", ExitCode.USAGE)
-    body: dict[str, Any] = {"category": category}
-    if limit is not None:
-        body["limit"] = limit
-    else:
-        body["add"] = add
-    body["reason"] = check_reason(reason)
+    body = _raise_body(category, reason, limit, add)
     data = client.call("POST", _session_path(session_id, "raise"), body)
     session = _object(data, "session")
     headline = (
@@ -181,11 +186,7 @@ def principal_raise(
     Raises:
         CliError: neither or both of limit/add given (usage), or the request failed.
     """
-    if (limit is None) == (add is None):
-        raise CliError("Give exactly one of --limit and --add.", ExitCode.USAGE)
-    body: dict[str, Any] = {"category": category}
-    body["limit" if limit is not None else "add"] = limit if limit is not None else add
-    body["reason"] = check_reason(reason)
+    body = _raise_body(category, reason, limit, add)
     data = client.call("POST", _principal_path(principal, "raise"), body)
     budget = _object(data, "principal")
     headline = (

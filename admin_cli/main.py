@@ -237,28 +237,44 @@ def _add_token_commands(root: argparse._SubParsersAction[argparse.ArgumentParser
     listing.add_argument("--tenant", help="only this tenant's tokens")
 
 
-def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    session = root.add_parser("session", help="inspect a session and act on it")
-    commands = session.add_subparsers(dest="session_command", required=True, metavar="COMMAND")
-    show = _leaf(commands, "show", "counters, limits, state and last calls", _session_show)
-    show.add_argument("session_id", metavar="SESSION_ID")
-    raise_ = _leaf(commands, "raise", "raise one category's limit for a session", _session_raise)
-    raise_.add_argument("session_id", metavar="SESSION_ID")
+def _add_levers(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    subject: tuple[str, str],
+    handlers: tuple[Handler, Handler, Handler],
+    helps: dict[str, str],
+) -> None:
+    """show, raise, suspend, resume and reset of one kind of subject (a session or a
+    principal): the same levers at every scope."""
+    dest, metavar = subject
+    show_handler, raise_handler, action_handler = handlers
+    show = _leaf(commands, "show", helps["show"], show_handler)
+    show.add_argument(dest, metavar=metavar)
+    raise_ = _leaf(commands, "raise", helps["raise"], raise_handler)
+    raise_.add_argument(dest, metavar=metavar)
     raise_.add_argument("--category", required=True, help="category to raise, e.g. write")
     amount = raise_.add_mutually_exclusive_group(required=True)
     amount.add_argument("--limit", type=_positive_int, help="the new limit")
     amount.add_argument("--add", type=_positive_int, help="calls to add to the current limit")
     raise_.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
-    actions = {
+    for action in ("suspend", "resume", "reset"):
+        parser = _leaf(commands, action, helps[action], action_handler)
+        parser.add_argument(dest, metavar=metavar)
+        parser.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+        parser.set_defaults(action=action)
+
+
+def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    session = root.add_parser("session", help="inspect a session and act on it")
+    commands = session.add_subparsers(dest="session_command", required=True, metavar="COMMAND")
+    helps = {
+        "show": "counters, limits, state and last calls",
+        "raise": "raise one category's limit for a session",
         "suspend": "refuse every check of the session (kill switch)",
         "resume": "lift a suspension",
         "reset": "zero the session's counters",
     }
-    for action, help_text in actions.items():
-        parser = _leaf(commands, action, help_text, _session_action)
-        parser.add_argument("session_id", metavar="SESSION_ID")
-        parser.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
-        parser.set_defaults(action=action)
+    handlers = (_session_show, _session_raise, _session_action)
+    _add_levers(commands, ("session_id", "SESSION_ID"), handlers, helps)
 
 
 def _add_principal_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -266,25 +282,15 @@ def _add_principal_commands(root: argparse._SubParsersAction[argparse.ArgumentPa
         "principal", help="whom agents act for: a budget across all their sessions"
     )
     commands = principal.add_subparsers(dest="principal_command", required=True, metavar="COMMAND")
-    show = _leaf(commands, "show", "windowed counters, limits and state", _principal_show)
-    show.add_argument("principal", metavar="PRINCIPAL")
-    raise_ = _leaf(commands, "raise", "raise one category's principal budget", _principal_raise)
-    raise_.add_argument("principal", metavar="PRINCIPAL")
-    raise_.add_argument("--category", required=True, help="category to raise, e.g. write")
-    amount = raise_.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--limit", type=_positive_int, help="the new limit")
-    amount.add_argument("--add", type=_positive_int, help="calls to add to the current limit")
-    raise_.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
-    actions = {
+    helps = {
+        "show": "windowed counters, limits and state",
+        "raise": "raise one category's principal budget",
         "suspend": "refuse every call made for the principal, in every session",
         "resume": "lift a suspension (manual or automatic)",
         "reset": "zero the principal's counters in every window",
     }
-    for action, help_text in actions.items():
-        parser = _leaf(commands, action, help_text, _principal_action)
-        parser.add_argument("principal", metavar="PRINCIPAL")
-        parser.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
-        parser.set_defaults(action=action)
+    handlers = (_principal_show, _principal_raise, _principal_action)
+    _add_levers(commands, ("principal", "PRINCIPAL"), handlers, helps)
     tenant = root.add_parser("tenant", help="the tenant's ceiling over all its servers")
     tenant_commands = tenant.add_subparsers(dest="tenant_command", required=True, metavar="COMMAND")
     _leaf(tenant_commands, "show", "counters, limits and windows of the tenant", _tenant_show)

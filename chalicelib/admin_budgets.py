@@ -4,6 +4,7 @@ session actions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from chalicelib.admin_requests import RaiseRequest
@@ -166,16 +167,10 @@ class BudgetAdmin:
         Raises:
             NotFound: the principal was never seen.
         """
-        before = self._existing(key)
-        try:
-            after = self._budgets.resume(key)
-        except RecordNotFound as exc:
-            raise NotFound(f"Principal {key.subject!r} has made no counted calls.") from exc
+        before, after = self._change(key, self._budgets.resume)
         self._gate.learn(key, None)
-        state = "suspended" if before.suspended else "active"
-        self._audit(
-            who, EventType.PRINCIPAL_RESUMED, key, reason, {"state": state}, {"state": "active"}
-        )
+        state = {"state": "suspended" if before.suspended else "active"}
+        self._audit(who, EventType.PRINCIPAL_RESUMED, key, reason, state, {"state": "active"})
         return {"principal": self.view(key, after)}
 
     def reset(self, who: Identity, key: BudgetKey, reason: str) -> dict[str, Any]:
@@ -184,14 +179,24 @@ class BudgetAdmin:
         Raises:
             NotFound: the principal was never seen.
         """
-        before = self._existing(key)
-        try:
-            after = self._budgets.reset(key)
-        except RecordNotFound as exc:
-            raise NotFound(f"Principal {key.subject!r} has made no counted calls.") from exc
+        before, after = self._change(key, self._budgets.reset)
         used = {"used": {str(k): dict(v) for k, v in before.counts.items()}}
         self._audit(who, EventType.PRINCIPAL_RESET, key, reason, used, {"used": {}})
         return {"principal": self.view(key, after)}
+
+    def _change(
+        self, key: BudgetKey, action: Callable[[BudgetKey], BudgetSnapshot]
+    ) -> tuple[BudgetSnapshot, BudgetSnapshot]:
+        """The budget before, and after an action on it.
+
+        Raises:
+            NotFound: the principal was never seen.
+        """
+        before = self._existing(key)
+        try:
+            return before, action(key)
+        except RecordNotFound as exc:
+            raise NotFound(f"Principal {key.subject!r} has made no counted calls.") from exc
 
     def _existing(self, key: BudgetKey) -> BudgetSnapshot:
         snapshot = self._budgets.get(key)
