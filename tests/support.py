@@ -8,7 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +18,13 @@ import boto3
 from botocore.config import Config
 
 from admin_cli.provision import create_tables
+from chalicelib.ports import AuditLog, GrantRepository, SessionCounters, TokenRepository
 from chalicelib.settings import Settings
+from chalicelib.storage.audit import AuditStore
+from chalicelib.storage.counters import CounterStore
+from chalicelib.storage.grants import GrantStore
+from chalicelib.storage.memory import MemoryAuditLog, MemoryCounters, MemoryGrants, MemoryTokens
+from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -122,6 +128,45 @@ class Backend:
     name: str
     client: DynamoDBClient
     settings: Settings
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The four storage ports on one backend, with this test's tables (or memory)."""
+
+    name: str
+    counters: SessionCounters
+    audit: AuditLog
+    grants: GrantRepository
+    tokens: TokenRepository
+    keeping: Callable[[int], SessionCounters]  # counters keeping that many last calls
+
+
+def memory_stores(categories: Iterable[str]) -> Stores:
+    """Every port in this process's memory."""
+    cats = tuple(categories)
+
+    def keeping(keep: int) -> SessionCounters:
+        return MemoryCounters(cats, keep)
+
+    return Stores("memory", keeping(10), MemoryAuditLog(), MemoryGrants(), MemoryTokens(), keeping)
+
+
+def dynamodb_stores(backend: Backend, categories: Iterable[str]) -> Stores:
+    """Every port on a DynamoDB implementation's tables."""
+    cats, client, settings = tuple(categories), backend.client, backend.settings
+
+    def keeping(keep: int) -> SessionCounters:
+        return CounterStore(client, settings.counters_table, cats, keep)
+
+    return Stores(
+        backend.name,
+        keeping(10),
+        AuditStore(client, settings.audit_table),
+        GrantStore(client, settings.grants_table),
+        TokenStore(client, settings.tokens_table),
+        keeping,
+    )
 
 
 def fake_aws_env() -> None:

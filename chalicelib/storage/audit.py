@@ -129,7 +129,8 @@ class AuditStore:
             "KeyConditionExpression": _SINCE,
             "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
             "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": f"{since_ms:013d}"}},
-            "Limit": limit,
+            # One more than asked, so that the last page says there is no next one.
+            "Limit": limit + 1,
         }
         if next_token is not None:
             kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk)
@@ -137,8 +138,11 @@ class AuditStore:
             response = self._client.query(**kwargs)
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, "reading the audit trail") from exc
-        last = response.get("LastEvaluatedKey")
+        items = response.get("Items", [])
+        kept = items[:limit]
+        more = len(items) > limit or "LastEvaluatedKey" in response
+        last = {"pk": kept[-1]["pk"], "sk": kept[-1]["sk"]} if more and kept else None
         return AuditPage(
-            events=[_event(item) for item in response.get("Items", [])],
-            next_token=_encode_token(dict(last)) if last else None,
+            events=[_event(item) for item in kept],
+            next_token=_encode_token(last) if last else None,
         )

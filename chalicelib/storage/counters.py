@@ -101,14 +101,20 @@ CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
 RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
 _RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
 
-# A refused attempt still refreshes the idle clock and is recorded. The swap of z_<cat>
-# with ReturnValues=ALL_OLD tells exactly one writer that the exhaustion is new. The
+# A refused attempt still refreshes the idle clock and is recorded. z_<cat> names the
+# refusal that first met the current limit ("<limit>|<check id>"): only the writer whose
+# condition finds another limit there sets it, so exactly one writer learns that the
+# exhaustion is new, and a retry of that very write can tell it was the one. The
 # condition ties the write to the counters the refusal was based on: after an admin reset
 # or suspension it fails, and the check is evaluated again.
 _SAME_COUNTERS = "#started = :started"
 _NOT_RECORDED = "NOT contains(#ids, :own)"
 BLOCK_CONDITION = f"{_EXISTS} AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED} AND {_NOT_RECORDED}"
-BLOCK_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :first ADD #b :one"
+_AT_THIS_LIMIT = "begins_with(#z, :zlimit)"
+BLOCK_AGAIN_CONDITION = f"{BLOCK_CONDITION} AND {_AT_THIS_LIMIT}"
+BLOCK_AGAIN_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL} ADD #b :one"
+BLOCK_FIRST_CONDITION = f"{BLOCK_CONDITION} AND (attribute_not_exists(#z) OR NOT {_AT_THIS_LIMIT})"
+BLOCK_FIRST_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :first ADD #b :one"
 # A suspended item has no TTL (it must outlive any idle timeout), so none is set here.
 BLOCK_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NOT_RECORDED}"
 BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {_APPEND_CALL}"
@@ -324,6 +330,12 @@ def _reset_expression(
     return f"SET {_RESET_SET}{clause}", tuple(names.items())
 
 
+def _same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
+    """Whether an item holds the unsuspended counters that started at `started_ms`."""
+    started = item.get(STARTED, {}).get("N")
+    return SUSPENDED not in item and started is not None and int(started) == started_ms
+
+
 def _holds(item: Mapping[str, Any] | None, entry: str) -> bool:
     return item is not None and any(
         v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])
@@ -514,33 +526,42 @@ class CounterStore:
         values.update(
             {
                 ":first": _s(f"{limit}{_SEP}{attempt.check_id}"),
+                ":zlimit": _s(f"{limit}{_SEP}"),
                 ":one": _n(1),
                 ":started": _n(seen.started_ms),
                 ":own": _s(own),
             }
         )
-        if suspended:
-            update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
-        else:
-            update, condition = BLOCK_UPDATE, BLOCK_CONDITION
         key = _key(attempt.session)
         doing = "recording a refused call"
-        try:
-            old = self._update(
-                key, update, condition, names, values, doing, "ALL_OLD", old_on_failure=True
-            )
-        except _ConditionFailed as failed:
-            now = self._old(failed, key, doing)
-            if not _holds(now, own):
-                return None
-            assert now is not None
-            # Our own earlier try went through: it was first if the swap names this check.
-            return not suspended and _notified(now.get(names["#z"])) == (limit, attempt.check_id)
-        self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
-        if suspended:
-            return False
-        previous = _notified(old.get(names["#z"]))
-        return previous is None or previous[0] != limit
+        first = False  # most refusals follow the first one at their limit
+        for _ in range(ADMIN_ROUNDS):
+            if suspended:
+                update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
+            elif first:
+                update, condition = BLOCK_FIRST_UPDATE, BLOCK_FIRST_CONDITION
+            else:
+                update, condition = BLOCK_AGAIN_UPDATE, BLOCK_AGAIN_CONDITION
+            try:
+                old = self._update(
+                    key, update, condition, names, values, doing, "ALL_OLD", old_on_failure=True
+                )
+            except _ConditionFailed as failed:
+                now = self._old(failed, key, doing)
+                if _holds(now, own):
+                    # Our own earlier try went through: it was first if z names this check.
+                    assert now is not None
+                    notified = _notified(now.get(names["#z"]))
+                    return not suspended and notified == (limit, attempt.check_id)
+                if suspended or now is None or not _same_counters(now, seen.started_ms):
+                    return None
+                notified = _notified(now.get(names["#z"]))
+                # A z_ in the old numeric form is rewritten, as a first refusal, once.
+                first = notified is None or notified[0] != limit or notified[1] is None
+                continue
+            self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
+            return first and not suspended
+        return None
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id (answered with the original decision, not counted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ from chalicelib.quota import (
 from chalicelib.tokens import TokenRecord
 
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
+_SORT_KEY = re.compile(r"[0-9]{13}#[0-9a-f]{12}")  # what an audit event's sort key looks like
 
 
 @dataclass
@@ -170,11 +172,13 @@ class MemoryCounters:
             if session.suspended_reason is not None or session.started_ms != seen.started_ms:
                 return None
             previous = session.notified.get(attempt.category)
-            session.notified[attempt.category] = (limit, attempt.check_id)
+            first = previous is None or previous[0] != limit
+            if first:  # later refusals at this limit keep the first one's check id
+                session.notified[attempt.category] = (limit, attempt.check_id)
             session.refused[attempt.category] = session.refused.get(attempt.category, 0) + 1
             self._touch(session, attempt)
             self._append(session, record)
-            return previous is None or previous[0] != limit
+            return first
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id; False if the session changed since `seen`."""
@@ -342,7 +346,8 @@ class MemoryAuditLog:
             except (binascii.Error, ValueError) as exc:
                 raise BadPageToken("reading the audit trail") from exc
             parts = raw.split("\n")
-            if len(parts) != 3 or parts[:2] != [tenant, session_id]:
+            valid = len(parts) == 3 and _SORT_KEY.fullmatch(parts[2])
+            if not valid or parts[:2] != [tenant, session_id]:
                 raise BadPageToken("reading the audit trail")
             after, inclusive = max(after, parts[2]), False
         with self._lock:
