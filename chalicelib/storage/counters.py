@@ -20,12 +20,9 @@ timed-out write fails its condition instead of counting or recording the call tw
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.ports import (
     Consumed,
@@ -36,7 +33,10 @@ from chalicelib.ports import (
     StorageError,
 )
 from chalicelib.quota import Attempt, CallRecord, SessionKey, SessionSnapshot, call_id_key
-from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage import updates
+from chalicelib.storage.updates import ConditionFailed as _ConditionFailed
+from chalicelib.storage.updates import n as _n
+from chalicelib.storage.updates import s as _s
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -159,14 +159,6 @@ RESET_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NEWER}"
 ADMIN_ROUNDS = 4
 
 
-def _s(value: str) -> dict[str, Any]:
-    return {"S": value}
-
-
-def _n(value: int) -> dict[str, Any]:
-    return {"N": str(value)}
-
-
 def _key(session: SessionKey) -> str:
     return f"{session.tenant}#{session.session_id}"
 
@@ -282,37 +274,12 @@ def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
     return tuple(calls)
 
 
-_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
-
-
-def _only_used(
-    expressions: Iterable[str], names: Mapping[str, str], values: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Names and values that the expressions use: DynamoDB rejects unused ones."""
-    used = set(_PLACEHOLDER.findall(" ".join(expressions)))
-    out: dict[str, Any] = {
-        "ExpressionAttributeNames": {k: v for k, v in names.items() if k in used}
-    }
-    kept = {k: v for k, v in values.items() if k in used}
-    if kept:
-        out["ExpressionAttributeValues"] = kept
-    return out
-
-
 def _remove_clause(removed: list[str]) -> tuple[str, dict[str, str]]:
     """` REMOVE #x0, #x1...` and its names, for a list of attribute names."""
     if not removed:
         return "", {}
     names = {f"#x{i}": name for i, name in enumerate(removed)}
     return " REMOVE " + ", ".join(names), names
-
-
-class _ConditionFailed(Exception):
-    """The update's condition failed; carries the old item when the store returned it."""
-
-    def __init__(self, old_item: Mapping[str, Any] | None) -> None:
-        super().__init__("conditional check failed")
-        self.old_item = old_item
 
 
 def _counter_names(prefixes: Iterable[str], categories: Iterable[str]) -> list[str]:
@@ -369,33 +336,24 @@ class CounterStore:
         returns: str = "ALL_NEW",
         old_on_failure: bool = False,
     ) -> dict[str, Any]:
-        """One UpdateItem; every other store error is translated here.
+        """One UpdateItem on a session's item.
 
         Raises:
             _ConditionFailed: the condition failed.
             StorageError: the store failed.
         """
-        kwargs: dict[str, Any] = _only_used((update, condition), names, values)
-        if condition:
-            kwargs["ConditionExpression"] = condition
-        if old_on_failure:
-            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-        try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={PK: _s(key)},
-                UpdateExpression=update,
-                ReturnValues=returns,  # type: ignore[arg-type]
-                **kwargs,
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                item: Any = exc.response.get("Item")
-                raise _ConditionFailed(item) from exc
-            raise translate(exc, doing) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, doing) from exc
-        return dict(response.get("Attributes", {}))
+        return updates.update(
+            self._client,
+            self._table,
+            {PK: _s(key)},
+            update,
+            condition,
+            names,
+            values,
+            doing,
+            returns,
+            old_on_failure,
+        )
 
     def _item(self, key: str, doing: str) -> dict[str, Any] | None:
         """Read an item (strongly consistent), or None.
@@ -403,14 +361,7 @@ class CounterStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            response = self._client.get_item(
-                TableName=self._table, Key={PK: _s(key)}, ConsistentRead=True
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, doing) from exc
-        item = response.get("Item")
-        return dict(item) if item else None
+        return updates.get(self._client, self._table, {PK: _s(key)}, doing)
 
     def _old(self, failed: _ConditionFailed, key: str, doing: str) -> dict[str, Any] | None:
         """The item a failed condition saw: returned with the failure, or read (dynalite

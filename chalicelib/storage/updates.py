@@ -1,6 +1,6 @@
-"""One conditional UpdateItem, as every DynamoDB adapter issues it: only the names and
-values its expressions use, the old item on a failed condition, every other error
-translated in one place."""
+"""One conditional UpdateItem, as the counters-table adapters (session counters and the
+wider budgets) issue it: only the names and values its expressions use, the old item on a
+failed condition, every other error translated in one place."""
 
 from __future__ import annotations
 
