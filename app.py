@@ -3,6 +3,7 @@ from errors and decisions to HTTP responses. Logic lives in chalicelib/."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,14 @@ from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
 from chalicelib.observability import count, logger
 from chalicelib.ports import StorageError
 from chalicelib.quota import BudgetKey, Decision, Refused, Scope, SessionKey
-from chalicelib.tokens import ADMIN, SERVER, Identity
+from chalicelib.tokens import (
+    ADMIN,
+    SERVER,
+    Identity,
+    decode_principals,
+    effective_principal,
+    encode_principals,
+)
 from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
 
@@ -71,6 +79,7 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
         "role": identity.role,
         "token_id": identity.token_id,
         "name": identity.name,
+        "principals": encode_principals(identity.principals),  # context values are strings
     }
     return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
 
@@ -126,6 +135,7 @@ def caller() -> Identity:
         role=context["role"],
         token_id=context["token_id"],
         name=context.get("name", ""),
+        principals=decode_principals(context.get("principals")),
     )
 
 
@@ -239,6 +249,10 @@ def check() -> Response:
         raise QuotaServiceError("Unknown role.")
     container = deps()
     request = parse_check(request_body(), container.policy)
+    # Grants, budgets and the stored session see only a principal the token may act for.
+    request = dataclasses.replace(
+        request, principal=effective_principal(identity, request.principal)
+    )
     for category, uncounted in (request.fail_open or {}).items():
         if uncounted:
             # Calls a client ran uncounted while it could not reach us: alarmed on.

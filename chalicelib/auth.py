@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from chalicelib.clock import Clock
 from chalicelib.ports import TokenRepository
 from chalicelib.settings import Settings
-from chalicelib.tokens import ADMIN, SERVER, Identity, matches, split_token
+from chalicelib.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
 
 BEARER = "bearer "
 
@@ -39,7 +39,10 @@ class Authenticator:
         if settings.dev_tokens:
             tenant = settings.dev_tenant
             self._dev = {
-                settings.dev_server_token: Identity(tenant, SERVER, "dev-server"),
+                # The dev server token stands for any MCP server: it may claim any principal.
+                settings.dev_server_token: Identity(
+                    tenant, SERVER, "dev-server", principals=ANY_PRINCIPAL
+                ),
                 settings.dev_admin_token: Identity(tenant, ADMIN, "dev-admin"),
             }
 

@@ -59,6 +59,31 @@ class Forbidden(QuotaServiceError):
     CODE = "forbidden"
 
 
+class PrincipalNotAllowed(Forbidden):
+    """A check claims a principal its server token is not bound to."""
+
+    CODE = "principal_not_allowed"
+    SHOWN = 5  # allowed principals named in the message; the rest are counted
+
+    def __init__(self, token_id: str, principal: str, allowed: tuple[str, ...]) -> None:
+        own = f"token:{token_id}"
+        if principal.startswith("token:"):
+            why = "principals starting with 'token:' are reserved, each for its own token"
+        elif allowed:
+            names = ", ".join(repr(p) for p in allowed[: self.SHOWN])
+            more = f" and {len(allowed) - self.SHOWN} more" if len(allowed) > self.SHOWN else ""
+            why = f"its allowed principals are {names}{more}"
+        else:
+            why = "its allowed principals are none"
+        super().__init__(
+            f"Token {token_id} may not act for principal {principal!r}: {why}. Send no "
+            f"principal (the call then counts as {own!r}), or bind a server token to it: "
+            'POST /v1/tokens with "principals" (exact names or * patterns).'
+        )
+        self.token_id = token_id
+        self.principal = principal
+
+
 class NotFound(QuotaServiceError):
     """The addressed resource does not exist for this tenant."""
 

@@ -1,12 +1,17 @@
-"""Bearer tokens: format, hashing and roles. Tokens are stored only as SHA-256 hashes."""
+"""Bearer tokens: format, hashing, roles and the principals a token may act for. Tokens
+are stored only as SHA-256 hashes."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from chalicelib.errors import PrincipalNotAllowed
 
 SERVER = "server"
 ADMIN = "admin"
@@ -14,6 +19,10 @@ ROLES = (SERVER, ADMIN)
 TOKEN_PREFIX = "mcpq"
 TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _TOKEN = re.compile(r"^mcpq_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")
+# A token's own principal, when a check claims none. The prefix is reserved: no token may
+# claim another token's own principal, whatever its binding.
+OWN_PRINCIPAL_PREFIX = "token:"
+ANY_PRINCIPAL = ("*",)  # the binding of the local dev server token: any principal
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,17 @@ class Identity:
     role: str
     token_id: str
     name: str = ""
+    principals: tuple[str, ...] = ()  # exact names or fnmatch patterns it may act for
+
+    @property
+    def actor(self) -> str:
+        """Who did it, as the audit trail names an administrator."""
+        return f"{self.token_id} ({self.role})"
+
+    @property
+    def own_principal(self) -> str:
+        """The principal of the token itself: what a check that claims none counts as."""
+        return OWN_PRINCIPAL_PREFIX + self.token_id
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,7 @@ class TokenRecord:
     name: str
     created_at_ms: int
     revoked_at_ms: int | None = None
+    principals: tuple[str, ...] = ()
 
     @property
     def revoked(self) -> bool:
@@ -45,7 +66,37 @@ class TokenRecord:
 
     def identity(self) -> Identity:
         """The identity this token authenticates."""
-        return Identity(self.tenant, self.role, self.token_id, self.name)
+        return Identity(self.tenant, self.role, self.token_id, self.name, self.principals)
+
+
+def effective_principal(identity: Identity, claimed: str | None) -> str:
+    """The principal a check counts as: the claimed one if the token is bound to it, else
+    with no claim the token's own (`token:<id>`).
+
+    Raises:
+        PrincipalNotAllowed: the claim matches none of the token's principals, or names
+            another token's own principal.
+    """
+    own = identity.own_principal
+    if claimed is None or claimed == own:
+        return own
+    if not claimed.startswith(OWN_PRINCIPAL_PREFIX) and any(
+        fnmatchcase(claimed, pattern) for pattern in identity.principals
+    ):
+        return claimed
+    raise PrincipalNotAllowed(identity.token_id, claimed, identity.principals)
+
+
+def encode_principals(principals: tuple[str, ...]) -> str:
+    """A token's principals as one string (an authorizer's context holds only strings)."""
+    return json.dumps(list(principals), separators=(",", ":"))
+
+
+def decode_principals(raw: str | None) -> tuple[str, ...]:
+    """The principals `encode_principals` encoded; none for a context without them."""
+    if not raw:
+        return ()
+    return tuple(str(p) for p in json.loads(raw))
 
 
 def hash_secret(token: str) -> str:

@@ -51,9 +51,13 @@ class Api:
     def check(self, headers: dict[str, str] | None = None, /, **body: Any) -> Any:
         return self.post("/v1/check", body, headers)
 
-    def token(self, tenant: str, role: str) -> tuple[str, dict[str, str]]:
+    def token(
+        self, tenant: str, role: str, principals: tuple[str, ...] = ()
+    ) -> tuple[str, dict[str, str]]:
         token_id, token = new_token()
-        record = TokenRecord(token_id, hash_secret(token), tenant, role, "test", self.clock())
+        record = TokenRecord(
+            token_id, hash_secret(token), tenant, role, "test", self.clock(), None, principals
+        )
         self.container.tokens.put(record)
         return token_id, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 

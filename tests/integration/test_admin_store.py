@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from chalicelib.audit import AuditEvent, EventType
@@ -356,3 +358,15 @@ def test_revoking_a_token_keeps_the_first_time(stores: Stores, clock: FixedClock
     with pytest.raises(RecordNotFound):
         tokens.revoke("nope", clock())
     assert tokens.get("nope") is None
+
+
+def test_a_tokens_principals_are_kept_in_order_through_get_list_and_revoke(
+    stores: Stores, clock: FixedClock
+) -> None:
+    tokens = stores.tokens
+    bound = replace(token("aaa111", "demo", clock()), principals=("zed", "bot-*", "a?c[0-9]"))
+    tokens.put(bound)
+    tokens.put(token("bbb222", "demo", clock() + 1))
+    assert tokens.get("aaa111") == bound
+    assert [t.principals for t in tokens.list("demo")] == [bound.principals, ()]
+    assert tokens.revoke("aaa111", clock() + 5).principals == bound.principals
