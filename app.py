@@ -17,7 +17,9 @@ from chalicelib.admin_requests import (
     parse_grant,
     parse_raise,
     parse_reason,
+    parse_token,
     principal_param,
+    token_id_param,
 )
 from chalicelib.clock import iso_utc
 from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
@@ -409,6 +411,32 @@ def delete_grant(grant_id: str) -> Response:
     """Delete a grant."""
     who = admin_caller()
     return Response(body=deps().admin.delete_grant(who, grant_id_param(grant_id)), status_code=200)
+
+
+@app.route("/v1/tokens", methods=["POST"], authorizer=bearer)
+@handled
+def create_token() -> Response:
+    """A new token of the caller's tenant; the token itself is in this answer only."""
+    who = admin_caller()
+    request = parse_token(request_body())
+    body = deps().token_admin.create(who, request)
+    return Response(body=body, status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@app.route("/v1/tokens", methods=["GET"], authorizer=bearer)
+@handled
+def list_tokens() -> Response:
+    """The tenant's tokens, without secrets."""
+    return Response(body=deps().token_admin.list(admin_caller()), status_code=200)
+
+
+@app.route("/v1/tokens/{token_id}", methods=["DELETE"], authorizer=bearer)
+@handled
+def revoke_token(token_id: str) -> Response:
+    """Revoke one of the tenant's tokens (again is harmless)."""
+    who = admin_caller()
+    body = deps().token_admin.revoke(who, token_id_param(token_id))
+    return Response(body=body, status_code=200)
 
 
 @app.route("/v1/audit", methods=["GET"], authorizer=bearer)

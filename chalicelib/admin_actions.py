@@ -87,7 +87,7 @@ class AdminService:
                 type=event_type,
                 tenant=who.tenant,
                 session_id=session_id,
-                actor=f"{who.token_id} ({who.role})",
+                actor=who.actor,
                 reason=reason,
                 before=before,
                 after=after,

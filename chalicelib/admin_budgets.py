@@ -95,7 +95,7 @@ class BudgetAdmin:
                 type=event,
                 tenant=who.tenant,
                 session_id=TENANT_SCOPE,
-                actor=f"{who.token_id} ({who.role})",
+                actor=who.actor,
                 reason=reason,
                 before={"principal": key.subject, **before},
                 after={"principal": key.subject, **after},

@@ -10,6 +10,7 @@ from typing import Any
 
 from chalicelib.errors import InvalidRequest, NotFound
 from chalicelib.policy import Policy
+from chalicelib.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
 from chalicelib.validation import (
     VISIBLE_ASCII,
     category_field,
@@ -17,11 +18,16 @@ from chalicelib.validation import (
     reason_field,
     reject_unknown,
     session_id_param,
+    showable_text,
     text_field,
     time_field,
 )
 
 GRANT_ID = re.compile(r"g-[0-9a-f]{12}")
+TOKEN_ID = re.compile(r"[0-9a-f]{12}")
+MAX_TOKEN_NAME = 64
+MAX_PRINCIPALS = 32
+MAX_PRINCIPAL = 256
 AUDIT_PAGE = re.compile(r"[0-9]{1,3}")
 MAX_PAGE_TOKEN = 2048
 
@@ -50,6 +56,15 @@ class GrantRequest:
     starts_at_ms: int
     ends_at_ms: int
     reason: str
+
+
+@dataclass(frozen=True)
+class TokenRequest:
+    """A new token of the caller's tenant; `principals` binds a server token."""
+
+    role: str
+    name: str
+    principals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,67 @@ def grant_id_param(raw: str) -> str:
     """Raises: NotFound: it cannot be a grant id (so no grant has it)."""
     if not GRANT_ID.fullmatch(raw):
         raise NotFound(f"No grant {raw[:40]!r} in this tenant.")
+    return raw
+
+
+def _principal_patterns(raw: Any) -> tuple[str, ...]:
+    """1 to 32 principal names or fnmatch patterns, each 1-256 visible ASCII, deduplicated.
+
+    Raises:
+        InvalidRequest: not such a list.
+    """
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_PRINCIPALS:
+        raise InvalidRequest(
+            f"Field 'principals' must be a list of 1 to {MAX_PRINCIPALS} principal names or "
+            "patterns (omit it for a token that acts only as itself).",
+            "principals",
+        )
+    for index, pattern in enumerate(raw):
+        if not (
+            isinstance(pattern, str)
+            and 1 <= len(pattern) <= MAX_PRINCIPAL
+            and VISIBLE_ASCII.fullmatch(pattern)
+        ):
+            raise InvalidRequest(
+                f"Field 'principals' item {index} must be 1 to {MAX_PRINCIPAL} visible ASCII "
+                "characters: a principal, or a pattern with * ? [...].",
+                "principals",
+            )
+        if pattern.startswith(OWN_PRINCIPAL_PREFIX):
+            raise InvalidRequest(
+                f"Field 'principals' item {index}: principals starting with "
+                f"{OWN_PRINCIPAL_PREFIX!r} are reserved, each for its own token.",
+                "principals",
+            )
+    return tuple(dict.fromkeys(raw))
+
+
+def parse_token(body: Mapping[str, Any]) -> TokenRequest:
+    """The body of `POST /v1/tokens`; the tenant is never in it (it is the caller's).
+
+    Raises:
+        InvalidRequest: an unknown field, a bad role or name, or principals that are not a
+            list of patterns or are given for an admin token.
+    """
+    reject_unknown(body, frozenset({"role", "name", "principals"}))
+    role = body.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise InvalidRequest(f"Field 'role' must be one of {', '.join(ROLES)}.", "role")
+    name = showable_text(body, "name", MAX_TOKEN_NAME)
+    if body.get("principals") is None:
+        return TokenRequest(role, name)
+    if role != SERVER:
+        raise InvalidRequest(
+            "Field 'principals' binds a server token; an admin token acts only as itself.",
+            "principals",
+        )
+    return TokenRequest(role, name, _principal_patterns(body["principals"]))
+
+
+def token_id_param(raw: str) -> str:
+    """Raises: NotFound: it cannot be a token id (so no token has it)."""
+    if not TOKEN_ID.fullmatch(raw):
+        raise NotFound(f"No token {raw[:40]!r} in this tenant.")
     return raw
 
 

@@ -1,4 +1,5 @@
-"""What the admin API shows: a session's counters, limits, state and last calls."""
+"""What the admin API shows: a session's counters, limits, state and last calls; a
+token's public fields."""
 
 from __future__ import annotations
 
@@ -8,6 +9,22 @@ from chalicelib.clock import Clock, iso_utc
 from chalicelib.policy import Policy
 from chalicelib.quota import SessionSnapshot, SessionState
 from chalicelib.service import LimitResolver
+from chalicelib.tokens import TokenRecord
+
+STORED_EMPTY_NAME = "-"  # how the token stores keep a token created without a name
+
+
+def token_view(record: TokenRecord) -> dict[str, Any]:
+    """A token as the API shows it: never its secret or hash."""
+    return {
+        "token_id": record.token_id,
+        "tenant": record.tenant,
+        "role": record.role,
+        "name": "" if record.name == STORED_EMPTY_NAME else record.name,
+        "principals": list(record.principals),
+        "created_at": iso_utc(record.created_at_ms),
+        "revoked_at": None if record.revoked_at_ms is None else iso_utc(record.revoked_at_ms),
+    }
 
 
 class SessionViews:

@@ -127,6 +127,21 @@ def check_printable(value: str, field: str) -> str:
     return value
 
 
+def showable_text(body: Mapping[str, Any], name: str, max_length: int) -> str:
+    """A required string field of 1..max_length characters, not blank, that is safe to show
+    an operator (see `check_printable`).
+
+    Raises:
+        InvalidRequest: missing, not a string, blank, too long or unshowable.
+    """
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(f"Field '{name}' is required: a non-blank string.", name)
+    if len(value) > max_length:
+        raise InvalidRequest(f"Field '{name}' must be 1 to {max_length} characters long.", name)
+    return check_printable(value, name)
+
+
 def reason_field(body: Mapping[str, Any]) -> str:
     """The required `reason` of an administrator's action: it goes to the audit trail.
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from chalicelib.admin_actions import AdminService
     from chalicelib.admin_budgets import BudgetAdmin
+    from chalicelib.admin_tokens import TokenAdmin
     from chalicelib.admin_views import SessionViews
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
@@ -180,6 +181,12 @@ class Container:
         return BudgetAdmin(
             self.policy, self.budgets, self.limits, self.gate, self.auditor, self.clock
         )
+
+    @cached_property
+    def token_admin(self) -> TokenAdmin:
+        from chalicelib.admin_tokens import TokenAdmin
+
+        return TokenAdmin(self.tokens, self.auditor, self.clock)
 
     @cached_property
     def authenticator(self) -> Authenticator:

@@ -25,7 +25,7 @@ GRANT = {
     "reason": "matrix",
 }
 
-# (method, path, body); {grant} is the id of a grant the demo tenant owns.
+# (method, path, body); {grant} and {token} are ids of a grant and a token demo owns.
 ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "health": ("GET", "/health", None),
     "check": ("POST", "/v1/check", {"session_id": SESSION, "tool": "delete_tag"}),
@@ -48,6 +48,9 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "resume_principal": ("POST", "/v1/principals/bot/resume", REASON),
     "reset_principal": ("POST", "/v1/principals/bot/reset", REASON),
     "tenant": ("GET", "/v1/tenant", None),
+    "create_token": ("POST", "/v1/tokens", {"role": "server", "name": "matrix"}),
+    "list_tokens": ("GET", "/v1/tokens", None),
+    "revoke_token": ("DELETE", "/v1/tokens/{token}", None),
 }
 
 ADMIN_ONLY = [name for name in ENDPOINTS if name not in ("health", "check")]
@@ -76,6 +79,9 @@ EXPECTED: dict[str, dict[str, int]] = {
         "resume_principal": 404,
         "reset_principal": 404,
         "tenant": 200,  # its own
+        "create_token": 201,  # in its own tenant
+        "list_tokens": 200,  # its own
+        "revoke_token": 404,
     },
     "admin token": {
         "health": 200,
@@ -89,6 +95,9 @@ EXPECTED: dict[str, dict[str, int]] = {
         "list_grants": 200,
         "delete_grant": 200,
         "audit": 200,
+        "create_token": 201,
+        "list_tokens": 200,
+        "revoke_token": 200,
         **dict.fromkeys(
             [
                 "show_principal",
@@ -142,9 +151,10 @@ def test_authorization_matrix(api: Api, caller: str, endpoint: str) -> None:
     assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
     assert api.check(session_id="b", tool="delete_tag", principal="bot").status_code == 200
     grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
+    token, _ = api.token("demo", "server")
     headers = headers_for(api, caller)
     method, path, payload = ENDPOINTS[endpoint]
-    response = call(api, method, path.format(grant=grant), payload, headers)
+    response = call(api, method, path.format(grant=grant, token=token), payload, headers)
     assert response.status_code == EXPECTED[caller][endpoint], response.body
     if response.status_code == 404:
         assert body(response)["error"]["code"] == "not_found"
@@ -153,12 +163,13 @@ def test_authorization_matrix(api: Api, caller: str, endpoint: str) -> None:
 def test_another_tenants_admin_changed_nothing_of_demo(api: Api) -> None:
     assert api.check(session_id=SESSION, tool="delete_tag").status_code == 200
     grant = body(api.admin("/v1/grants", GRANT))["grant"]["grant_id"]
+    token, server = api.token("demo", "server")
     other = headers_for(api, "admin of another tenant")
     assert api.check(session_id="b", tool="delete_tag", principal="bot").status_code == 200
-    names = ("raise", "suspend", "resume", "reset", "delete_grant")
+    names = ("raise", "suspend", "resume", "reset", "delete_grant", "create_token", "revoke_token")
     for name in (*names, "suspend_principal", "reset_principal", "raise_principal"):
         method, path, payload = ENDPOINTS[name]
-        call(api, method, path.format(grant=grant), payload, other)
+        call(api, method, path.format(grant=grant, token=token), payload, other)
     session = body(api.get(f"/v1/sessions/{SESSION}"))
     assert session["state"] == "active"
     assert session["categories"]["write"]["used"] == 1
@@ -167,3 +178,5 @@ def test_another_tenants_admin_changed_nothing_of_demo(api: Api) -> None:
     bot = body(api.get("/v1/principals/bot"))
     assert bot["state"] == "active" and bot["categories"]["write"]["used"] == 1
     assert bot["categories"]["write"]["limit"] == 100
+    assert [t["token_id"] for t in body(api.get("/v1/tokens"))["tokens"]] == [token]
+    assert api.check(server, session_id="c", tool="delete_tag").status_code == 200

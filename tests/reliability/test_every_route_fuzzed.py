@@ -54,6 +54,7 @@ ROUTES: list[tuple[str, str, list[str], list[str]]] = [
     ("POST", "/v1/principals/bot/suspend", ["reason"], []),
     ("POST", "/v1/principals/bot/resume", ["reason"], []),
     ("POST", "/v1/principals/bot/reset", ["reason"], []),
+    ("POST", "/v1/tokens", ["role", "name", "principals"], []),
 ]
 VALID: dict[str, Any] = {
     "session_id": "s1",
@@ -64,6 +65,9 @@ VALID: dict[str, Any] = {
     "principal": "bot",
     "starts_at": "2026-12-02T00:00:00Z",
     "ends_at": "2026-12-03T00:00:00Z",
+    "role": "server",
+    "name": "fuzzed server",
+    "principals": ["bot-*"],
 }
 
 
