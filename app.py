@@ -4,7 +4,9 @@ from errors and decisions to HTTP responses. Logic lives in chalicelib/."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -23,7 +25,7 @@ from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
 from chalicelib.observability import count, logger
 from chalicelib.ports import StorageError
 from chalicelib.quota import BudgetKey, Decision, Refused, Scope, SessionKey
-from chalicelib.tokens import ADMIN, SERVER, Identity
+from chalicelib.tokens import ADMIN, SERVER, Identity, effective_principal
 from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
 
@@ -71,6 +73,8 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
         "role": identity.role,
         "token_id": identity.token_id,
         "name": identity.name,
+        # Context values must be strings: the binding travels as JSON.
+        "principals": json.dumps(identity.principals),
     }
     return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
 
@@ -126,6 +130,7 @@ def caller() -> Identity:
         role=context["role"],
         token_id=context["token_id"],
         name=context.get("name", ""),
+        principals=tuple(json.loads(context.get("principals", "[]"))),
     )
 
 
@@ -239,6 +244,7 @@ def check() -> Response:
         raise QuotaServiceError("Unknown role.")
     container = deps()
     request = parse_check(request_body(), container.policy)
+    request = replace(request, principal=effective_principal(identity, request.principal))
     for category, uncounted in (request.fail_open or {}).items():
         if uncounted:
             # Calls a client ran uncounted while it could not reach us: alarmed on.

@@ -39,7 +39,8 @@ class Authenticator:
         if settings.dev_tokens:
             tenant = settings.dev_tenant
             self._dev = {
-                settings.dev_server_token: Identity(tenant, SERVER, "dev-server"),
+                # The local dev server token may claim any principal.
+                settings.dev_server_token: Identity(tenant, SERVER, "dev-server", "", ("*",)),
                 settings.dev_admin_token: Identity(tenant, ADMIN, "dev-admin"),
             }
 

@@ -59,6 +59,12 @@ class Forbidden(QuotaServiceError):
     CODE = "forbidden"
 
 
+class PrincipalNotAllowed(Forbidden):
+    """A check claims a principal its token is not bound to."""
+
+    CODE = "principal_not_allowed"
+
+
 class NotFound(QuotaServiceError):
     """The addressed resource does not exist for this tenant."""
 

@@ -7,6 +7,9 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from chalicelib.errors import PrincipalNotAllowed
 
 SERVER = "server"
 ADMIN = "admin"
@@ -24,6 +27,36 @@ class Identity:
     role: str
     token_id: str
     name: str = ""
+    principals: tuple[str, ...] = ()  # the principals it may claim: names or * patterns
+
+    @property
+    def own_principal(self) -> str:
+        """The principal of a check that claims none: the token itself."""
+        return f"token:{self.token_id}"
+
+    def may_claim(self, principal: str) -> bool:
+        """Whether this token is bound to a principal matching `principal`."""
+        return any(fnmatchcase(principal, pattern) for pattern in self.principals)
+
+
+def effective_principal(identity: Identity, claimed: str | None) -> str:
+    """Whom a check acts for: the claimed principal if the token may claim it, else (no
+    claim) the token's own identity, so fresh session ids from one server still meet
+    one principal budget.
+
+    Raises:
+        PrincipalNotAllowed: the claim is outside the token's binding.
+    """
+    if claimed is None:
+        return identity.own_principal
+    if identity.may_claim(claimed) or claimed == identity.own_principal:
+        return claimed
+    bound = ", ".join(repr(p) for p in identity.principals) or "none"
+    raise PrincipalNotAllowed(
+        f"Token {identity.token_id} may not act for principal {claimed!r}: its allowed "
+        f"principals are {bound}. Send no principal (the token's own is used), or have an "
+        "administrator bind the principal to this token."
+    )
 
 
 @dataclass(frozen=True)
@@ -37,6 +70,7 @@ class TokenRecord:
     name: str
     created_at_ms: int
     revoked_at_ms: int | None = None
+    principals: tuple[str, ...] = ()
 
     @property
     def revoked(self) -> bool:
@@ -45,7 +79,7 @@ class TokenRecord:
 
     def identity(self) -> Identity:
         """The identity this token authenticates."""
-        return Identity(self.tenant, self.role, self.token_id, self.name)
+        return Identity(self.tenant, self.role, self.token_id, self.name, self.principals)
 
 
 def hash_secret(token: str) -> str:

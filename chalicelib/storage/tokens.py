@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 TOKEN_ID = "token_id"
+PRINCIPALS = "principals"  # the principals a server token may claim
 _NEW_TOKEN = "attribute_not_exists(#id)"
 _REVOKE = "SET #revoked = if_not_exists(#revoked, :now)"
 _EXISTS = "attribute_exists(#id)"
@@ -30,6 +31,7 @@ def _record(item: dict[str, Any]) -> TokenRecord:
         name=item.get("name", {}).get("S", ""),
         created_at_ms=int(item["created_at"]["N"]),
         revoked_at_ms=int(revoked["N"]) if revoked else None,
+        principals=tuple(v["S"] for v in item.get(PRINCIPALS, {}).get("L", [])),
     )
 
 
@@ -46,7 +48,7 @@ class TokenStore:
         Raises:
             StorageError: the store failed or the id is taken.
         """
-        item = {
+        item: dict[str, Any] = {
             TOKEN_ID: {"S": record.token_id},
             "secret_hash": {"S": record.secret_hash},
             "tenant": {"S": record.tenant},
@@ -54,6 +56,8 @@ class TokenStore:
             "name": {"S": record.name or "-"},
             "created_at": {"N": str(record.created_at_ms)},
         }
+        if record.principals:
+            item[PRINCIPALS] = {"L": [{"S": p} for p in record.principals]}
         try:
             self._client.put_item(
                 TableName=self._table,

@@ -31,19 +31,29 @@ def test_allowed_answer_has_the_documented_fields_and_headers(api: Api) -> None:
         "resets_at": "2026-12-02T13:00:00Z",
         "duplicate": False,
         "scopes": {
+            # No principal given: the calling token's own identity is the principal.
+            "principal": {
+                "used": 1,
+                "limit": 100,
+                "remaining": 99,
+                "window_seconds": 86400,
+                "resets_at": "2026-12-03T00:00:00Z",
+            },
             "tenant": {
                 "used": 1,
                 "limit": 1000,
                 "remaining": 999,
                 "window_seconds": 3600,
                 "resets_at": "2026-12-02T13:00:00Z",
-            }
+            },
         },
     }
-    # One entry per scope that applies (no principal given here: the tenant's ceiling).
-    policy = '"write";q=15;w=3600, "write-tenant";q=1000;w=3600'
+    # One entry per scope that applies.
+    policy = '"write";q=15;w=3600, "write-principal";q=100;w=86400, "write-tenant";q=1000;w=3600'
     assert response.headers["RateLimit-Policy"] == policy
-    assert response.headers["RateLimit"] == '"write";r=14;t=3600, "write-tenant";r=999;t=3600'
+    assert response.headers["RateLimit"] == (
+        '"write";r=14;t=3600, "write-principal";r=99;t=43200, "write-tenant";r=999;t=3600'
+    )
 
 
 def test_a_read_has_one_scope_and_one_entry(api: Api) -> None:
@@ -138,6 +148,8 @@ def test_admin_token_may_check_too(api: Api) -> None:
 def test_throttled_store_is_a_503_with_retry_after(dynamo_api: Api) -> None:
     api = dynamo_api
     with Stubber(api.container.dynamodb) as stub:
+        stub.add_response("query", {"Items": []})  # no grants (read once, then cached)
+        stub.add_response("get_item", {})  # the principal is not suspended (cached)
         stub.add_client_error(
             "update_item", "ProvisionedThroughputExceededException", http_status_code=400
         )
