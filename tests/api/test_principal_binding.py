@@ -25,7 +25,7 @@ def test_effective_principal_rules() -> None:
     assert effective_principal(bound, None) == "token:abc123abc123"
     assert effective_principal(bound, "bot") == "bot"
     assert effective_principal(bound, "team-blue") == "team-blue"
-    with pytest.raises(PrincipalNotAllowed, match="abc123abc123.*'intruder'"):
+    with pytest.raises(PrincipalNotAllowed, match=r"abc123abc123.*'intruder'"):
         effective_principal(bound, "intruder")
     unbound = Identity("demo", "server", "def456def456")
     with pytest.raises(PrincipalNotAllowed, match="none"):
