@@ -71,7 +71,14 @@ def functions_that_authenticate() -> set[str]:
 # Storage modules that act on another module's table: the principal and tenant budgets
 # live in the counters table, and `updates.py` is the UpdateItem/GetItem helper of the
 # counters-table adapters.
-SHARES_TABLE = {"budgets": "counters", "updates": "counters"}
+# The single use of emailed links is a small item in the counters table; the index of
+# sessions in trouble is a partition of the audit table.
+SHARES_TABLE = {
+    "budgets": "counters",
+    "updates": "counters",
+    "links": "counters",
+    "trouble": "audit",
+}
 
 
 def target_of(call: ApiCall) -> str:
