@@ -40,6 +40,7 @@ EXPECTED_ACTIONS = {
         "dynamodb:UpdateItem",
         "logs:CreateLogStream",
         "logs:PutLogEvents",
+        "secretsmanager:GetSecretValue",
         "sns:Publish",
     },
     AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
@@ -85,6 +86,8 @@ def target_of(call: ApiCall) -> str:
     """The logical id of the resource a call acts on, from the module that makes it."""
     if call.service == "sns":
         return TOPIC
+    if call.service == "secretsmanager":
+        return "LinkSecret"
     stem = call.module.rsplit("/", 1)[-1].removesuffix(".py")
     stem = SHARES_TABLE.get(stem, stem)
     if call.module.startswith("chalicelib/storage/") and stem in ALL_TABLES:
