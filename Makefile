@@ -23,7 +23,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(BIN)/.installed node_modules/.installed
+install: $(BIN)/.installed node_modules/.installed chromium
 
 ## Start the service on http://127.0.0.1:$(PORT) over an embedded DynamoDB (moto).
 run: $(BIN)/.installed

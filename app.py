@@ -3,10 +3,10 @@ from errors and decisions to HTTP responses. Logic lives in chalicelib/."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
@@ -15,15 +15,20 @@ from chalicelib.admin_requests import (
     grant_id_param,
     parse_audit_query,
     parse_grant,
+    parse_lower,
     parse_raise,
     parse_reason,
+    parse_sessions_query,
     parse_token,
     principal_param,
     token_id_param,
 )
 from chalicelib.clock import iso_utc
-from chalicelib.errors import Forbidden, QuotaServiceError, from_storage
+from chalicelib.console_files import console_file, console_headers
+from chalicelib.errors import Forbidden, NotFound, QuotaServiceError, from_storage
 from chalicelib.observability import count, logger
+from chalicelib.pages import HEADERS as PAGE_HEADERS
+from chalicelib.pages import Page
 from chalicelib.ports import StorageError
 from chalicelib.quota import BudgetKey, Decision, Refused, Scope, SessionKey
 from chalicelib.tokens import (
@@ -36,6 +41,9 @@ from chalicelib.tokens import (
 )
 from chalicelib.validation import parse_check, parse_json_object, session_id_param
 from chalicelib.wiring import Container
+
+if TYPE_CHECKING:
+    from chalicelib.link_actions import LinkDesk
 
 app = Chalice(app_name="mcp-quota")
 app.debug = False  # never a stack trace in a response, in any stage
@@ -100,6 +108,7 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
         request = app.current_request
         if request is not None:
             logger.set_correlation_id(request.context.get("requestId"))
+            _learn_base_url(request.headers, request.context)
         try:
             return view(*args, **kwargs)
         except StorageError as exc:
@@ -115,6 +124,18 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
             return error_response(QuotaServiceError("Internal error; it has been logged."))
 
     return wrapper
+
+
+def _learn_base_url(headers: Any, context: dict[str, Any]) -> None:
+    """The API's base URL as API Gateway serves it, for the email's links when no
+    QUOTA_PUBLIC_URL is set: only its own execute-api host name is trusted."""
+    container = deps()
+    if container.seen_base_url or container.settings.public_url:
+        return
+    host = str(headers.get("host", ""))
+    stage = context.get("stage")
+    if host.endswith(".amazonaws.com") and ".execute-api." in host and stage:
+        container.seen_base_url = f"https://{host}/{stage}"
 
 
 def caller() -> Identity:
@@ -252,9 +273,7 @@ def check() -> Response:
     container = deps()
     request = parse_check(request_body(), container.policy)
     # Grants, budgets and the stored session see only a principal the token may act for.
-    request = dataclasses.replace(
-        request, principal=effective_principal(identity, request.principal)
-    )
+    request = replace(request, principal=effective_principal(identity, request.principal))
     for category, uncounted in (request.fail_open or {}).items():
         if uncounted:
             # Calls a client ran uncounted while it could not reach us: alarmed on.
@@ -295,6 +314,28 @@ def raise_session(session_id: str) -> Response:
     who = admin_caller()
     request = parse_raise(request_body(), deps().policy)
     result = deps().admin.raise_limit(who, path_session(session_id), request)
+    return Response(body=result, status_code=200)
+
+
+@app.route("/v1/sessions", methods=["GET"], authorizer=bearer)
+@handled
+def list_sessions() -> Response:
+    """The sessions blocked or suspended since a time (default: the last 24 h)."""
+    request = app.current_request
+    assert request is not None
+    who = admin_caller()
+    container = deps()
+    query = parse_sessions_query(dict(request.query_params or {}), container.clock())
+    return Response(body=container.admin.list_sessions(who, query), status_code=200)
+
+
+@app.route("/v1/sessions/{session_id}/lower", methods=["POST"], authorizer=bearer)
+@handled
+def lower_session(session_id: str) -> Response:
+    """Bring a raised limit back down to the base."""
+    who = admin_caller()
+    request = parse_lower(request_body(), deps().policy)
+    result = deps().admin.lower(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
 
 
@@ -448,3 +489,58 @@ def audit_trail() -> Response:
     who = admin_caller()
     query = parse_audit_query(dict(request.query_params or {}))
     return Response(body=deps().admin.audit_page(who, query), status_code=200)
+
+
+# -- one-click links of the email, and the console (HTML; no token in either URL) ------
+
+LINK_CONTENT_TYPES = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"]
+
+
+def html_response(page: Page) -> Response:
+    """An HTML page with the headers that keep a token-bearing URL private."""
+    return Response(body=page.html, status_code=page.status, headers=dict(PAGE_HEADERS))
+
+
+def _link_desk() -> LinkDesk:
+    """Raises: NotFound: links are not set up in this deployment."""
+    desk = deps().link_desk()
+    if desk is None:
+        raise NotFound("One-click links are not set up in this deployment.")
+    return desk
+
+
+@app.route("/actions/{token}", methods=["GET"])
+@handled
+def confirm_link(token: str) -> Response:
+    """The confirmation page of an emailed action: changes nothing."""
+    return html_response(_link_desk().confirm(unquote(token)))
+
+
+@app.route("/actions/{token}", methods=["POST"], content_types=LINK_CONTENT_TYPES)
+@handled
+def perform_link(token: str) -> Response:
+    """Perform an emailed action, once."""
+    return html_response(_link_desk().perform(unquote(token)))
+
+
+@app.route("/console", methods=["GET"])
+@handled
+def console_page() -> Response:
+    """The web console's page."""
+    return console_response("index.html")
+
+
+@app.route("/console/{name}", methods=["GET"])
+@handled
+def console_asset(name: str) -> Response:
+    """The console's script and style sheet."""
+    return console_response(name)
+
+
+def console_response(name: str) -> Response:
+    """Raises: NotFound: no such console file."""
+    found = console_file(name)
+    if found is None:
+        raise NotFound(f"No console file {name[:40]!r}.")
+    body, content_type = found
+    return Response(body=body, status_code=200, headers=console_headers(content_type))

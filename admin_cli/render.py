@@ -121,9 +121,10 @@ def session_view(session: Mapping[str, Any]) -> str:
     if session.get("suspended_reason"):
         pairs.append(("Suspended", session.get("suspended_reason")))
     pairs += [
+        ("Server", session.get("server")),
         ("Principal", session.get("principal")),
-        ("Started", session.get("started_at")),
-        ("Last seen", session.get("last_seen_at")),
+        ("Started", session.get("first_call_at") or session.get("started_at")),
+        ("Last call", session.get("last_call_at") or session.get("last_seen_at")),
         ("Resets at", session.get("resets_at")),
     ]
     parts = [fields(pairs)]

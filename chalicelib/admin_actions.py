@@ -7,12 +7,19 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib.admin_requests import AuditQuery, GrantRequest, RaiseRequest
+from chalicelib.admin_requests import (
+    AuditQuery,
+    GrantRequest,
+    LowerRequest,
+    RaiseRequest,
+    SessionsQuery,
+)
 from chalicelib.admin_views import SessionViews
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
-from chalicelib.clock import Clock
+from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType, actor_of, link_detail
+from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.grants import Grant, GrantLimits
+from chalicelib.observability import logger
 from chalicelib.policy import Policy
 from chalicelib.ports import (
     AuditLog,
@@ -21,11 +28,32 @@ from chalicelib.ports import (
     RecordChanged,
     RecordNotFound,
     SessionCounters,
+    StorageError,
+    TroubleIndex,
+    TroubleKind,
+    TroubleMark,
 )
 from chalicelib.quota import SessionKey, SessionSnapshot, SessionState
 from chalicelib.tokens import Identity
 
 ROUNDS = 4
+
+
+def raised_after(category: str, limit: int, until_ms: int | None) -> dict[str, Any]:
+    """A raise as audited: with when it lapses, if it does."""
+    after: dict[str, Any] = {"category": category, "limit": limit}
+    if until_ms is not None:
+        after["until"] = iso_utc(until_ms)
+    return after
+
+
+def listing_state(view: dict[str, Any]) -> str:
+    """A session's state in the listing: suspended; blocked (a category spent, so its
+    next call there is refused); or active (idle included: its next check starts fresh)."""
+    if view["state"] == str(SessionState.SUSPENDED):
+        return "suspended"
+    spent = any(c["remaining"] == 0 for c in view["categories"].values())
+    return "blocked" if view["state"] == str(SessionState.ACTIVE) and spent else "active"
 
 
 class AdminService:
@@ -42,6 +70,7 @@ class AdminService:
         views: SessionViews,
         clock: Clock,
         idle_timeout_seconds: int,
+        trouble: TroubleIndex | None = None,
     ) -> None:
         self._policy = policy
         self._counters = counters
@@ -52,6 +81,7 @@ class AdminService:
         self._views = views
         self._clock = clock
         self._idle_ms = idle_timeout_seconds * 1000
+        self._trouble = trouble
 
     # -- sessions ------------------------------------------------------------------
 
@@ -87,10 +117,11 @@ class AdminService:
                 type=event_type,
                 tenant=who.tenant,
                 session_id=session_id,
-                actor=who.actor,
+                actor=actor_of(who.token_id, who.role),
                 reason=reason,
                 before=before,
                 after=after,
+                detail=link_detail(who.role, who.name),
             )
         )
 
@@ -112,7 +143,9 @@ class AdminService:
             if new < current:
                 raise Conflict(
                     f"A raise can never lower a limit: '{category}' is {current} for this "
-                    f"session and {new} would lower it. Use reset to zero the counters."
+                    f"session and {new} would lower it. Use the lower action (POST "
+                    "/v1/sessions/{id}/lower) to bring a raised limit back to the base; "
+                    "reset zeroes the counters and keeps the raise."
                 )
             if new > maximum:
                 raise InvalidRequest(
@@ -120,7 +153,10 @@ class AdminService:
                     f"{new} is above that.",
                     "limit",
                 )
-            change = LimitChange(category, new, self._clock(), self._idle_ms)
+            now = self._clock()
+            seconds = request.expires_in_seconds
+            until = None if seconds is None else now + seconds * 1000
+            change = LimitChange(category, new, now, self._idle_ms, until)
             try:
                 after = self._counters.raise_limit(session, change, seen)
             except RecordChanged:
@@ -131,17 +167,58 @@ class AdminService:
                 session_id,
                 request.reason,
                 before={"category": category, "limit": current},
-                after={"category": category, "limit": new},
+                after=raised_after(category, new, until),
             )
             view = self._view(session, after)
             return {"session": view, "category": category, "before": current, "after": new}
         raise RecordChanged("raising a limit")
 
+    def lower(self, who: Identity, session_id: str, request: LowerRequest) -> dict[str, Any]:
+        """Bring a category's raised limit back down to the base (policy or grant).
+
+        Raises:
+            NotFound: the session was never seen.
+            Conflict: the category has no raise in force.
+        """
+        session = SessionKey(who.tenant, session_id)
+        category = request.category
+        seen = self._get(session)
+        current = self._views.current_limit(who.tenant, category, seen)
+        if seen.raise_for(category, self._clock()) is None:
+            raise Conflict(
+                f"'{category}' has no raise in force for this session: its limit is the "
+                f"base, {current}. Nothing to lower."
+            )
+        _, after = self._change(
+            session, lambda key, _now, _idle: self._counters.lower(key, category)
+        )
+        new = self._views.current_limit(who.tenant, category, after)
+        self._audit(
+            who,
+            EventType.SESSION_LOWERED,
+            session_id,
+            request.reason,
+            before={"category": category, "limit": current},
+            after={"category": category, "limit": new},
+        )
+        return {
+            "session": self._view(session, after),
+            "category": category,
+            "before": current,
+            "after": new,
+        }
+
     def suspend(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
         """Kill switch: refuse every check of the session until resumed."""
         session = SessionKey(who.tenant, session_id)
         before = self._counters.get(session)
-        after = self._counters.suspend(session, reason, self._clock())
+        now = self._clock()
+        after = self._counters.suspend(session, reason, now)
+        self.note_trouble(
+            TroubleMark(
+                who.tenant, session_id, TroubleKind.SUSPENDED, now, principal=after.principal
+            )
+        )
         self._audit(
             who,
             EventType.SESSION_SUSPENDED,
@@ -193,6 +270,45 @@ class AdminService:
             raise NotFound(
                 f"Session {session.session_id!r} has made no checks in this tenant."
             ) from exc
+
+    def note_trouble(self, mark: TroubleMark) -> None:
+        """Index a session in trouble; a failure is logged, never raised: the listing
+        may miss it, the action it follows stands."""
+        if self._trouble is None:
+            return
+        try:
+            self._trouble.mark(mark)
+        except StorageError as exc:
+            logger.warning("trouble index write failed", extra={"error": exc.doing})
+
+    def list_sessions(self, who: Identity, query: SessionsQuery) -> dict[str, Any]:
+        """A page of the sessions blocked or suspended since `query.since_ms`, newest
+        first, each with its counters as the next check would see them."""
+        marks = [] if self._trouble is None else self._trouble.marks(who.tenant, query.since_ms)
+        rows: list[dict[str, Any]] = []
+        for mark in marks:
+            session = SessionKey(who.tenant, mark.session_id)
+            snapshot = self._counters.get(session)
+            if snapshot is None:
+                continue
+            view = self._view(session, snapshot)
+            state = listing_state(view)
+            if query.state is not None and state != query.state:
+                continue
+            view["listing_state"] = state
+            view["trouble"] = {
+                "kind": mark.kind.value,
+                "at": iso_utc(mark.at_ms),
+                "category": mark.category,
+            }
+            rows.append(view)
+        page = rows[query.offset : query.offset + query.limit]
+        more = query.offset + query.limit < len(rows)
+        return {
+            "sessions": page,
+            "total": len(rows),
+            "next": str(query.offset + query.limit) if more else None,
+        }
 
     # -- grants ----------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chalicelib.admin_requests import RaiseRequest
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
+from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType, actor_of, link_detail
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.policy import Policy, WindowLimit
@@ -95,10 +95,11 @@ class BudgetAdmin:
                 type=event,
                 tenant=who.tenant,
                 session_id=TENANT_SCOPE,
-                actor=who.actor,
+                actor=actor_of(who.token_id, who.role),
                 reason=reason,
                 before={"principal": key.subject, **before},
                 after={"principal": key.subject, **after},
+                detail=link_detail(who.role, who.name),
             )
         )
 

@@ -32,14 +32,22 @@ AUDIT_PAGE = re.compile(r"[0-9]{1,3}")
 MAX_PAGE_TOKEN = 2048
 
 
+MAX_RAISE_SECONDS = 30 * 86_400
+SESSION_STATES = ("blocked", "suspended", "active")
+DAY_MS = 86_400_000
+NEXT_OFFSET = re.compile(r"[0-9]{1,6}")
+
+
 @dataclass(frozen=True)
 class RaiseRequest:
-    """Raise one category's limit: to `limit`, or by `add`."""
+    """Raise one category's limit: to `limit`, or by `add`; for `expires_in_seconds`, or
+    for as long as the counters last."""
 
     category: str
     reason: str
     limit: int | None = None
     add: int | None = None
+    expires_in_seconds: int | None = None
 
     def new_limit(self, current: int) -> int:
         """The limit asked for, given the current one."""
@@ -77,16 +85,62 @@ class AuditQuery:
     next_token: str | None
 
 
+@dataclass(frozen=True)
+class LowerRequest:
+    """Bring one category's raised limit back down to the base."""
+
+    category: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SessionsQuery:
+    """A page of the sessions that were blocked or suspended since `since_ms`."""
+
+    state: str | None
+    since_ms: int
+    limit: int
+    offset: int
+
+
 def parse_raise(body: Mapping[str, Any], policy: Policy) -> RaiseRequest:
     """Raises: InvalidRequest."""
-    reject_unknown(body, frozenset({"category", "limit", "add", "reason"}))
+    reject_unknown(body, frozenset({"category", "limit", "add", "reason", "expires_in_seconds"}))
     category = category_field(body, policy)
     reason = reason_field(body)
     if ("limit" in body) == ("add" in body):
         raise InvalidRequest("Give exactly one of 'limit' or 'add'.", "limit")
+    expires = None
+    if "expires_in_seconds" in body:
+        expires = int_field(body, "expires_in_seconds", 1, MAX_RAISE_SECONDS)
     if "limit" in body:
-        return RaiseRequest(category, reason, limit=int_field(body, "limit"))
-    return RaiseRequest(category, reason, add=int_field(body, "add"))
+        limit = int_field(body, "limit")
+        return RaiseRequest(category, reason, limit=limit, expires_in_seconds=expires)
+    return RaiseRequest(category, reason, add=int_field(body, "add"), expires_in_seconds=expires)
+
+
+def parse_lower(body: Mapping[str, Any], policy: Policy) -> LowerRequest:
+    """Raises: InvalidRequest."""
+    reject_unknown(body, frozenset({"category", "reason"}))
+    return LowerRequest(category_field(body, policy), reason_field(body))
+
+
+def parse_sessions_query(params: Mapping[str, str], now_ms: int) -> SessionsQuery:
+    """Raises: InvalidRequest."""
+    reject_unknown(params, frozenset({"state", "since", "limit", "next"}))
+    state = params.get("state")
+    if state is not None and state not in SESSION_STATES:
+        raise InvalidRequest(
+            f"Parameter 'state' must be one of {', '.join(SESSION_STATES)}.", "state"
+        )
+    since = time_field(params, "since") if "since" in params else now_ms - DAY_MS
+    raw_limit = params.get("limit", "50")
+    if not AUDIT_PAGE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= 100:
+        raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 100.", "limit")
+    token = params.get("next", "0")
+    if not NEXT_OFFSET.fullmatch(token):
+        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+    return SessionsQuery(state, since, int(raw_limit), int(token))
 
 
 def principal_param(raw: str) -> str:

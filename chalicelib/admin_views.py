@@ -57,7 +57,7 @@ class SessionViews:
         base = self._limits.base_limit(tenant, principal, category, now)
         if seen is None or self.state(seen) is SessionState.IDLE:
             return base
-        return seen.limit_for(category, base)
+        return seen.limit_for(category, base, now)
 
     def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> dict[str, Any]:
         """A session as the API shows it: the state the next check would see."""
@@ -67,7 +67,8 @@ class SessionViews:
         categories: dict[str, Any] = {}
         for name in self._categories:
             base = self._limits.base_limit(tenant, snapshot.principal, name, now)
-            raised = None if fresh else snapshot.raised.get(name)
+            raised = None if fresh else snapshot.raise_for(name, now)
+            until = snapshot.raised_until.get(name) if raised is not None else None
             limit = max(base, raised or 0)
             used = 0 if fresh else snapshot.counts.get(name, 0)
             categories[name] = {
@@ -75,6 +76,7 @@ class SessionViews:
                 "limit": limit,
                 "base_limit": base,
                 "raised_limit": raised,
+                "raised_until": None if until is None else iso_utc(until),
                 "remaining": 0 if state is SessionState.SUSPENDED else max(0, limit - used),
                 "refused": 0 if fresh else snapshot.refused.get(name, 0),
                 "state": str(state),
@@ -85,6 +87,9 @@ class SessionViews:
             "session_id": session_id,
             "state": str(state),
             "principal": snapshot.principal,
+            "server": snapshot.server,
+            "first_call_at": iso_utc(snapshot.started_ms),
+            "last_call_at": iso_utc(snapshot.last_seen_ms),
             "started_at": iso_utc(snapshot.started_ms),
             "last_seen_at": iso_utc(snapshot.last_seen_ms),
             "resets_at": None if suspended else iso_utc(snapshot.last_seen_ms + self._idle_ms),

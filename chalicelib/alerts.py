@@ -3,13 +3,20 @@ categories marked `notify`, one email per exhaustion to the administrators."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 from chalicelib import audit
 from chalicelib.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Notifier
-from chalicelib.observability import count
+from chalicelib.observability import count, logger
 from chalicelib.policy import Policy
+from chalicelib.ports import TroubleKind, TroubleMark
 from chalicelib.quota import Attempt, CallRecord, Refused, Scope
+
+if TYPE_CHECKING:
+    from chalicelib.link_actions import EmailLink, LinkMaker
 
 CLI = "mcp-quota"
 
@@ -34,6 +41,10 @@ def _whose(decision: Refused) -> str:
     return f"session {decision.session_id}"
 
 
+def _first_call(decision: Refused) -> str:
+    return "(unknown)" if decision.started_ms is None else iso_utc(decision.started_ms)
+
+
 def _refills(decision: Refused) -> str:
     at = iso_utc(decision.resets_at_ms)
     if decision.scope is Scope.SESSION:
@@ -41,7 +52,18 @@ def _refills(decision: Refused) -> str:
     return f"{at} (the end of the {decision.scope.value} budget's window)"
 
 
-def exhaustion_email(tenant: str, attempt: Attempt, decision: Refused) -> Notification:
+def _links_section(links: Sequence[EmailLink]) -> str:
+    if not links:
+        return ""
+    rows = "\n".join(f"    {link.label}:\n      {link.url}\n" for link in links)
+    return (
+        f"\nOne click (each link asks you to confirm, works once, and expires in 24 hours):\n{rows}"
+    )
+
+
+def exhaustion_email(
+    tenant: str, attempt: Attempt, decision: Refused, links: Sequence[EmailLink] = ()
+) -> Notification:
     """The email an administrator gets when a budget (session, principal or the whole
     tenant) first runs out in a category, or when a principal is suspended for ignoring
     refusals."""
@@ -70,6 +92,9 @@ def exhaustion_email(tenant: str, attempt: Attempt, decision: Refused) -> Notifi
     tenant:     {tenant}
     session:    {session}
     principal:  {attempt.principal or "(not given)"}
+    server:     {attempt.server or "(not given)"}
+    first call: {_first_call(decision)}
+    last call:  {iso_utc(decision.now_ms)}
     scope:      {decision.scope.value} (the budget that refused the call)
     category:   {decision.category} ({decision.used}/{decision.limit} calls used)
     blocked:    {decision.tool} at {iso_utc(decision.now_ms)}
@@ -77,7 +102,7 @@ def exhaustion_email(tenant: str, attempt: Attempt, decision: Refused) -> Notifi
 
 Last calls of the session:
 {_calls_table(decision.last_calls)}
-
+{_links_section(links)}
 What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
     inspect:  {CLI} session show {quoted}
     raise:    {CLI} session raise {quoted} --category {decision.category} --add 10 --reason "..."
@@ -100,10 +125,30 @@ You get one message per exhaustion, however often the agent keeps trying.
 class BlockReporter:
     """Audits each exhaustion once (with the last calls) and notifies where the policy says."""
 
-    def __init__(self, policy: Policy, auditor: Auditor, notifier: Notifier) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        auditor: Auditor,
+        notifier: Notifier,
+        links: Callable[[], LinkMaker | None] | None = None,
+        trouble: Callable[[TroubleMark], None] | None = None,
+    ) -> None:
         self._policy = policy
         self._auditor = auditor
         self._notifier = notifier
+        self._links = links  # built on first use: a container that only allows never signs
+        self._trouble = trouble
+
+    def _mark(self, tenant: str, attempt: Attempt, decision: Refused, kind: TroubleKind) -> None:
+        if self._trouble is None:
+            return
+        mark = TroubleMark(
+            tenant, decision.session_id, kind, decision.now_ms, decision.category, attempt.principal
+        )
+        try:
+            self._trouble(mark)
+        except Exception:
+            logger.exception("trouble index write failed; the session may miss the listing")
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; never raises, so it can never turn a refusal into an allow."""
@@ -120,10 +165,12 @@ class BlockReporter:
                     detail={"scope": decision.scope.value, "category": decision.category},
                 )
             )
+            self._mark(tenant, attempt, decision, TroubleKind.ESCALATED)
             self._notify(tenant, attempt, decision)
             return
         if not decision.first_exhaustion:
             return
+        self._mark(tenant, attempt, decision, TroubleKind.EXHAUSTED)
         self._auditor.record(
             AuditEvent(
                 at_ms=decision.now_ms,
@@ -145,8 +192,20 @@ class BlockReporter:
         if self._policy.categories[decision.category].notify:
             self._notify(tenant, attempt, decision)
 
+    def _email_links(self, tenant: str, attempt: Attempt, decision: Refused) -> list[EmailLink]:
+        """The one-click links, or none if links are not set up or cannot be signed (the
+        email still goes out, with the CLI commands)."""
+        try:
+            maker = self._links() if self._links is not None else None
+            return [] if maker is None else maker.links(tenant, attempt, decision)
+        except Exception:
+            logger.exception("could not sign the email's links; sending it without them")
+            return []
+
     def _notify(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        note = exhaustion_email(tenant, attempt, decision)
+        note = exhaustion_email(
+            tenant, attempt, decision, self._email_links(tenant, attempt, decision)
+        )
         try:
             message_id = self._notifier.publish(note)
         except NotificationFailed as exc:

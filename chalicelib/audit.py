@@ -32,6 +32,7 @@ class EventType(enum.StrEnum):
     PRINCIPAL_RESUMED = "principal_resumed"
     PRINCIPAL_RAISED = "principal_raised"
     PRINCIPAL_RESET = "principal_reset"
+    SESSION_LOWERED = "session_lowered"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
 
@@ -40,6 +41,18 @@ class EventType(enum.StrEnum):
 # id can (they are visible ASCII), so no session's events can land in it.
 TENANT_SCOPE = " tenant"
 SERVICE_ACTOR = "mcp-quota"
+LINK_ROLE = "link"  # an emailed one-click link acting: audited as its actor, with its id
+
+
+def actor_of(token_id: str, role: str) -> str:
+    """The audit actor of an administrator's action: the token and its role, or the
+    email link (`email-link`) for an action taken through one."""
+    return token_id if role == LINK_ROLE else f"{token_id} ({role})"
+
+
+def link_detail(role: str, name: str) -> dict[str, str] | None:
+    """The audit detail naming the link an action was taken through, if any."""
+    return {"link_id": name} if role == LINK_ROLE else None
 
 
 _SEQUENCE = itertools.count()

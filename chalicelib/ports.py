@@ -5,6 +5,7 @@ these; nothing above them knows a key format, an expression or a TTL attribute.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -116,6 +117,38 @@ class LimitChange:
     new_limit: int
     now_ms: int
     idle_ms: int
+    until_ms: int | None = None  # the raise lapses then; None: it lasts as long as the counters
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    """The one use of an emailed action link: when, and what it did."""
+
+    tenant: str
+    link_id: str
+    used_at_ms: int
+    did: str
+    expires_ms: int  # the link's own expiry: the record is of no use after it
+
+
+class TroubleKind(enum.StrEnum):
+    """Why a session is in the tenant's index of sessions in trouble."""
+
+    EXHAUSTED = "exhausted"  # a budget first ran out for it
+    SUSPENDED = "suspended"  # an administrator (or a link) suspended it
+    ESCALATED = "escalated"  # its principal was suspended for ignoring refusals
+
+
+@dataclass(frozen=True)
+class TroubleMark:
+    """A session's latest entry in the index of blocked or suspended sessions."""
+
+    tenant: str
+    session_id: str
+    kind: TroubleKind
+    at_ms: int
+    category: str | None = None
+    principal: str | None = None
 
 
 # -- ports ---------------------------------------------------------------------------
@@ -203,6 +236,14 @@ class SessionCounters(Protocol):
     def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Zero every counter; raises, suspension and last calls stay. Concurrent checks
         never defeat it.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+            StorageError: the store failed.
+        """
+
+    def lower(self, session: SessionKey, category: str) -> SessionSnapshot:
+        """Drop a category's raise (and its expiry): the limit is the base again.
 
         Raises:
             RecordNotFound: the session does not exist.
@@ -360,6 +401,51 @@ class TokenRepository(Protocol):
 
     def list(self, tenant: str | None = None) -> list[TokenRecord]:
         """All tokens, optionally of one tenant, oldest first.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+
+class LinkUses(Protocol):
+    """The single use of emailed action links."""
+
+    def claim(self, use: LinkUse) -> LinkUse | None:
+        """Take the link for this use, atomically: None if it is now ours, or the use
+        that took it first.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def find(self, tenant: str, link_id: str) -> LinkUse | None:
+        """The use that took the link, if any.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def release(self, tenant: str, link_id: str) -> None:
+        """Give a claimed link back (its action failed), so it may be used again.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+
+class TroubleIndex(Protocol):
+    """The tenant's sessions that were blocked or suspended: written only on those paths,
+    never by an allowed check."""
+
+    def mark(self, mark: TroubleMark) -> None:
+        """Record a session's latest trouble (one entry per session).
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
+        """The tenant's entries from `since_ms`, newest first.
 
         Raises:
             StorageError: the store failed.

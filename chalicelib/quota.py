@@ -191,6 +191,8 @@ class SessionSnapshot:
     suspended_reason: str | None = None
     principal: str | None = None
     calls: tuple[CallRecord, ...] = ()
+    raised_until: Mapping[str, int] = field(default_factory=dict)  # when a raise lapses
+    server: str | None = None  # the MCP server that last named itself in a check
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -202,9 +204,18 @@ class SessionSnapshot:
             return SessionState.SUSPENDED
         return SessionState.IDLE if self.is_idle(now_ms, idle_ms) else SessionState.ACTIVE
 
-    def limit_for(self, category: str, base_limit: int) -> int:
-        """The effective limit: the base (policy or grant) or a per-session raise, if higher."""
-        return max(base_limit, self.raised.get(category, 0))
+    def raise_for(self, category: str, now_ms: int) -> int | None:
+        """The per-session raise in force at `now_ms`: None if none, or if it has lapsed."""
+        raised = self.raised.get(category)
+        until = self.raised_until.get(category)
+        if raised is None or (until is not None and until <= now_ms):
+            return None
+        return raised
+
+    def limit_for(self, category: str, base_limit: int, now_ms: int) -> int:
+        """The effective limit at `now_ms`: the base (policy or grant) or a per-session
+        raise that has not lapsed, if higher."""
+        return max(base_limit, self.raise_for(category, now_ms) or 0)
 
     def counted(self, check_id: str) -> bool:
         """Whether the check with this service id was counted (its write went through)."""
@@ -255,6 +266,7 @@ class Attempt:
     check_id: str
     principal: str | None = None
     call_id: str | None = None
+    server: str | None = None
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
 
     @property
@@ -318,7 +330,7 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
         # Counted and taken back (a wider budget refused it), or replayed too often.
         return Verdict.REUSED_CALL_ID
     used = snapshot.counts.get(attempt.category, 0)
-    if used >= snapshot.limit_for(attempt.category, attempt.base_limit):
+    if used >= snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms):
         return Verdict.OVER_LIMIT
     return Verdict.STALE
 
@@ -366,6 +378,7 @@ class Refused(_Answer):
     scopes: tuple[ScopeUse, ...] = ()
     principal: str | None = None
     escalated: bool = False  # this refusal suspended the principal
+    started_ms: int | None = None  # when the session's counters started: its first call
 
     @property
     def allowed(self) -> bool:

@@ -171,6 +171,7 @@ class CheckService:
             check_id=new_check_id(),
             principal=request.principal,
             call_id=request.call_id,
+            server=request.server,
         )
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
@@ -238,7 +239,7 @@ class CheckService:
             tool=attempt.tool,
             category=attempt.category,
             used=snapshot.counts.get(attempt.category, 0),
-            limit=snapshot.limit_for(attempt.category, attempt.base_limit),
+            limit=snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms),
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
             duplicate=duplicate,
@@ -249,7 +250,7 @@ class CheckService:
         self, attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict
     ) -> Refused | None:
         suspended = verdict is Verdict.SUSPENDED
-        limit = snapshot.limit_for(attempt.category, attempt.base_limit)
+        limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
@@ -265,6 +266,7 @@ class CheckService:
             first_exhaustion=first,
             last_calls=(*snapshot.calls, attempt.record(allowed=False))[-self._keep :],
             principal=attempt.principal,
+            started_ms=snapshot.started_ms,
         )
 
     # -- the wider budgets ---------------------------------------------------------------
@@ -348,6 +350,7 @@ class CheckService:
             last_calls=(*calls, attempt.record(allowed=False))[-self._keep :],
             scopes=(*uses, use),
             principal=attempt.principal,
+            started_ms=session.started_ms,
         )
         if not suspended and streak >= self._escalate_after:
             decision = replace(decision, escalated=self._escalate(attempt, streak))

@@ -32,6 +32,20 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _secret(env: Mapping[str, str]) -> str:
+    value = env.get("QUOTA_LINK_SECRET", "")
+    if value and len(value) < 32:
+        raise ConfigurationError("QUOTA_LINK_SECRET must be at least 32 characters")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").rstrip("/")
+    if value and not value.startswith(("https://", "http://")):
+        raise ConfigurationError(f"{name} must be an http(s) URL, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The service's settings for one stage."""
@@ -53,6 +67,9 @@ class Settings:
     dev_admin_token: str
     dev_tenant: str
     dev_tokens: bool  # the fixed development tokens are accepted: only `make run` says so
+    link_secret: str = ""  # signs the email's one-click links (local runner, tests)
+    link_secret_arn: str = ""  # or: a Secrets Manager secret the stack creates (prod)
+    public_url: str = ""  # the base URL of links and of the console in the email
 
     @property
     def is_local(self) -> bool:
@@ -86,4 +103,7 @@ class Settings:
             dev_tenant=env.get("QUOTA_DEV_TENANT", "demo"),
             # An explicit switch, set only by scripts/serve_local.py: never a stage name.
             dev_tokens=env.get("QUOTA_DEV_TOKENS") == "1",
+            link_secret=_secret(env),
+            link_secret_arn=env.get("QUOTA_LINK_SECRET_ARN", ""),
+            public_url=_url(env, "QUOTA_PUBLIC_URL"),
         )

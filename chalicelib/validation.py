@@ -22,9 +22,10 @@ BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+SERVER_NAME = re.compile(r"[ -~]+")  # printable ASCII: "articles MCP server"
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CHECK_FIELDS = frozenset(
-    {"session_id", "tool", "category", "annotations", "principal", "call_id", "fail_open"}
+    {"session_id", "tool", "category", "annotations", "principal", "server", "call_id", "fail_open"}
 )
 MAX_FAIL_OPEN = 1_000_000
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
@@ -42,6 +43,7 @@ class CheckRequest:
     principal: str | None = None
     call_id: str | None = None
     fail_open: Mapping[str, int] | None = None
+    server: str | None = None
 
 
 def parse_json_object(raw: bytes | None) -> dict[str, Any]:
@@ -273,5 +275,6 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         read_only_hint=_read_only_hint(body.get("annotations")),
         principal=text_field(body, "principal", 256, required=False),
         call_id=text_field(body, "call_id", 128, required=False),
+        server=text_field(body, "server", 128, SERVER_NAME, False, "printable ASCII characters"),
         fail_open=_fail_open(body.get("fail_open"), policy),
     )

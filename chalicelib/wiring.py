@@ -23,8 +23,11 @@ from chalicelib.ports import (
     AuditLog,
     BudgetCounters,
     GrantRepository,
+    LinkUses,
     SessionCounters,
     TokenRepository,
+    TroubleIndex,
+    TroubleMark,
 )
 from chalicelib.service import CheckService, PrincipalGate
 from chalicelib.settings import Settings
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from chalicelib.admin_budgets import BudgetAdmin
     from chalicelib.admin_tokens import TokenAdmin
     from chalicelib.admin_views import SessionViews
+    from chalicelib.link_actions import LinkDesk, LinkMaker
+    from chalicelib.links import LinkSigner
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).
@@ -54,6 +59,9 @@ class Container:
     def __init__(self, settings: Settings | None = None, clock: Clock = system_clock) -> None:
         self._settings = settings
         self.clock = clock
+        # The API's own base URL as a request showed it, for links when no
+        # QUOTA_PUBLIC_URL is set (app.py fills it in).
+        self.seen_base_url = ""
 
     @cached_property
     def settings(self) -> Settings:
@@ -127,6 +135,72 @@ class Container:
         return GrantStore(self.dynamodb, self.settings.grants_table)
 
     @cached_property
+    def link_uses(self) -> LinkUses:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryLinkUses
+
+            return MemoryLinkUses()
+        from chalicelib.storage.links import LinkUseStore
+
+        return LinkUseStore(self.dynamodb, self.settings.counters_table)
+
+    @cached_property
+    def trouble(self) -> TroubleIndex:
+        if self.in_memory:
+            from chalicelib.storage.memory import MemoryTroubleIndex
+
+            return MemoryTroubleIndex()
+        from chalicelib.storage.trouble import TroubleStore
+
+        return TroubleStore(self.dynamodb, self.settings.audit_table)
+
+    def mark_trouble(self, mark: TroubleMark) -> None:
+        """Index a session in trouble (the index is built on the first refusal)."""
+        self.trouble.mark(mark)
+
+    @cached_property
+    def link_signer(self) -> LinkSigner | None:
+        """The signer of the email's links, or None where no secret is configured."""
+        from chalicelib.links import LinkSigner
+
+        secret = self.settings.link_secret.encode("utf-8")
+        if not secret and self.settings.link_secret_arn:
+            from chalicelib.link_secret import read_link_secret
+
+            client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
+            secret = read_link_secret(client, self.settings.link_secret_arn)
+        return LinkSigner(secret) if secret else None
+
+    @property
+    def base_url(self) -> str:
+        return self.settings.public_url or self.seen_base_url
+
+    def link_maker(self) -> LinkMaker | None:
+        """Signs the email's links; None without a secret or a base URL."""
+        from chalicelib.link_actions import LinkMaker
+
+        signer = self.link_signer
+        if signer is None or not self.base_url:
+            return None
+        return LinkMaker(signer, self.base_url, self.policy)
+
+    def link_desk(self) -> LinkDesk | None:
+        """Answers the links' pages; None without a secret."""
+        from chalicelib.link_actions import LinkDesk
+
+        signer = self.link_signer
+        if signer is None:
+            return None
+        return LinkDesk(
+            signer,
+            self.link_uses,
+            lambda: self.admin,
+            lambda: self.budget_admin,
+            self.clock,
+            self.base_url,
+        )
+
+    @cached_property
     def sns(self) -> SNSClient:
         return boto3.client("sns", config=CLIENT_CONFIG)
 
@@ -172,6 +246,7 @@ class Container:
             self.views,
             self.clock,
             self.settings.idle_timeout_seconds,
+            self.trouble,
         )
 
     @cached_property
@@ -200,7 +275,13 @@ class Container:
             self.clock,
             self.settings.idle_timeout_seconds,
             limits=self.limits,
-            listener=BlockReporter(self.policy, self.auditor, self.notifier),
+            listener=BlockReporter(
+                self.policy,
+                self.auditor,
+                self.notifier,
+                links=self.link_maker,
+                trouble=self.mark_trouble,
+            ),
             keep_calls=self.settings.last_calls,
             budgets=self.budgets,
             gate=self.gate,

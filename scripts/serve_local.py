@@ -9,6 +9,7 @@ tables and runs `chalice local`. With AWS_ENDPOINT_URL set it uses that endpoint
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import socketserver
@@ -66,6 +67,9 @@ def main() -> int:
     env.setdefault("QUOTA_STAGE", "local")
     env.setdefault("QUOTA_DEV_TOKENS", "1")
     port = int(env.get("PORT", "8000"))
+    # The email's one-click links: signed with a secret of this run, pointing here.
+    env.setdefault("QUOTA_LINK_SECRET", secrets.token_urlsafe(32))
+    env.setdefault("QUOTA_PUBLIC_URL", f"http://127.0.0.1:{port}")
     if not env.get("AWS_ENDPOINT_URL"):
         env["AWS_ENDPOINT_URL"] = start_embedded_backend()
         backend = f"embedded moto at {env['AWS_ENDPOINT_URL']}"
@@ -99,6 +103,7 @@ def main() -> int:
         f"  admin token:  {settings.dev_admin_token}\n"
         f"  idle timeout: {settings.idle_timeout_seconds}s, policy {settings.policy}\n"
         f"  alerts topic: {settings.topic_arn} (notifications are also printed here)\n"
+        f"  console:      {url}/console (sign in with the admin token)\n"
         "  try:\n"
         f"    curl -s {url}/v1/check -H 'Authorization: Bearer {settings.dev_server_token}' \\\n"
         "      -H 'Content-Type: application/json' \\\n"

@@ -7,10 +7,12 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     expires_at   TTL, epoch s: clean-up only; expiry is enforced by the `ls` condition
     n_<cat>      calls counted in a category
     r_<cat>      a per-session raised limit (admin)
+    rx_<cat>     when that raise lapses, epoch ms (absent: it lasts as long as the counters)
     z_<cat>      "<limit>|<check id>": the refusal that first met that limit (one event)
     b_<cat>      refused attempts since the counters started
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
+    srv          the MCP server's name, when the caller says
     calls, cids  the last calls (compact strings) and their ids, trimmed in batches
 
 Every entry of `cids` names the check that wrote it, so that botocore's own retry of a
@@ -50,9 +52,11 @@ EXPIRES = "expires_at"
 CALLS = "calls"
 CALL_IDS = "cids"
 PRINCIPAL = "principal"
+SERVER = "srv"
 SUSPENDED = "suspended"
 COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
+RAISED_UNTIL_PREFIX = "rx_"
 NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
 # Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
@@ -76,13 +80,15 @@ _BASE_NAMES = {
 }
 
 # Named parts of the check's condition. The store only counts; the policy decided the
-# category and base limit. `#n < #r` lets a per-session raise lift the limit in place.
+# category and base limit. `#n < #r` lets a per-session raise lift the limit in place,
+# until the raise lapses (`#rx`, absent for a raise without an expiry).
 _NEW_SESSION = "attribute_not_exists(#pk)"
 _EXISTS = "attribute_exists(#pk)"
 _ACTIVE = "#ls >= :cutoff"
 _NOT_SUSPENDED = "attribute_not_exists(#sus)"
 _IS_SUSPENDED = "attribute_exists(#sus)"
-_UNDER_LIMIT = "(attribute_not_exists(#n) OR #n < :limit OR #n < #r)"
+_RAISE_IN_FORCE = "(attribute_not_exists(#rx) OR #rx > :now)"
+_UNDER_LIMIT = f"(attribute_not_exists(#n) OR #n < :limit OR (#n < #r AND {_RAISE_IN_FORCE}))"
 _NOT_SEEN = "NOT contains(#ids, :cid)"
 CONSUME_CONDITION = (
     f"{_NEW_SESSION} OR ({_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT} AND {_NOT_SEEN})"
@@ -96,6 +102,7 @@ _APPEND_CALL = (
 _COUNT = "#n = if_not_exists(#n, :zero) + :one, #started = if_not_exists(#started, :now)"
 CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {_APPEND_CALL}"
 CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
+CONSUME_SERVER = ", #srv = :srv"
 
 # After idle expiry: start the counters again, exactly as if TTL had deleted the item.
 RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
@@ -134,8 +141,12 @@ UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 # A raise may only lift a limit, so concurrent raises never lower one; on an idle
 # session it starts the counters again, as the next check would.
 _LIVE = f"{_EXISTS} AND ({_ACTIVE} OR {_IS_SUSPENDED})"
-RAISE_ACTIVE_CONDITION = f"{_LIVE} AND (attribute_not_exists(#r) OR #r <= :new)"
+# A lapsed raise no longer counts, so a smaller raise may replace it.
+_LAPSED = "(attribute_exists(#rx) AND #rx <= :now)"
+RAISE_ACTIVE_CONDITION = f"{_LIVE} AND (attribute_not_exists(#r) OR #r <= :new OR {_LAPSED})"
 RAISE_ACTIVE_UPDATE = "SET #r = :new"
+LOWER_CONDITION = _EXISTS
+LOWER_UPDATE = "REMOVE #r, #rx"
 RAISE_NEW_CONDITION = _NEW_SESSION
 RAISE_IDLE_CONDITION = RESET_CONDITION
 _START = "#started = :now, #ls = :now, #exp = :exp"
@@ -227,11 +238,13 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     """Decode a counter item into the decision core's view of it."""
     counts: dict[str, int] = {}
     raised: dict[str, int] = {}
+    raised_until: dict[str, int] = {}
     refused: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
             (RAISED_PREFIX, raised),
+            (RAISED_UNTIL_PREFIX, raised_until),
             (REFUSED_PREFIX, refused),
         ):
             if name.startswith(prefix) and "N" in value:
@@ -252,6 +265,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         suspended_reason=suspended.get("S") if suspended else None,
         principal=principal,
         calls=calls,
+        raised_until=raised_until,
+        server=item.get(SERVER, {}).get("S"),
     )
 
 
@@ -292,7 +307,9 @@ def _reset_expression(
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
     """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
     removed = [COUNT_PREFIX + c for c in all_categories if c != category]
-    removed += _counter_names((RAISED_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories)
+    removed += _counter_names(
+        (RAISED_PREFIX, RAISED_UNTIL_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories
+    )
     clause, names = _remove_clause(removed)
     return f"SET {_RESET_SET}{clause}", tuple(names.items())
 
@@ -301,6 +318,16 @@ def _same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
     """Whether an item holds the unsuspended counters that started at `started_ms`."""
     started = item.get(STARTED, {}).get("N")
     return SUSPENDED not in item and started is not None and int(started) == started_ms
+
+
+def _with_expiry(update: str, expires: bool) -> str:
+    """A raise's update, setting when it lapses or removing a previous expiry. The REMOVE
+    of the idle-start form comes last, so the expiry joins the SET or the REMOVE."""
+    if expires:
+        return update.replace("SET #r = :new", "SET #r = :new, #rx = :until", 1)
+    if " REMOVE " in update:
+        return update.replace(" REMOVE ", " REMOVE #rx, ", 1)
+    return f"{update} REMOVE #rx"
 
 
 def _holds(item: Mapping[str, Any] | None, entry: str) -> bool:
@@ -375,6 +402,8 @@ class CounterStore:
         names["#n"] = COUNT_PREFIX + attempt.category
         if attempt.principal is not None:
             names["#pr"] = PRINCIPAL
+        if attempt.server is not None:
+            names["#srv"] = SERVER
         return names
 
     def _call_values(self, attempt: Attempt, record: CallRecord) -> dict[str, Any]:
@@ -387,6 +416,8 @@ class CounterStore:
         }
         if attempt.principal is not None:
             values[":pr"] = _s(attempt.principal)
+        if attempt.server is not None:
+            values[":srv"] = _s(attempt.server)
         return values
 
     def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
@@ -399,6 +430,7 @@ class CounterStore:
         record = attempt.record(allowed=True)
         names = self._names(attempt)
         names["#r"] = RAISED_PREFIX + attempt.category
+        names["#rx"] = RAISED_UNTIL_PREFIX + attempt.category
         values = self._call_values(attempt, record)
         call_id = attempt.dedupe_call_id
         seen_as = (
@@ -416,6 +448,8 @@ class CounterStore:
             }
         )
         update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
+        if attempt.server is not None:
+            update += CONSUME_SERVER
         key = _key(attempt.session)
         doing = "counting a call"
         try:
@@ -439,6 +473,8 @@ class CounterStore:
         update, removed = _reset_expression(attempt.category, self._categories)
         if attempt.principal is not None:
             update = update.replace("SET ", "SET #pr = :pr, ", 1)
+        if attempt.server is not None:
+            update = update.replace("SET ", "SET #srv = :srv, ", 1)
         names = {**self._names(attempt), **dict(removed)}
         values = self._call_values(attempt, attempt.record(allowed=True))
         values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
@@ -627,8 +663,12 @@ class CounterStore:
             StorageError: the store failed.
         """
         now_ms, idle_ms = change.now_ms, change.idle_ms
-        names = {"#r": RAISED_PREFIX + change.category}
+        names = {
+            "#r": RAISED_PREFIX + change.category,
+            "#rx": RAISED_UNTIL_PREFIX + change.category,
+        }
         values = {
+            ":until": _n(change.until_ms or 0),
             ":new": _n(change.new_limit),
             ":now": _n(now_ms),
             ":exp": _n(_ttl(now_ms + idle_ms)),
@@ -640,18 +680,38 @@ class CounterStore:
             removed = _counter_names(
                 (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), self._categories
             )
-            removed += [RAISED_PREFIX + c for c in self._categories if c != change.category]
+            removed += [
+                prefix + c
+                for prefix in (RAISED_PREFIX, RAISED_UNTIL_PREFIX)
+                for c in self._categories
+                if c != change.category
+            ]
             clause, extra = _remove_clause(removed)
             update, condition = RAISE_FRESH_SET + clause, RAISE_IDLE_CONDITION
             names.update(extra)
             values[":old_ls"] = _n(seen.last_seen_ms)
         else:
             update, condition = RAISE_ACTIVE_UPDATE, RAISE_ACTIVE_CONDITION
+        update = _with_expiry(update, change.until_ms is not None)
         doing = "raising a limit"
         try:
             return self._admin_update(session, update, condition, names, values, doing)
         except _ConditionFailed as exc:
             raise RecordChanged(doing) from exc
+
+    def lower(self, session: SessionKey, category: str) -> SessionSnapshot:
+        """Drop a category's raise and its expiry: the limit is the base again.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+            StorageError: the store failed.
+        """
+        names = {"#r": RAISED_PREFIX + category, "#rx": RAISED_UNTIL_PREFIX + category}
+        doing = "lowering a limit"
+        try:
+            return self._admin_update(session, LOWER_UPDATE, LOWER_CONDITION, names, {}, doing)
+        except _ConditionFailed as exc:
+            raise RecordNotFound(doing) from exc
 
     def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
         """Suspend a session (creating it if unseen): every check is refused until resumed.

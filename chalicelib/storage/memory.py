@@ -21,12 +21,14 @@ from chalicelib.ports import (
     BadPageToken,
     Consumed,
     LimitChange,
+    LinkUse,
     NotConsumed,
     NotTaken,
     RecordChanged,
     RecordNotFound,
     StoreRejected,
     Taken,
+    TroubleMark,
 )
 from chalicelib.quota import (
     Attempt,
@@ -56,6 +58,8 @@ class _Session:
     suspended_reason: str | None = None
     principal: str | None = None
     calls: list[CallRecord] = field(default_factory=list)
+    raised_until: dict[str, int] = field(default_factory=dict)
+    server: str | None = None
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -68,6 +72,8 @@ class _Session:
             suspended_reason=self.suspended_reason,
             principal=self.principal,
             calls=tuple(replace(c, principal=self.principal) for c in self.calls),
+            raised_until=dict(self.raised_until),
+            server=self.server,
         )
 
     def holds(self, record: CallRecord) -> bool:
@@ -107,6 +113,8 @@ class MemoryCounters:
         session.expires_ms = attempt.resets_at_ms
         if attempt.principal is not None:
             session.principal = attempt.principal
+        if attempt.server is not None:
+            session.server = attempt.server
 
     def _written(self, now_ms: int) -> None:
         self._writes += 1
@@ -144,6 +152,7 @@ class MemoryCounters:
                 return None
             session.zero()
             session.raised.clear()
+            session.raised_until.clear()
             session.counts[attempt.category] = 1
             session.started_ms = attempt.now_ms
             session.calls = []
@@ -250,6 +259,7 @@ class MemoryCounters:
                     self._sessions[session] = found
                 found.zero()
                 found.raised = {}
+                found.raised_until = {}
                 found.started_ms = found.last_seen_ms = now_ms
                 found.expires_ms = now_ms + idle_ms
             else:
@@ -258,9 +268,29 @@ class MemoryCounters:
                 )
                 if found is None or not live:
                     raise RecordChanged("raising a limit")
-                if found.raised.get(change.category, 0) > change.new_limit:
+                until = found.raised_until.get(change.category)
+                lapsed = until is not None and until <= now_ms
+                if found.raised.get(change.category, 0) > change.new_limit and not lapsed:
                     raise RecordChanged("raising a limit")
             found.raised[change.category] = change.new_limit
+            if change.until_ms is None:
+                found.raised_until.pop(change.category, None)
+            else:
+                found.raised_until[change.category] = change.until_ms
+            return found.snapshot()
+
+    def lower(self, session: SessionKey, category: str) -> SessionSnapshot:
+        """Drop a category's raise and its expiry.
+
+        Raises:
+            RecordNotFound: the session does not exist.
+        """
+        with self._lock:
+            found = self._sessions.get(session)
+            if found is None:
+                raise RecordNotFound("lowering a limit")
+            found.raised.pop(category, None)
+            found.raised_until.pop(category, None)
             return found.snapshot()
 
     def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
@@ -552,3 +582,50 @@ class MemoryBudgets:
             budget.counts.clear()
             budget.streak = 0
             return budget.snapshot()
+
+
+class MemoryLinkUses:
+    """The single use of action links in a dict, under one lock."""
+
+    def __init__(self) -> None:
+        self._uses: dict[tuple[str, str], LinkUse] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, use: LinkUse) -> LinkUse | None:
+        """None if the link is now ours, else the use that took it first."""
+        with self._lock:
+            key = (use.tenant, use.link_id)
+            earlier = self._uses.get(key)
+            if earlier is not None:
+                return earlier
+            self._uses[key] = use
+            return None
+
+    def find(self, tenant: str, link_id: str) -> LinkUse | None:
+        """The use that took the link, if any."""
+        with self._lock:
+            return self._uses.get((tenant, link_id))
+
+    def release(self, tenant: str, link_id: str) -> None:
+        """Give a link back after its action failed."""
+        with self._lock:
+            self._uses.pop((tenant, link_id), None)
+
+
+class MemoryTroubleIndex:
+    """The index of sessions in trouble in a dict, one entry per session."""
+
+    def __init__(self) -> None:
+        self._marks: dict[tuple[str, str], TroubleMark] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, mark: TroubleMark) -> None:
+        """Record a session's latest trouble."""
+        with self._lock:
+            self._marks[(mark.tenant, mark.session_id)] = mark
+
+    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
+        """The tenant's entries from `since_ms`, newest first."""
+        with self._lock:
+            kept = [m for m in self._marks.values() if m.tenant == tenant and m.at_ms >= since_ms]
+        return sorted(kept, key=lambda m: (m.at_ms, m.session_id), reverse=True)

@@ -147,6 +147,7 @@ def test_session_view_and_idle_state(api: Api) -> None:
         "limit": 15,
         "base_limit": 15,
         "raised_limit": None,
+        "raised_until": None,
         "remaining": 12,
         "refused": 0,
         "state": "active",

@@ -14,9 +14,9 @@ from botocore import xform_name
 from botocore.session import get_session
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("dynamodb", "sns")
+SERVICES = ("dynamodb", "sns", "secretsmanager")
 # Receivers that hold a boto3 client: `self._client`, `self.dynamodb`, `sns`, `self._sns()`.
-_CLIENT_NAME = re.compile(r"client|dynamodb|ddb|sns", re.IGNORECASE)
+_CLIENT_NAME = re.compile(r"client|dynamodb|ddb|sns|secrets", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

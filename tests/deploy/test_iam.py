@@ -41,6 +41,7 @@ EXPECTED_ACTIONS = {
         "dynamodb:UpdateItem",
         "logs:CreateLogStream",
         "logs:PutLogEvents",
+        "secretsmanager:GetSecretValue",
         "sns:Publish",
     },
     AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
@@ -73,13 +74,22 @@ def functions_that_authenticate() -> set[str]:
 # Storage modules that act on another module's table: the principal and tenant budgets
 # live in the counters table, and `updates.py` is the UpdateItem/GetItem helper of the
 # counters-table adapters.
-SHARES_TABLE = {"budgets": "counters", "updates": "counters"}
+# The single use of emailed links is a small item in the counters table; the index of
+# sessions in trouble is a partition of the audit table.
+SHARES_TABLE = {
+    "budgets": "counters",
+    "updates": "counters",
+    "links": "counters",
+    "trouble": "audit",
+}
 
 
 def target_of(call: ApiCall) -> str:
     """The logical id of the resource a call acts on, from the module that makes it."""
     if call.service == "sns":
         return TOPIC
+    if call.service == "secretsmanager":
+        return "LinkSecret"
     stem = call.module.rsplit("/", 1)[-1].removesuffix(".py")
     stem = SHARES_TABLE.get(stem, stem)
     if call.module.startswith("chalicelib/storage/") and stem in ALL_TABLES:

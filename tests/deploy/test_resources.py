@@ -86,10 +86,12 @@ def test_api_stage_is_throttled(packaged: Packaged) -> None:
     assert api["Properties"]["StageName"] == "api"
 
 
-def _resolve(value: Any) -> str:
-    """Stand-in physical values: a Ref becomes `<LogicalId>`."""
+def _resolve(value: Any, parameters: dict[str, Any] | None = None) -> str:
+    """Stand-in physical values: a Ref becomes `<LogicalId>`, or a parameter's default."""
     if isinstance(value, dict):
         (name,) = value.values()
+        if parameters and name in parameters:
+            return str(parameters[name].get("Default", ""))
         return f"<{name}>"
     return str(value)
 
@@ -103,8 +105,10 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
         for value in variables.values():
             if isinstance(value, dict):
                 (target,) = value.values()
-                assert target in packaged.resources, (name, value)
-        settings = Settings.from_env({k: _resolve(v) for k, v in variables.items()})
+                known = {**packaged.resources, **packaged.template.get("Parameters", {})}
+                assert target in known, (name, value)
+        parameters = packaged.template.get("Parameters", {})
+        settings = Settings.from_env({k: _resolve(v, parameters) for k, v in variables.items()})
         assert settings.stage == "prod"
         assert not settings.is_local
         assert not settings.dev_tokens  # no development tokens in a deployed stage
@@ -113,6 +117,7 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
         assert settings.audit_table == "<AuditTable>"
         assert settings.grants_table == "<GrantsTable>"
         assert settings.topic_arn == "<AlertTopic>"
+        assert settings.link_secret_arn == "<LinkSecret>"  # generated, never in clear
         assert settings.idle_timeout_seconds == 3600
         assert variables["POWERTOOLS_LOG_LEVEL"] == "INFO"
         assert not any(key.startswith("QUOTA_DEV_") for key in variables)

@@ -34,6 +34,8 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "suspend": ("POST", f"/v1/sessions/{SESSION}/suspend", REASON),
     "resume": ("POST", f"/v1/sessions/{SESSION}/resume", REASON),
     "reset": ("POST", f"/v1/sessions/{SESSION}/reset", REASON),
+    "lower": ("POST", f"/v1/sessions/{SESSION}/lower", {"category": "write", **REASON}),
+    "list_sessions": ("GET", "/v1/sessions", None),
     "add_grant": ("POST", "/v1/grants", GRANT),
     "list_grants": ("GET", "/v1/grants", None),
     "delete_grant": ("DELETE", "/v1/grants/{grant}", None),
@@ -69,6 +71,8 @@ EXPECTED: dict[str, dict[str, int]] = {
         "suspend": 200,  # likewise: its own session
         "resume": 404,
         "reset": 404,
+        "lower": 404,
+        "list_sessions": 200,  # its own (empty) listing
         "add_grant": 201,
         "list_grants": 200,
         "delete_grant": 404,
@@ -91,6 +95,8 @@ EXPECTED: dict[str, dict[str, int]] = {
         "suspend": 200,
         "resume": 200,
         "reset": 200,
+        "lower": 409,  # the session has no raise in force: nothing to lower
+        "list_sessions": 200,
         "add_grant": 201,
         "list_grants": 200,
         "delete_grant": 200,

@@ -83,8 +83,8 @@ def test_refusal_reasons_mirror_the_condition_in_order() -> None:
 
 def test_a_raise_never_lowers_the_effective_limit() -> None:
     snapshot = SessionSnapshot(last_seen_ms=T0, started_ms=T0, raised={"write": 10})
-    assert snapshot.limit_for("write", 15) == 15
-    assert snapshot.limit_for("write", 5) == 10
+    assert snapshot.limit_for("write", 15, T0) == 15
+    assert snapshot.limit_for("write", 5, T0) == 10
 
 
 def test_blocked_message_says_what_happened_and_what_to_do() -> None:

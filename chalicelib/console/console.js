@@ -1,0 +1,372 @@
+// mcp-quota console: a small page over the admin API. The admin token lives in
+// sessionStorage only (never a URL, a cookie or localStorage); every value shown is set
+// as text, never as HTML.
+"use strict";
+
+const TOKEN_KEY = "mcp-quota-admin-token";
+const BASE = location.pathname.replace(/\/console\/?$/, "");
+const main = document.getElementById("main");
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const PLAIN = {
+  400: "The request was not accepted",
+  401: "You are not signed in",
+  403: "This token may not do that (it must be an admin token of this tenant)",
+  404: "Not found",
+  409: "That would contradict the current state",
+  413: "The request is too large",
+  429: "Too many requests; wait a moment",
+  503: "The quota store is unavailable; try again shortly",
+};
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${token()}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(BASE + path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    throw new ApiError(0, "The service could not be reached. Check the network and retry.");
+  }
+  let data = null;
+  try { data = await response.json(); } catch (err) { data = null; }
+  if (!response.ok) {
+    const detail = data && data.error && data.error.message;
+    const head = PLAIN[response.status] || `The service answered with an error (${response.status})`;
+    if (response.status === 401 || response.status === 403) {
+      if (!detail || path.startsWith("/v1/sessions?")) sessionStorage.removeItem(TOKEN_KEY);
+    }
+    throw new ApiError(response.status, detail ? `${head}: ${detail}` : `${head}.`);
+  }
+  return data;
+}
+
+function notice(kind, text) {
+  return el("div", { class: `notice ${kind}`, role: kind === "error" ? "alert" : "status", text });
+}
+
+function fmt(iso) { return iso ? iso.replace("T", " ").replace("Z", " UTC") : "-"; }
+
+function stateBadge(state) { return el("span", { class: `state ${state}`, text: state }); }
+
+function facts(rows) {
+  const dl = el("dl", { class: "facts" });
+  for (const [label, value] of rows) {
+    if (value === null || value === undefined || value === "") continue;
+    dl.append(el("dt", { text: label }), el("dd", {}, value));
+  }
+  return dl;
+}
+
+function table(headers, rows, cls) {
+  return el("table", { class: cls || "stack" },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { text: h })))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((cell, i) =>
+      el("td", { "data-label": headers[i] }, cell))))));
+}
+
+function bar(used, limit) {
+  const pct = limit > 0 ? Math.min(100, Math.round((used / limit) * 100)) : 100;
+  const node = el("div", { class: used >= limit ? "bar full" : "bar", role: "img",
+    "aria-label": `${used} of ${limit}` }, el("span"));
+  node.firstChild.style.width = `${pct}%`;
+  return node;
+}
+
+function sessionLink(id) { return el("a", { href: `#/session/${encodeURIComponent(id)}`, text: id }); }
+function principalLink(p) {
+  return p ? el("a", { href: `#/principal/${encodeURIComponent(p)}`, text: p }) : "-";
+}
+
+function show(...nodes) { main.replaceChildren(...nodes); }
+
+// -- sign in ---------------------------------------------------------------------------
+
+function signIn(message) {
+  document.getElementById("nav").hidden = true;
+  const input = el("input", { id: "token", type: "password", autocomplete: "off",
+    required: true, "aria-label": "Admin token" });
+  show(el("section", {},
+    el("h1", { text: "Sign in" }),
+    message ? notice("error", message) : null,
+    el("p", { class: "muted", text: "Paste an admin token. It is kept in this tab only and forgotten when the tab closes." }),
+    el("form", { class: "actions", onsubmit: async (event) => {
+      event.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      try {
+        await api("GET", "/v1/sessions?limit=1");
+        route();
+      } catch (err) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        signIn(err.message);
+      }
+    } }, el("label", {}, "Admin token", input), el("button", { type: "submit", text: "Sign in" }))));
+  input.focus();
+}
+
+// -- pages -----------------------------------------------------------------------------
+
+async function overview() {
+  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  const data = await api("GET", `/v1/sessions?since=${encodeURIComponent(since)}&limit=100`);
+  const sessions = data.sessions;
+  const count = (s) => sessions.filter((x) => x.listing_state === s).length;
+  const byPrincipal = {};
+  for (const s of sessions) {
+    const p = s.principal || "(none)";
+    byPrincipal[p] = (byPrincipal[p] || 0) + 1;
+  }
+  const rows = sessions.map((s) => [
+    sessionLink(s.session_id), stateBadge(s.listing_state), principalLink(s.principal),
+    s.server || "-", `${s.trouble.kind}${s.trouble.category ? ` (${s.trouble.category})` : ""}`,
+    fmt(s.trouble.at), fmt(s.last_call_at),
+  ]);
+  show(
+    el("h1", { text: "Overview: the last 24 hours" }),
+    el("section", {},
+      el("div", { class: "counts" },
+        el("div", {}, el("b", { text: String(count("blocked")) }), "blocked"),
+        el("div", {}, el("b", { text: String(count("suspended")) }), "suspended"),
+        el("div", {}, el("b", { text: String(count("active")) }), "active again"),
+        el("div", {}, el("b", { text: String(Object.keys(byPrincipal).length) }), "principals")),
+      sessions.length === 0 ? el("p", { class: "muted", text: "No session was blocked or suspended in the last 24 hours." })
+        : table(["Session", "State", "Principal", "Server", "Event", "When", "Last call"], rows)),
+    el("section", {}, el("h2", { text: "By principal" }),
+      table(["Principal", "Sessions in trouble"],
+        Object.entries(byPrincipal).sort((a, b) => b[1] - a[1]).map(([p, n]) =>
+          [p === "(none)" ? p : principalLink(p), String(n)]))),
+    el("section", {}, el("h2", { text: "Open a session" }),
+      el("form", { class: "actions", onsubmit: (event) => {
+        event.preventDefault();
+        location.hash = `#/session/${encodeURIComponent(event.target.elements.sid.value.trim())}`;
+      } }, el("label", {}, "Session id", el("input", { name: "sid", required: true })),
+      el("button", { type: "submit", text: "Open" }))),
+  );
+}
+
+function categoryRows(categories) {
+  return Object.entries(categories).map(([name, c]) => [
+    name, bar(c.used, c.limit), `${c.used} / ${c.limit}`,
+    c.raised_limit ? `${c.raised_limit}${c.raised_until ? ` until ${fmt(c.raised_until)}` : ""}` : "-",
+    String(c.refused ?? "-"),
+  ]);
+}
+
+function actionForm(id, categories, state, after) {
+  const status = el("div", { "aria-live": "polite" });
+  const category = el("select", { name: "category", "aria-label": "Category" },
+    Object.keys(categories).map((c) => el("option", { value: c, text: c })));
+  // Preselect the category that is spent: that is the one the admin came to raise.
+  const spent = Object.keys(categories).find((c) => categories[c].remaining === 0);
+  if (spent) category.value = spent;
+  const mode = el("select", { name: "mode", "aria-label": "Raise mode" },
+    el("option", { value: "add", text: "raise by (+N)" }), el("option", { value: "limit", text: "raise to (N)" }));
+  const amount = el("input", { name: "amount", type: "number", min: "1", value: "10", "aria-label": "Amount" });
+  const expires = el("input", { name: "expires", type: "number", min: "1", placeholder: "never", "aria-label": "Expires in (minutes)" });
+  const reason = el("input", { name: "reason", required: true, placeholder: "why", "aria-label": "Reason" });
+  const path = `/v1/sessions/${encodeURIComponent(id)}`;
+  async function act(action, body) {
+    if (!reason.value.trim()) { status.replaceChildren(notice("error", "Give a reason: it goes into the audit trail.")); reason.focus(); return; }
+    try {
+      const result = await api("POST", `${path}/${action}`, { ...body, reason: reason.value.trim() });
+      const change = result.before !== undefined ? `: ${result.before} → ${result.after}` : "";
+      after(notice("ok", `Done: ${action}${change}.`));
+    } catch (err) {
+      status.replaceChildren(notice("error", err.message));
+    }
+  }
+  const raise = () => {
+    const body = { category: category.value, [mode.value]: Number(amount.value) };
+    if (expires.value) body.expires_in_seconds = Number(expires.value) * 60;
+    return act("raise", body);
+  };
+  return el("section", {}, el("h2", { text: "Act on this session" }), status,
+    el("form", { class: "actions", onsubmit: (e) => { e.preventDefault(); raise(); } },
+      el("label", {}, "Category", category), el("label", {}, "How", mode),
+      el("label", {}, "Calls", amount), el("label", {}, "Raise expires in (minutes)", expires),
+      el("label", {}, "Reason", reason)),
+    el("div", { class: "buttons" },
+      el("button", { type: "button", id: "raise", onclick: raise, text: "Raise" }),
+      el("button", { type: "button", class: "secondary", onclick: () => act("lower", { category: category.value }), text: "Lower to base" }),
+      state === "suspended"
+        ? el("button", { type: "button", class: "secondary", onclick: () => act("resume", {}), text: "Resume" })
+        : el("button", { type: "button", class: "danger", onclick: () => act("suspend", {}), text: "Suspend" }),
+      el("button", { type: "button", class: "secondary", onclick: () => act("reset", {}), text: "Reset counters" })));
+}
+
+async function auditTable(sessionId, params) {
+  const query = new URLSearchParams(params || {});
+  if (sessionId) query.set("session_id", sessionId);
+  const data = await api("GET", `/v1/audit?${query}`);
+  const rows = data.events.slice().reverse().map((e) => [
+    fmt(e.at), e.type, e.actor, e.reason || "-",
+    [e.before, e.after].some((x) => x) ? `${JSON.stringify(e.before ?? {})} → ${JSON.stringify(e.after ?? {})}` : "-",
+  ]);
+  return { data, node: rows.length ? table(["When", "Event", "Actor", "Reason", "Change"], rows)
+    : el("p", { class: "muted", text: "No events." }) };
+}
+
+async function sessionPage(id, message) {
+  const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
+  const audit = await auditTable(id, { limit: "100" });
+  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.allowed ? "allowed" : "REFUSED"]);
+  show(
+    el("h1", {}, "Session ", el("span", { class: "id", text: id })),
+    message || null,
+    el("section", {}, facts([
+      ["State", stateBadge(s.state)], ["Principal", principalLink(s.principal)],
+      ["Server", s.server || "(not given)"], ["First call", fmt(s.first_call_at)],
+      ["Last call", fmt(s.last_call_at)], ["Counters reset", fmt(s.resets_at)],
+      ["Suspended because", s.suspended_reason],
+    ])),
+    el("section", {}, el("h2", { text: "Counters" }),
+      table(["Category", "Used", "Used / limit", "Raised", "Refused"], categoryRows(s.categories), "stack counters")),
+    actionForm(id, s.categories, s.state, (note) => sessionPage(id, note).catch(fail)),
+    el("section", {}, el("h2", { text: "Last calls" }),
+      calls.length ? table(["When", "Tool", "Category", "Result"], calls) : el("p", { class: "muted", text: "None." })),
+    el("section", {}, el("h2", { text: "Audit trail" }), audit.node),
+  );
+}
+
+function budgetPage(title, b, extra) {
+  const rows = Object.entries(b.categories).map(([name, c]) => [
+    name, bar(c.used, c.limit), `${c.used} / ${c.limit}`, c.raised_limit ? String(c.raised_limit) : "-",
+    `${Math.round(c.window_seconds / 3600 * 10) / 10} h`, fmt(c.resets_at),
+  ]);
+  show(el("h1", { text: title }),
+    el("section", {}, facts([["State", stateBadge(b.state)], ["Suspended because", b.suspended_reason],
+      ["Refusals in a row", `${b.refusals_in_a_row} (suspended at ${b.suspend_after_refusals})`]])),
+    el("section", {}, el("h2", { text: "Budgets" }),
+      rows.length ? table(["Category", "Used", "Used / limit", "Raised", "Window", "Refills"], rows)
+        : el("p", { class: "muted", text: "The policy has no budget at this scope." })),
+    extra || null);
+}
+
+async function principalPage(p, message) {
+  const b = await api("GET", `/v1/principals/${encodeURIComponent(p)}`);
+  const status = el("div", { "aria-live": "polite" }, message || null);
+  const reason = el("input", { required: true, placeholder: "why", "aria-label": "Reason" });
+  const act = async (action) => {
+    if (!reason.value.trim()) { status.replaceChildren(notice("error", "Give a reason: it goes into the audit trail.")); return; }
+    try {
+      await api("POST", `/v1/principals/${encodeURIComponent(p)}/${action}`, { reason: reason.value.trim() });
+      principalPage(p, notice("ok", `Done: ${action}.`)).catch(fail);
+    } catch (err) { status.replaceChildren(notice("error", err.message)); }
+  };
+  budgetPage(`Principal ${p}`, b, el("section", {}, el("h2", { text: "Act on this principal" }), status,
+    el("label", {}, "Reason", reason),
+    el("div", { class: "buttons" },
+      b.state === "suspended"
+        ? el("button", { type: "button", onclick: () => act("resume"), text: "Resume" })
+        : el("button", { type: "button", class: "danger", onclick: () => act("suspend"), text: "Suspend" }),
+      el("button", { type: "button", class: "secondary", onclick: () => act("reset"), text: "Reset counters" }))));
+}
+
+async function tenantPage() { budgetPage("Tenant", await api("GET", "/v1/tenant")); }
+
+async function grantsPage(message) {
+  const data = await api("GET", "/v1/grants");
+  const status = el("div", { "aria-live": "polite" }, message || null);
+  const rows = data.grants.map((g) => [g.principal, g.category, String(g.limit), fmt(g.starts_at), fmt(g.ends_at), g.reason || "-",
+    el("button", { type: "button", class: "secondary", text: "Delete", onclick: async () => {
+      try { await api("DELETE", `/v1/grants/${g.grant_id}`); grantsPage(notice("ok", "Grant deleted.")).catch(fail); }
+      catch (err) { status.replaceChildren(notice("error", err.message)); }
+    } })]);
+  const f = (name, attrs) => el("input", { name, required: true, ...attrs });
+  const toIso = (v) => new Date(v).toISOString().replace(/\.\d+Z$/, "Z");
+  show(el("h1", { text: "Grants" }), status,
+    el("section", {}, rows.length ? table(["Principal", "Category", "Limit", "Starts", "Ends", "Reason", ""], rows)
+      : el("p", { class: "muted", text: "No grants." })),
+    el("section", {}, el("h2", { text: "New grant" }),
+      el("form", { class: "actions", onsubmit: async (event) => {
+        event.preventDefault();
+        const e = event.target.elements;
+        try {
+          await api("POST", "/v1/grants", { principal: e.principal.value.trim(), category: e.category.value.trim(),
+            limit: Number(e.limit.value), starts_at: toIso(e.starts.value), ends_at: toIso(e.ends.value), reason: e.reason.value.trim() });
+          grantsPage(notice("ok", "Grant created.")).catch(fail);
+        } catch (err) { status.replaceChildren(notice("error", err.message)); }
+      } },
+      el("label", {}, "Principal", f("principal")), el("label", {}, "Category", f("category", { value: "write" })),
+      el("label", {}, "Limit", f("limit", { type: "number", min: "1" })),
+      el("label", {}, "Starts", f("starts", { type: "datetime-local" })), el("label", {}, "Ends", f("ends", { type: "datetime-local" })),
+      el("label", {}, "Reason", f("reason")), el("button", { type: "submit", text: "Create grant" }))));
+}
+
+async function auditPage(params) {
+  const sessionId = params.get("session_id") || "";
+  const query = { limit: params.get("limit") || "50" };
+  if (params.get("since")) query.since = params.get("since");
+  if (params.get("next")) query.next = params.get("next");
+  const { data, node } = await auditTable(sessionId || null, query);
+  const go = (extra) => {
+    const next = new URLSearchParams({ ...(sessionId ? { session_id: sessionId } : {}), ...query, ...extra });
+    location.hash = `#/audit?${next}`;
+  };
+  show(el("h1", { text: sessionId ? `Audit: session ${sessionId}` : "Audit: the tenant's own events" }),
+    el("section", {}, el("form", { class: "actions", onsubmit: (event) => {
+      event.preventDefault();
+      const e = event.target.elements;
+      const next = new URLSearchParams();
+      if (e.sid.value.trim()) next.set("session_id", e.sid.value.trim());
+      if (e.since.value) next.set("since", new Date(e.since.value).toISOString().replace(/\.\d+Z$/, "Z"));
+      location.hash = `#/audit?${next}`;
+    } }, el("label", {}, "Session id (empty: tenant events)", el("input", { name: "sid", value: sessionId })),
+      el("label", {}, "Since", el("input", { name: "since", type: "datetime-local" })),
+      el("button", { type: "submit", text: "Filter" }))),
+    el("section", {}, node, data.next ? el("div", { class: "buttons" },
+      el("button", { type: "button", class: "secondary", text: "Next page", onclick: () => go({ next: data.next }) })) : null));
+}
+
+// -- routing ---------------------------------------------------------------------------
+
+function fail(err) {
+  if (err instanceof ApiError && (err.status === 401 || (err.status === 403 && !token()))) { signIn(err.message); return; }
+  main.replaceChildren(notice("error", err.message || "Something went wrong."));
+}
+
+function route() {
+  if (!token()) { signIn(); return; }
+  document.getElementById("nav").hidden = false;
+  const [path, search] = (location.hash.slice(1) || "/").split("?");
+  const params = new URLSearchParams(search || "");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  show(el("p", { class: "muted", text: "Loading…" }));
+  let page;
+  if (parts[0] === "session" && parts[1]) page = sessionPage(parts[1]);
+  else if (parts[0] === "principal" && parts[1]) page = principalPage(parts[1]);
+  else if (parts[0] === "tenant") page = tenantPage();
+  else if (parts[0] === "grants") page = grantsPage();
+  else if (parts[0] === "audit") page = auditPage(params);
+  else page = overview();
+  page.catch(fail);
+}
+
+document.getElementById("signout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  signIn();
+});
+window.addEventListener("hashchange", route);
+route();

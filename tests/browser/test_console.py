@@ -1,0 +1,182 @@
+"""The console and the email's one-click links in headless Chromium (Debian's package,
+driven by Playwright for Python), against the service started as `make run` starts it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.http import ADMIN_TOKEN, call
+from tests.support import free_port, running_service
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+LINK = re.compile(r"(http://127\.0\.0\.1:\d+/actions/\S+)")
+
+
+@dataclass(frozen=True)
+class Stack:
+    url: str
+    queue_url: str
+    sqs: Any
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    backend_port = free_port()
+    backend = f"http://127.0.0.1:{backend_port}"
+    with running_service({"QUOTA_BACKEND_PORT": str(backend_port)}) as url:
+        sns = boto3.client("sns", endpoint_url=backend, region_name="us-east-1")
+        sqs = boto3.client("sqs", endpoint_url=backend, region_name="us-east-1")
+        [topic] = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
+        queue_url = sqs.create_queue(QueueName="admin-inbox")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn["Attributes"]["QueueArn"])
+        yield Stack(url, queue_url, sqs)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if shutil.which("chromium") is None:
+        pytest.fail("Debian's chromium is missing: `make install` installs it")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+def emails(stack: Stack) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    while True:
+        batch = stack.sqs.receive_message(QueueUrl=stack.queue_url, MaxNumberOfMessages=10)
+        received = batch.get("Messages", [])
+        if not received:
+            return messages
+        messages += [json.loads(m["Body"]) for m in received]
+
+
+def run_away(stack: Stack, session: str) -> None:
+    """The incident: an agent loop runs its session's write budget out."""
+    body = {
+        "session_id": session,
+        "tool": "delete_tag",
+        "principal": "cleanup-agent",
+        "server": "articles MCP",
+    }
+    statuses = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(17)]
+    assert statuses == [200] * 15 + [429] * 2
+
+
+def sign_in(page: Page, stack: Stack) -> None:
+    page.goto(f"{stack.url}/console")
+    page.get_by_label("Admin token").fill(ADMIN_TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Overview: the last 24 hours")).to_be_visible()
+
+
+def test_the_console_finds_the_blocked_session_and_raises_it(
+    stack: Stack, browser: Browser
+) -> None:
+    run_away(stack, "tag-cleanup-7")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    sign_in(page, stack)
+    row = page.get_by_role("row").filter(has_text="tag-cleanup-7")
+    expect(row).to_contain_text("blocked")
+    expect(row).to_contain_text("cleanup-agent")
+    page.screenshot(path=str(ARTIFACTS / "overview-1280.png"), full_page=True)
+
+    row.get_by_role("link", name="tag-cleanup-7").click()
+    counters = page.locator("table.counters")
+    expect(counters.get_by_role("row").filter(has_text="write")).to_contain_text("15 / 15")
+    expect(page.locator(".facts")).to_contain_text("articles MCP")
+    page.get_by_label("Reason").fill("let the clean-up finish")
+    page.get_by_role("button", name="Raise", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("Done: raise: 15 → 25")
+    expect(counters.get_by_role("row").filter(has_text="write")).to_contain_text("15 / 25")
+    expect(page.get_by_role("cell", name="session_raised")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "session-1280.png"), full_page=True)
+
+    answer = call(
+        f"{stack.url}/v1/check", "POST", {"session_id": "tag-cleanup-7", "tool": "delete_tag"}
+    )
+    assert answer.status == 200
+
+    # An API error is shown in plain words, never as raw JSON.
+    page.get_by_label("Reason").fill("too low")
+    page.get_by_label("Raise mode").select_option("limit")
+    page.get_by_label("Amount").fill("3")
+    page.get_by_role("button", name="Raise", exact=True).click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("That would contradict the current state")
+    expect(alert).not_to_contain_text('"code"')
+    expect(alert).to_contain_text("lower action")
+
+    small = browser.new_context(viewport={"width": 390, "height": 844})
+    phone = small.new_page()
+    sign_in(phone, stack)
+    expect(phone.get_by_role("link", name="tag-cleanup-7")).to_be_visible()
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390
+    phone.screenshot(path=str(ARTIFACTS / "overview-390.png"), full_page=True)
+    assert phone.evaluate("localStorage.length") == 0 and "dev-admin" not in phone.url
+    small.close()
+    context.close()
+
+
+def test_an_email_link_confirms_acts_once_then_answers_410(stack: Stack, browser: Browser) -> None:
+    run_away(stack, "tag-cleanup-8")
+    [email] = [m for m in emails(stack) if "tag-cleanup-8" in m["Subject"]]
+    assert "server:     articles MCP" in email["Message"]
+    raise_link = LINK.findall(email["Message"])[0]
+
+    page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    confirm = page.goto(raise_link)
+    assert confirm is not None and confirm.status == 200
+    expect(page.get_by_role("heading", name="Confirm this action")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "link-confirm.png"), full_page=True)
+    blocked = call(
+        f"{stack.url}/v1/check", "POST", {"session_id": "tag-cleanup-8", "tool": "delete_tag"}
+    )
+    assert blocked.status == 429  # the GET changed nothing
+
+    page.get_by_role("button", name="Confirm").click()
+    expect(page.get_by_role("heading", name="Done")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("from 15 to 30")
+    page.screenshot(path=str(ARTIFACTS / "link-done.png"), full_page=True)
+    allowed = call(
+        f"{stack.url}/v1/check", "POST", {"session_id": "tag-cleanup-8", "tool": "delete_tag"}
+    )
+    assert allowed.status == 200
+
+    again = page.goto(raise_link)
+    assert again is not None and again.status == 410
+    expect(page.get_by_role("heading", name="This link was already used")).to_be_visible()
+    request = urllib.request.Request(raise_link, data=b"", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as used:
+        urllib.request.urlopen(request, timeout=10)
+    assert used.value.code == 410
+
+    audit = call(f"{stack.url}/v1/audit?session_id=tag-cleanup-8", token=ADMIN_TOKEN).body
+    [raised] = [e for e in audit["events"] if e["type"] == "session_raised"]
+    assert raised["actor"] == "email-link" and raised["detail"]["link_id"]
