@@ -27,16 +27,22 @@ from starlette.responses import JSONResponse
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from articles_library import Library
-from mcp_quota_client import QuotaClient
+from mcp_quota_client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 
 STATS_URI = "stats://articles"
 
 
-def build_server(client: QuotaClient | None = None, library: Library | None = None) -> FastMCP:
-    """The articles server with the quota middleware installed."""
+def build_server(
+    client: QuotaClient | None = None, library: Library | None = None, name: str = "articles"
+) -> FastMCP:
+    """The articles server with the quota middleware installed.
+
+    Raises:
+        QuotaConfigError: no client given and MCP_QUOTA_URL or MCP_QUOTA_TOKEN unset.
+    """
     lib = library if library is not None else Library()
-    mcp = FastMCP("articles")
+    mcp = FastMCP(name)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True, title="Search articles"))
     def search_articles(query: str, limit: int = 5) -> list[dict[str, Any]]:
@@ -76,8 +82,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--transport", choices=["http", "stdio"], default="http")
+    parser.add_argument("--name", default="articles", help="the MCP server's name")
     args = parser.parse_args(argv)
-    server = build_server()
+    try:
+        server = build_server(name=args.name)
+    except QuotaConfigError as exc:
+        parser.exit(2, f"{exc}\n")
     if args.transport == "stdio":
         server.run("stdio", show_banner=False)
     else:

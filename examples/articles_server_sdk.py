@@ -22,14 +22,18 @@ from starlette.responses import JSONResponse, Response
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from articles_library import Library
-from mcp_quota_client import QuotaClient
+from mcp_quota_client import QuotaClient, QuotaConfigError
 from mcp_quota_client.mcp_sdk import protect
 
 STATS_URI = "stats://articles"
 
 
 def build_server(client: QuotaClient | None = None, library: Library | None = None) -> MCPServer:
-    """The articles server with the quota guard installed."""
+    """The articles server with the quota guard installed.
+
+    Raises:
+        QuotaConfigError: no client given and MCP_QUOTA_URL or MCP_QUOTA_TOKEN unset.
+    """
     lib = library if library is not None else Library()
     server: MCPServer = MCPServer("articles-sdk")
 
@@ -73,7 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         "--transport", choices=["streamable-http", "stdio"], default="streamable-http"
     )
     args = parser.parse_args(argv)
-    server = build_server()
+    try:
+        server = build_server()
+    except QuotaConfigError as exc:
+        parser.exit(2, f"{exc}\n")
     if args.transport == "stdio":
         server.run("stdio")
     else:

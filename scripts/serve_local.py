@@ -2,8 +2,14 @@
 
 Without AWS_ENDPOINT_URL it starts a moto server in this process, single-threaded so
 every request is serialised (moto is not atomic under concurrent requests), creates the
-tables and runs `chalice local`. With AWS_ENDPOINT_URL set it uses that endpoint instead
-(dynalite, DynamoDB Local, or AWS itself) and creates the tables if missing.
+tables and runs `chalice local` (through `scripts/local_gateway.py`: a deep listen
+backlog, the service's error body for the gateway's own errors, a quiet log). With
+AWS_ENDPOINT_URL set it uses that endpoint instead (dynalite, DynamoDB Local, or AWS
+itself) and creates the tables if missing.
+
+The log shows one line per refused check and per admin action, and the notifications;
+`VERBOSE=1` adds every access log line, the metrics and botocore's messages. Ctrl-C (or
+SIGTERM) stops it with status 0.
 """
 
 from __future__ import annotations
@@ -21,13 +27,9 @@ from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-_CHALICE_LOCAL = (
-    "import socketserver, sys\n"
-    "socketserver.StreamRequestHandler.disable_nagle_algorithm = True\n"
-    "from chalice.cli import main\n"
-    "sys.argv[0] = 'chalice'\n"
-    "sys.exit(main())\n"
-)
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from local_gateway import BACKLOG, verbose  # noqa: E402 - after the path is set
 
 
 def free_port() -> int:
@@ -44,21 +46,35 @@ def start_embedded_backend() -> str:
         MotoRequestHandler,
         create_backend_app,
     )
-    from werkzeug.serving import make_server
+    from werkzeug.serving import BaseWSGIServer
+
+    quiet = not verbose()
+
+    class Handler(MotoRequestHandler):  # type: ignore[misc]
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            if not quiet:
+                super().log_request(code, size)
+
+    class Server(BaseWSGIServer):  # type: ignore[misc]
+        # One thread serves every request in turn; the backlog holds a burst meanwhile.
+        request_queue_size = BACKLOG
 
     port = int(os.environ.get("QUOTA_BACKEND_PORT") or free_port())
-    server = make_server(
-        "127.0.0.1",
-        port,
-        DomainDispatcherApplication(create_backend_app),
-        threaded=False,
-        request_handler=MotoRequestHandler,
-    )
+    app = DomainDispatcherApplication(create_backend_app)
+    server = Server("127.0.0.1", port, app, handler=Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{port}"
 
 
+def _stopped_early(signum: int, frame: FrameType | None) -> None:
+    print("mcp-quota stopped.", flush=True)
+    raise SystemExit(0)
+
+
 def main() -> int:
+    # Until the child runs, Ctrl-C ends the set-up quietly too.
+    signal.signal(signal.SIGTERM, _stopped_early)
+    signal.signal(signal.SIGINT, _stopped_early)
     socketserver.StreamRequestHandler.disable_nagle_algorithm = True  # the moto server too
     env = os.environ
     env.setdefault("AWS_ACCESS_KEY_ID", "local")
@@ -110,18 +126,28 @@ def main() -> int:
         '      -d \'{"session_id": "s1", "tool": "delete_tag"}\'\n',
         flush=True,
     )
-    # `chalice local`, with Nagle's algorithm off: small JSON answers otherwise wait for
-    # the peer's delayed ACK (about 40 ms a request on loopback).
-    command = [sys.executable, "-c", _CHALICE_LOCAL, "local", "--stage", "local"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-autoreload"]
+    # `chalice local` through local_gateway.py; with Nagle's algorithm off there: small
+    # JSON answers otherwise wait for the peer's delayed ACK (about 40 ms on loopback).
+    command = [sys.executable, str(ROOT / "scripts" / "local_gateway.py"), "local"]
+    command += ["--stage", "local", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--no-autoreload"]
     child = subprocess.Popen(command, cwd=ROOT, env=env)
+    stopping = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        child.terminate()
+        # Ctrl-C reaches the child too (same process group); a SIGTERM or a SIGINT sent
+        # to this process alone is passed on.
+        stopping.set()
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return child.wait()
+    status = child.wait()
+    if stopping.is_set():
+        print("mcp-quota stopped.", flush=True)
+        return 0
+    return status
 
 
 if __name__ == "__main__":

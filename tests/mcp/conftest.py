@@ -61,6 +61,8 @@ class FakeQuotaService:
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
+    accepts_fail_open: bool = False
+    """The service today answers 400 "Unknown field 'fail_open'"; the lead's change accepts it."""
 
     def bodies(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -76,6 +78,7 @@ class FakeQuotaService:
             "annotations",
             "principal",
             "call_id",
+            *(["fail_open"] if self.accepts_fail_open else []),
         }
         if unknown:
             field_name = sorted(unknown)[0]

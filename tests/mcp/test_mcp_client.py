@@ -291,3 +291,19 @@ def test_importing_the_client_pulls_in_no_framework_and_no_aws() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+async def test_a_wrong_token_says_which_setting_to_fix(
+    quota_service: FakeQuotaService, make_client: ClientFactory
+) -> None:
+    client = make_client(token="not-the-token")  # the stub answers 401, as for no token
+
+    decision = await client.check(WRITE)
+
+    assert decision.outcome is Outcome.REJECTED
+    assert (
+        "the quota service got no usable token from this server (401): check MCP_QUOTA_TOKEN"
+        in decision.message
+    )
+    assert "no detail" not in decision.message
+    assert "was NOT run" in decision.message

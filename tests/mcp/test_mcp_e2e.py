@@ -18,10 +18,13 @@ import mcp_types as mt
 import pytest
 from fastmcp import Client
 from launch import (
+    EXAMPLES,
     SERVE_LOCAL,
     Running,
+    free_port,
     healthy,
     service_and_server,
+    spawn,
     spawn_articles_server,
     spawn_quota_service,
 )
@@ -230,6 +233,24 @@ async def test_with_the_quota_service_stopped_deletes_are_refused_and_searches_r
     assert after["deletions"] == before["deletions"]
     assert after["searches"] - before["searches"] == 1
     assert after["quota_fail_open"] - before["quota_fail_open"] == 1
+
+
+async def test_a_wrong_token_is_named_in_plain_words_to_the_agent_and_in_the_log(
+    stack: tuple[Running, Running, Running], logs: Path
+) -> None:
+    port = free_port()
+    env = {"MCP_QUOTA_URL": stack[0].url, "MCP_QUOTA_TOKEN": "not-a-token", "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, str(EXAMPLES / "articles_server.py"), "--port", str(port)]
+    server = spawn("wrong-token", command, port, logs, env)
+    expected = "the quota service refused this server's token (403): check MCP_QUOTA_TOKEN"
+    with healthy(server):
+        async with Client(f"{server.url}/mcp") as client:
+            result = await client.call_tool_mcp("search_articles", {"query": "ai"})
+
+    assert result.is_error is True
+    assert expected in text_of(result)
+    assert "no detail" not in text_of(result)
+    assert expected in server.output()
 
 
 def test_make_demo_replays_the_incident() -> None:

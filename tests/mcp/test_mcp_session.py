@@ -117,3 +117,13 @@ def test_principal_prefers_the_subject_then_the_client_id() -> None:
     assert principal_from_token("client-app", "alice@example.com") == "alice@example.com"
     assert principal_from_token("client-app", None) == "client-app"
     assert principal_from_token(None, None) is None
+
+
+def test_two_mcp_servers_never_share_a_derived_key() -> None:
+    articles = CallerInfo(transport=HTTP, peer="10.0.0.1", server_name="articles")
+    billing = CallerInfo(transport=HTTP, peer="10.0.0.1", server_name="billing")
+
+    assert resolve_session(articles) != resolve_session(billing)
+    assert resolve_session(articles) == resolve_session(
+        CallerInfo(transport=HTTP, peer="10.0.0.1", server_name="articles", request_id=2)
+    )

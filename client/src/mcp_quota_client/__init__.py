@@ -6,7 +6,7 @@ The framework adapters live in `mcp_quota_client.fastmcp` and
 
 from __future__ import annotations
 
-from mcp_quota_client.client import ClientStats, QuotaClient, QuotaClientConfig
+from mcp_quota_client.client import ClientStats, QuotaClient, QuotaClientConfig, QuotaConfigError
 from mcp_quota_client.decision import CheckRequest, Decision, FailMode, Outcome, ToolAnnotations
 from mcp_quota_client.session import (
     META_CALL_ID_KEY,
@@ -32,6 +32,7 @@ __all__ = [
     "Outcome",
     "QuotaClient",
     "QuotaClientConfig",
+    "QuotaConfigError",
     "SessionIdentity",
     "SessionKeying",
     "SessionSource",

@@ -33,6 +33,24 @@ DEFAULT_FAIL_MODES: Mapping[str, FailMode] = MappingProxyType(
 )
 """Reads keep working through an outage; writes (and anything unknown) are refused."""
 
+_REQUIRED = {
+    "MCP_QUOTA_URL": "the quota service's base URL, e.g. http://127.0.0.1:8000 for `make run`",
+    "MCP_QUOTA_TOKEN": "a bearer token with role `server` (dev-server-token for `make run`)",
+}
+
+_TOKEN_REFUSED = {
+    401: "the quota service got no usable token from this server (401): check MCP_QUOTA_TOKEN",
+    403: "the quota service refused this server's token (403): check MCP_QUOTA_TOKEN",
+}
+
+FAIL_OPEN_FIELD = "fail_open"
+"""Check-body field reporting the calls that ran uncounted since the last answered check."""
+
+
+class QuotaConfigError(ValueError):
+    """The client is not configured: the message is one line that says what to set."""
+
+
 _BLOCKED_CODES = {
     "quota_exceeded": Outcome.QUOTA_EXCEEDED,
     "session_suspended": Outcome.SESSION_SUSPENDED,
@@ -58,11 +76,11 @@ class QuotaClientConfig:
 
     def __post_init__(self) -> None:
         if not self.base_url:
-            raise ValueError("base_url is required")
+            raise QuotaConfigError("mcp-quota: base_url is required")
         if not self.token:
-            raise ValueError("token is required")
+            raise QuotaConfigError("mcp-quota: token is required")
         if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise QuotaConfigError("mcp-quota: max_attempts must be at least 1")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClientConfig:
@@ -72,14 +90,14 @@ class QuotaClientConfig:
         categories that override the defaults (read open, write closed).
 
         Raises:
-            ValueError: a required variable is missing or a number is malformed.
+            QuotaConfigError: a required variable is missing or a number is malformed.
         """
         env = os.environ if environ is None else environ
-        try:
-            base_url = env["MCP_QUOTA_URL"]
-            token = env["MCP_QUOTA_TOKEN"]
-        except KeyError as exc:
-            raise ValueError(f"environment variable {exc.args[0]} is required") from exc
+        for variable, meaning in _REQUIRED.items():
+            if not env.get(variable, "").strip():
+                raise QuotaConfigError(f"mcp-quota: {variable} is not set: set it to {meaning}")
+        base_url = env["MCP_QUOTA_URL"].strip()
+        token = env["MCP_QUOTA_TOKEN"].strip()
         modes: dict[str, FailMode] = dict(DEFAULT_FAIL_MODES)
         for variable, mode in (
             ("MCP_QUOTA_FAIL_OPEN", FailMode.OPEN),
@@ -88,12 +106,18 @@ class QuotaClientConfig:
             for category in env.get(variable, "").split(","):
                 if category.strip():
                     modes[category.strip()] = mode
+        try:
+            connect_timeout = float(env.get("MCP_QUOTA_CONNECT_TIMEOUT", "1.0"))
+            read_timeout = float(env.get("MCP_QUOTA_READ_TIMEOUT", "2.0"))
+            max_attempts = int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3"))
+        except ValueError as exc:
+            raise QuotaConfigError(f"mcp-quota: a MCP_QUOTA_* number is malformed: {exc}") from exc
         return cls(
             base_url=base_url,
             token=token,
-            connect_timeout=float(env.get("MCP_QUOTA_CONNECT_TIMEOUT", "1.0")),
-            read_timeout=float(env.get("MCP_QUOTA_READ_TIMEOUT", "2.0")),
-            max_attempts=int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3")),
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_attempts=max_attempts,
             fail_modes=modes,
         )
 
@@ -116,6 +140,8 @@ class ClientStats:
     rejected: int
     fail_open: Mapping[str, int]
     fail_closed: Mapping[str, int]
+    fail_open_unreported: Mapping[str, int] = field(default_factory=dict)
+    """Fail-open calls not yet reported to the service (sent with the next check)."""
 
     @property
     def fail_open_total(self) -> int:
@@ -158,13 +184,15 @@ class QuotaClient:
         self._counts: Counter[str] = Counter()
         self._fail_open: Counter[str] = Counter()
         self._fail_closed: Counter[str] = Counter()
+        self._unreported: Counter[str] = Counter()
+        self._reports_accepted = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClient:
         """A client configured from `MCP_QUOTA_*` environment variables.
 
         Raises:
-            ValueError: a required variable is missing or malformed.
+            QuotaConfigError: a required variable is missing or malformed.
         """
         return cls(QuotaClientConfig.from_env(environ))
 
@@ -196,28 +224,57 @@ class QuotaClient:
             rejected=self._counts["rejected"],
             fail_open=dict(self._fail_open),
             fail_closed=dict(self._fail_closed),
+            fail_open_unreported=dict(self._unreported),
         )
 
     async def check(self, request: CheckRequest) -> Decision:
         """Count one tool call; return whether it may run.
 
         The same `call_id` is sent on every retry, so a retried check is counted
-        once. Without one, a fresh id is generated for this call.
+        once. Without one, a fresh id is generated for this call. Fail-open calls not
+        yet reported go with it (`fail_open`), and count as reported once the service
+        has answered it.
         """
         if request.call_id is None:
             request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
         self._counts["checks"] += 1
+        # The report is taken out while this check carries it, so that concurrent checks
+        # never report the same calls twice; it goes back unless the service answered.
+        report: Counter[str] = Counter()
+        if self._reports_accepted:
+            report, self._unreported = self._unreported, Counter()
+        try:
+            decision = await self._decide(request, report)
+        finally:
+            if report:
+                self._unreported.update(report)
+        return decision
+
+    async def _decide(self, request: CheckRequest, report: Counter[str]) -> Decision:
         attempts = 0
         while True:
             attempts += 1
             try:
-                decision = await self._attempt(request, attempts)
+                decision = await self._attempt(request, attempts, report)
             except _Fault as fault:
                 if fault.retryable and attempts < self.config.max_attempts:
                     self._counts["retries"] += 1
                     await self._sleep(self._backoff(attempts))
                     continue
                 return self._unavailable(request, fault, attempts)
+            if report and _rejected_field(decision) == FAIL_OPEN_FIELD:
+                # A service from before the field: ask again without it (a 400 counts
+                # nothing), and keep the counts here, in stats().
+                self._reports_accepted = False
+                self._unreported.update(report)
+                report.clear()
+                logger.warning(
+                    "mcp-quota: the quota service does not accept fail-open reports; "
+                    "fail-open calls are counted in this server's stats() only"
+                )
+                continue
+            if decision.from_service:
+                report.clear()  # reported: the service answered the check that carried it
             self._record(decision)
             return decision
 
@@ -245,9 +302,14 @@ class QuotaClient:
             self._http_loop = loop
         return self._http
 
-    async def _attempt(self, request: CheckRequest, attempt: int) -> Decision:
+    async def _attempt(
+        self, request: CheckRequest, attempt: int, report: Mapping[str, int]
+    ) -> Decision:
+        body = request.to_json()
+        if report:
+            body[FAIL_OPEN_FIELD] = dict(report)
         try:
-            response = await self._client().post("/v1/check", json=request.to_json())
+            response = await self._client().post("/v1/check", json=body)
         except httpx2.TimeoutException as exc:
             raise _Fault(f"did not answer in time ({type(exc).__name__})", retryable=True) from exc
         except httpx2.TransportError as exc:
@@ -288,6 +350,7 @@ class QuotaClient:
         label = category or "unknown"
         if mode is FailMode.OPEN:
             self._fail_open[label] += 1
+            self._unreported[label] += 1
             message = (
                 f"The quota service {fault.reason} after {attempts} attempt(s); the tool "
                 f"'{request.tool}' ran without being counted because category '{label}' "
@@ -419,15 +482,30 @@ def _service_decision(
     )
 
 
+def _rejected_field(decision: Decision) -> str | None:
+    """The request field a rejected check names, if any."""
+    if decision.outcome is not Outcome.REJECTED:
+        return None
+    error = decision.raw.get("error")
+    return _str_or_none(error.get("field")) if isinstance(error, Mapping) else None
+
+
 def _rejected(
     request: CheckRequest, status: int, body: Mapping[str, Any], attempt: int
 ) -> Decision:
     error = body.get("error")
     error = error if isinstance(error, Mapping) else {}
     code = _str_or_none(error.get("code")) or f"http_{status}"
-    detail = _str_or_none(error.get("message")) or "no detail"
     field_name = _str_or_none(error.get("field"))
-    where = f" (field '{field_name}')" if field_name else ""
+    token_problem = _TOKEN_REFUSED.get(status)
+    if token_problem is not None:
+        # The service's own words for a bad token are a gateway's ("Unauthorized"); what
+        # the reader needs is which setting to fix.
+        problem = token_problem
+    else:
+        where = f" (field '{field_name}')" if field_name else ""
+        detail = _str_or_none(error.get("message")) or "no detail given"
+        problem = f"the quota service rejected the check with {status} {code}{where}: {detail}"
     return Decision(
         allowed=False,
         outcome=Outcome.REJECTED,
@@ -435,10 +513,8 @@ def _rejected(
         tool=request.tool,
         category=request.category,
         message=(
-            f"The quota service rejected the check for tool '{request.tool}' with {status} "
-            f"{code}{where}: {detail}. The tool was NOT run. This is a configuration problem "
-            "in the MCP server (its token or request), not a used-up quota; an administrator "
-            "must fix it."
+            f"The tool '{request.tool}' was NOT run: {problem}. This is a configuration "
+            "problem in the MCP server, not a used-up quota; an administrator must fix it."
         ),
         error_code=code,
         scope=_str_or_none(error.get("scope")),

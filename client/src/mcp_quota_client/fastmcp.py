@@ -21,14 +21,8 @@ from fastmcp.tools.base import ToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_quota_client.client import QuotaClient
-from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
 from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
-from mcp_quota_client.session import (
-    META_DECISION_KEY,
-    CallerInfo,
-    SessionKeying,
-    principal_from_token,
-)
+from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
 
 
 def default_principal() -> str | None:
@@ -57,16 +51,25 @@ class QuotaMiddleware(Middleware):
         categories: Mapping[str, str] | None = None,
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
+        server_name: str | None = None,
     ) -> None:
-        """Args: `client` defaults to `QuotaClient.from_env()`.
+        """Args: `client` defaults to `QuotaClient.from_env()`; `server_name` (in derived
+        session keys) to the FastMCP server's name.
 
         Raises:
-            ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+            QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
+                (a `ValueError`).
         """
-        self.client = client if client is not None else QuotaClient.from_env()
-        self.guard = ToolCallGuard(self.client, keying, dict(categories or {}))
-        self._principal = principal_resolver or default_principal
-        self._attach_meta = attach_decision_meta
+        self.guard = ToolCallGuard.create(
+            client,
+            keying=keying,
+            categories=categories,
+            principal_resolver=principal_resolver,
+            default_principal=default_principal,
+            attach_decision_meta=attach_decision_meta,
+            server_name=server_name,
+        )
+        self.client = self.guard.client
 
     async def on_call_tool(
         self,
@@ -82,22 +85,25 @@ class QuotaMiddleware(Middleware):
         guarded = await self.guard.decide(
             name, annotations_from(tool.annotations), self._caller(ctx)
         )
-        decision = guarded.decision
-        if not decision.allowed:
+        refusal = guarded.refusal
+        if refusal is not None:
             return ToolResult(
-                content=[mt.TextContent(type="text", text=refusal_text(decision))],
-                structured_content=refusal_structured(decision),
+                content=[mt.TextContent(type="text", text=refusal.text)],
+                structured_content=refusal.structured,
                 is_error=True,
             )
         result = await call_next(context)
-        if self._attach_meta and type(result) is ToolResult:
-            result.meta = {**(result.meta or {}), META_DECISION_KEY: decision_meta(decision)}
+        if guarded.meta is not None and type(result) is ToolResult:
+            result.meta = {**(result.meta or {}), **guarded.meta}
         return result
 
     def _caller(self, ctx: Context) -> CallerInfo:
         rc = ctx.request_context
+        server = ctx.fastmcp.name
         if rc is None:
-            return CallerInfo(principal=self._principal(), transport=ctx.transport)
+            return CallerInfo(
+                principal=self.guard.principal(), transport=ctx.transport, server_name=server
+            )
         # On 2026-07-28 connections every request is its own connection and
         # ctx.session_id is a fresh UUID each time: never a session key there.
         modern = rc.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -106,8 +112,9 @@ class QuotaMiddleware(Middleware):
         return CallerInfo(
             meta=rc.meta,
             transport_session_id=None if modern else ctx.session_id,
-            principal=self._principal(),
+            principal=self.guard.principal(),
             transport=ctx.transport,
             peer=peer,
             request_id=rc.request_id,
+            server_name=server,
         )

@@ -1,13 +1,23 @@
-"""The framework-independent part of guarding a tool call: build the check, ask, decide."""
+"""The framework-independent guard of a tool call: set-up, the check, the refusal, the meta.
+
+The FastMCP middleware and the SDK guard are thin adapters around `ToolCallGuard`: they
+turn their framework's request into a `CallerInfo` and the guard's `Verdict` back into
+their framework's result type. Everything else (the client from the environment, the
+principal, the session key, the refusal's text and structured content, the decision
+`_meta`) is decided here once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import CheckRequest, Decision, ToolAnnotations
+from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
 from mcp_quota_client.session import (
+    META_DECISION_KEY,
     CallerInfo,
     SessionIdentity,
     SessionKeying,
@@ -42,11 +52,28 @@ def annotations_from(model: object | None) -> ToolAnnotations | None:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """What a refused call answers instead of running: a tool result with `isError`."""
+
+    text: str
+    structured: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class GuardedCall:
-    """A decided tool call and the session it was counted in."""
+    """A decided tool call, the session it was counted in, and what to answer."""
 
     decision: Decision
     identity: SessionIdentity
+    meta: Mapping[str, Any] | None = None
+    """`_meta` entries to add to an allowed result (None: add nothing)."""
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """The answer in place of the tool's, or None when the tool may run."""
+        if self.decision.allowed:
+            return None
+        return Refusal(refusal_text(self.decision), refusal_structured(self.decision))
 
 
 @dataclass
@@ -57,6 +84,36 @@ class ToolCallGuard:
     keying: SessionKeying = SessionKeying.CLIENT
     categories: Mapping[str, str] = field(default_factory=dict)
     """Explicit category per tool name, sent as `category` (a policy rule still wins)."""
+    principal: PrincipalResolver = lambda: None
+    attach_decision_meta: bool = True
+    server_name: str | None = None
+    """This MCP server's name in derived session keys; None: the framework's server name."""
+
+    @classmethod
+    def create(
+        cls,
+        client: QuotaClient | None,
+        *,
+        keying: SessionKeying,
+        categories: Mapping[str, str] | None,
+        principal_resolver: PrincipalResolver | None,
+        default_principal: PrincipalResolver,
+        attach_decision_meta: bool,
+        server_name: str | None,
+    ) -> ToolCallGuard:
+        """The guard an adapter's options describe; `client` defaults to the environment's.
+
+        Raises:
+            QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+        """
+        return cls(
+            client if client is not None else QuotaClient.from_env(),
+            keying,
+            dict(categories or {}),
+            principal_resolver or default_principal,
+            attach_decision_meta,
+            server_name,
+        )
 
     async def decide(
         self,
@@ -65,6 +122,8 @@ class ToolCallGuard:
         caller: CallerInfo,
     ) -> GuardedCall:
         """Resolve the session and call id, then ask the quota service."""
+        if self.server_name is not None:
+            caller = replace(caller, server_name=self.server_name)
         identity = resolve_session(caller, self.keying)
         request = CheckRequest(
             session_id=identity.session_id,
@@ -74,4 +133,8 @@ class ToolCallGuard:
             principal=caller.principal,
             call_id=resolve_call_id(caller),
         )
-        return GuardedCall(await self.client.check(request), identity)
+        decision = await self.client.check(request)
+        meta = None
+        if decision.allowed and self.attach_decision_meta:
+            meta = {META_DECISION_KEY: decision_meta(decision)}
+        return GuardedCall(decision, identity, meta)

@@ -23,14 +23,8 @@ from starlette.requests import Request
 
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import ToolAnnotations
-from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
 from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
-from mcp_quota_client.session import (
-    META_DECISION_KEY,
-    CallerInfo,
-    SessionKeying,
-    principal_from_token,
-)
+from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
 
 
 def default_principal() -> str | None:
@@ -57,17 +51,26 @@ class QuotaGuard:
         categories: Mapping[str, str] | None = None,
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
+        server_name: str | None = None,
     ) -> None:
-        """Args: `client` defaults to `QuotaClient.from_env()`.
+        """Args: `client` defaults to `QuotaClient.from_env()`; `server_name` (in derived
+        session keys) to the server's name.
 
         Raises:
-            ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+            QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
+                (a `ValueError`).
         """
         self.server = server
-        self.client = client if client is not None else QuotaClient.from_env()
-        self.guard = ToolCallGuard(self.client, keying, dict(categories or {}))
-        self._principal = principal_resolver or default_principal
-        self._attach_meta = attach_decision_meta
+        self.guard = ToolCallGuard.create(
+            client,
+            keying=keying,
+            categories=categories,
+            principal_resolver=principal_resolver,
+            default_principal=default_principal,
+            attach_decision_meta=attach_decision_meta,
+            server_name=server_name if server_name is not None else server.name,
+        )
+        self.client = self.guard.client
         self._annotations: dict[str, ToolAnnotations | None] = {}
 
     async def __call__(
@@ -80,17 +83,17 @@ class QuotaGuard:
             # Malformed or unknown: the SDK answers with its own error, nothing runs.
             return await call_next(ctx)
         guarded = await self.guard.decide(name, self._annotations[name], self._caller(ctx))
-        decision = guarded.decision
-        if not decision.allowed:
+        refusal = guarded.refusal
+        if refusal is not None:
             return CallToolResult(
-                content=[TextContent(type="text", text=refusal_text(decision))],
-                structured_content=refusal_structured(decision),
+                content=[TextContent(type="text", text=refusal.text)],
+                structured_content=refusal.structured,
                 is_error=True,
             )
         result = await call_next(ctx)
-        if not self._attach_meta:
+        entry = guarded.meta
+        if entry is None:
             return result
-        entry = {META_DECISION_KEY: decision_meta(decision)}
         # The runner hands back the wire form (a dict); a model is possible too.
         if isinstance(result, CallToolResult):
             return result.model_copy(update={"meta": {**(result.meta or {}), **entry}})
@@ -123,7 +126,7 @@ class QuotaGuard:
         return CallerInfo(
             meta=meta,
             transport_session_id=transport_session,
-            principal=self._principal(),
+            principal=self.guard.principal(),
             transport="streamable-http" if request is not None else None,
             peer=request.client.host if request is not None and request.client else None,
             request_id=ctx.request_id,
@@ -137,11 +140,13 @@ def protect(
     keying: SessionKeying = SessionKeying.CLIENT,
     categories: Mapping[str, str] | None = None,
     principal_resolver: PrincipalResolver | None = None,
+    server_name: str | None = None,
 ) -> QuotaGuard:
     """Install a `QuotaGuard` as the innermost request middleware of `server`.
 
     Raises:
-        ValueError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+        QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
+            (a `ValueError`).
     """
     guard = QuotaGuard(
         server,
@@ -149,6 +154,7 @@ def protect(
         keying=keying,
         categories=categories,
         principal_resolver=principal_resolver,
+        server_name=server_name,
     )
     server.middleware.append(guard)
     return guard

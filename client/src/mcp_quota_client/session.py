@@ -67,6 +67,8 @@ class CallerInfo:
     """Remote address of an HTTP caller."""
     request_id: str | int | None = None
     """The JSON-RPC request id."""
+    server_name: str | None = None
+    """The MCP server's own name: two servers never share a derived key."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,11 @@ def _derived(caller: CallerInfo, process_key: str) -> SessionIdentity:
         where = f"peer|{caller.peer}"
     else:
         where = f"process|{process_key}"
-    return SessionIdentity("derived:" + _digest(f"{who}|{where}", 32), SessionSource.DERIVED)
+    # The server's name is part of the key: two MCP servers that share a service token
+    # and see the same caller must not share a budget by accident.
+    server = caller.server_name or "-"
+    key = _digest(f"{server}|{who}|{where}", 32)
+    return SessionIdentity("derived:" + key, SessionSource.DERIVED)
 
 
 def resolve_session(
@@ -117,8 +123,8 @@ def resolve_session(
     With `SessionKeying.CLIENT` (the default), in order:
       1. `_meta["io.mcp-quota/session"]` sent by the client;
       2. the transport session id (`Mcp-Session-Id`), where the protocol has one;
-      3. a key derived from the principal and the connection: the peer address
-         over HTTP, the server process on stdio.
+      3. a key derived from this MCP server's name, the principal and the connection
+         (the peer address over HTTP, the server process on stdio).
     With `SessionKeying.PRINCIPAL`: the principal when authenticated, else step 3.
     Client-sent ids are ignored, so reconnecting cannot reset the budget.
     """

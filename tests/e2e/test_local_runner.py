@@ -1,0 +1,170 @@
+"""`make run` itself: bursts of connections, one error body, a readable log, a clean Ctrl-C.
+
+Each test starts `scripts/serve_local.py` as `make run` does and speaks HTTP to it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.http import ADMIN_TOKEN, SERVER_TOKEN, call
+from tests.e2e.runner import Runner, make_run
+
+pytestmark = pytest.mark.e2e
+
+BURST = 256
+SECRET = "s3cret-7f1c2b9e-never-echo-me"
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
+    with make_run(tmp_path_factory.mktemp("make-run")) as running:
+        yield running
+
+
+def raw_request(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request(method, path, body, headers or {})
+        response = connection.getresponse()
+        raw = response.read()
+    finally:
+        connection.close()
+    parsed = json.loads(raw) if raw else None
+    assert isinstance(parsed, dict), raw
+    assert SECRET not in raw.decode(errors="replace")
+    return response.status, parsed
+
+
+def test_a_burst_of_256_connections_is_served_and_counted_exactly(runner: Runner) -> None:
+    session = f"burst-{uuid.uuid4().hex[:8]}"
+    payload = json.dumps({"session_id": session, "tool": "delete_tag"}).encode()
+    headers = {"Authorization": f"Bearer {SERVER_TOKEN}", "Content-Type": "application/json"}
+    start = threading.Barrier(BURST)
+    statuses: Counter[int | str] = Counter()
+    lock = threading.Lock()
+
+    def client() -> None:
+        start.wait()
+        try:
+            status, _ = raw_request(runner.url, "POST", "/v1/check", payload, headers)
+            outcome: int | str = status
+        except OSError as exc:  # a reset or refused connection is the failure under test
+            outcome = type(exc).__name__
+        with lock:
+            statuses[outcome] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(BURST)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert statuses == Counter({200: 15, 429: BURST - 15})
+    view = call(f"{runner.url}/v1/sessions/{session}", token=ADMIN_TOKEN)
+    assert view.body["categories"]["write"]["used"] == 15
+
+
+GATEWAY_ERRORS = [
+    # (status, code, method, path, headers, body)
+    (401, "unauthorized", "POST", "/v1/check", {}, b"{}"),
+    (403, "forbidden", "POST", "/v1/check", {"Authorization": f"Bearer {SECRET}"}, b"{}"),
+    (403, "forbidden", "GET", "/v1/sessions/s", {"Authorization": f"Bearer {SERVER_TOKEN}"}, None),
+    (404, "not_found", "GET", "/v1/nope", {"Authorization": f"Bearer {SECRET}"}, None),
+    (404, "not_found", "POST", "/v1/chek", {"Authorization": SECRET}, b"{}"),
+    (404, "not_found", "GET", "/nope", {}, None),
+    (405, "method_not_allowed", "PUT", "/v1/check", {"Authorization": f"Bearer {SECRET}"}, b"{}"),
+    (405, "method_not_allowed", "DELETE", "/health", {}, None),
+    (
+        415,
+        "unsupported_media_type",
+        "POST",
+        "/v1/check",
+        {"Authorization": f"Bearer {SERVER_TOKEN}", "Content-Type": "text/plain"},
+        b"x",
+    ),
+]
+
+
+@pytest.mark.parametrize(("status", "code", "method", "path", "headers", "body"), GATEWAY_ERRORS)
+def test_gateway_errors_have_the_service_body_and_never_echo_a_header(
+    runner: Runner,
+    status: int,
+    code: str,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes | None,
+) -> None:
+    got, reply = raw_request(runner.url, method, path, body, headers)
+    assert got == status
+    assert set(reply) == {"error"}
+    assert reply["error"]["code"] == code
+    assert isinstance(reply["error"]["message"], str) and reply["error"]["message"]
+
+
+def test_service_errors_keep_their_own_body(runner: Runner) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    status, reply = raw_request(runner.url, "GET", "/v1/sessions/never-seen", None, headers)
+    assert status == 404 and reply["error"]["code"] == "not_found"
+    assert "never-seen" in reply["error"]["message"]
+
+
+def check(url: str, session: str) -> int:
+    return call(f"{url}/v1/check", "POST", {"session_id": session, "tool": "delete_tag"}).status
+
+
+def test_the_log_shows_refusals_admin_actions_and_notifications_and_ctrl_c_exits_0(
+    tmp_path: Path,
+) -> None:
+    with make_run(tmp_path) as running:
+        session = f"log-{uuid.uuid4().hex[:8]}"
+        statuses = [check(running.url, session) for _ in range(17)]
+        assert statuses == [200] * 15 + [429] * 2
+        reset = call(
+            f"{running.url}/v1/sessions/{session}/reset",
+            "POST",
+            {"reason": "new batch"},
+            token=ADMIN_TOKEN,
+        )
+        assert reset.status == 200
+        assert running.ctrl_c() == 0
+        lines = running.output().splitlines()
+
+    refused = [line for line in lines if line.startswith("refused")]
+    assert len(refused) == 2 and all(session in line for line in refused)
+    assert "write 15/15" in refused[0] and "quota_exceeded" in refused[0]
+    admin = [line for line in lines if line.startswith("admin")]
+    assert admin == [f"admin    POST /v1/sessions/{session}/reset -> 200 reason='new batch'"]
+    assert "=== notification (email) ===" in lines
+    assert not [line for line in lines if "HTTP/1.1" in line]  # no access log, ours or moto's
+    assert not [line for line in lines if '"_aws"' in line]  # no EMF metrics line
+    assert not [line for line in lines if "Found credentials" in line]  # botocore INFO
+    assert "Traceback (most recent call last):" not in lines
+    assert lines[-1] == "mcp-quota stopped."
+
+
+def test_verbose_shows_the_access_log_and_metrics(tmp_path: Path) -> None:
+    with make_run(tmp_path, {"VERBOSE": "1"}) as running:
+        assert check(running.url, f"verbose-{uuid.uuid4().hex[:8]}") == 200
+        assert running.ctrl_c() == 0
+        output = running.output()
+    assert '"POST /v1/check HTTP/1.1" 200' in output
+    assert '"_aws"' in output
+    assert output.splitlines()[-1] == "mcp-quota stopped."
