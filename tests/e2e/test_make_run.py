@@ -49,13 +49,6 @@ def test_idle_timeout_is_configurable_by_env() -> None:
         assert reply.status == 429 and reply.headers["Retry-After"] == "1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "LEAD: the service accepts `fail_open` once chalicelib/validation.py and app.py "
-        "land it (issue 10, item 12); then delete this mark. Today: 400 Unknown field."
-    ),
-)
 def test_the_service_accepts_a_fail_open_report(url: str) -> None:
     body = {"session_id": "e2e-fail-open", "tool": "delete_tag", "fail_open": {"read": 2}}
     reply = call(f"{url}/v1/check", "POST", body)

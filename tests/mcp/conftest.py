@@ -61,7 +61,7 @@ class FakeQuotaService:
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
-    accepts_fail_open: bool = False
+    accepts_fail_open: bool = True
     """The service today answers 400 "Unknown field 'fail_open'"; the lead's change accepts it."""
 
     def bodies(self) -> list[dict[str, Any]]:

@@ -63,6 +63,7 @@ async def test_a_check_the_service_did_not_answer_keeps_the_report(
 async def test_a_service_without_the_field_gets_the_check_again_without_it(
     quota_service: FakeQuotaService, make_client: ClientFactory
 ) -> None:
+    quota_service.accepts_fail_open = False  # an older service, before the field
     quota_service.script.append(Scripted(503))
     client = make_client(max_attempts=1)
 
