@@ -189,7 +189,12 @@ def install(quiet: bool) -> None:
         headers: dict[str, Any],
         body: str | bytes | None,
     ) -> None:
-        if code in _ERROR_CODES and not service_shaped(body):
+        page = any(
+            name.lower() == "content-type" and str(value).startswith("text/html")
+            for name, value in headers.items()
+        )
+        # The app's own pages (the email links' 403/410) stay as they are.
+        if code in _ERROR_CODES and not page and not service_shaped(body):
             body = error_body(code, self.command, _request_path(self.path))
             headers = {
                 name: value
