@@ -163,7 +163,8 @@ class BudgetStore:
         names = {"#z": NOTIFIED_PREFIX + spend.category}
         values = {":mark": s(mark), ":one": n(1)}
         doing = f"recording a refusal of the {key.scope.value} budget"
-        old = self._update(key, NOTE_REFUSAL_UPDATE, "", names, values, doing, "UPDATED_OLD")
+        # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
+        old = self._update(key, NOTE_REFUSAL_UPDATE, "", names, values, doing, "ALL_OLD")
         streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
         return streak, old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark
 

@@ -165,3 +165,22 @@ def test_a_retried_call_id_refused_by_a_wider_budget_is_refused_again_not_a_503(
     again = scoped.check(session_id="c9", tool="delete_tag", principal="bot", call_id="rpc-1")
     assert again.status_code == 429 and body(again)["error"]["scope"] == "principal"
     assert body(scoped.get("/v1/sessions/c9"))["categories"]["write"]["used"] == 0
+
+
+def test_a_principal_budget_runs_out_once_per_window_audited_and_emailed_once(
+    scoped: Api,
+) -> None:
+    for i in range(5):
+        assert write(scoped, f"o{i}").status_code == 200
+    for i in range(3):
+        refused = write(scoped, f"o-more-{i}")
+        assert body(refused)["error"]["scope"] == "principal"
+    subjects = [sent[2] or "" for sent in scoped.sent()]
+    assert sum("principal bot" in s for s in subjects) == 1
+    events = [
+        e
+        for i in range(3)
+        for e in body(scoped.get(f"/v1/audit?session_id=o-more-{i}"))["events"]
+        if e["type"] == "quota_exceeded"
+    ]
+    assert len(events) == 1 and events[0]["detail"]["scope"] == "principal"
