@@ -18,12 +18,25 @@ import boto3
 from botocore.config import Config
 
 from admin_cli.provision import create_tables
-from chalicelib.ports import AuditLog, GrantRepository, SessionCounters, TokenRepository
+from chalicelib.ports import (
+    AuditLog,
+    BudgetCounters,
+    GrantRepository,
+    SessionCounters,
+    TokenRepository,
+)
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
+from chalicelib.storage.budgets import BudgetStore
 from chalicelib.storage.counters import CounterStore
 from chalicelib.storage.grants import GrantStore
-from chalicelib.storage.memory import MemoryAuditLog, MemoryCounters, MemoryGrants, MemoryTokens
+from chalicelib.storage.memory import (
+    MemoryAuditLog,
+    MemoryBudgets,
+    MemoryCounters,
+    MemoryGrants,
+    MemoryTokens,
+)
 from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
@@ -132,7 +145,7 @@ class Backend:
 
 @dataclass(frozen=True)
 class Stores:
-    """The four storage ports on one backend, with this test's tables (or memory)."""
+    """The storage ports on one backend, with this test's tables (or memory)."""
 
     name: str
     counters: SessionCounters
@@ -140,6 +153,7 @@ class Stores:
     grants: GrantRepository
     tokens: TokenRepository
     keeping: Callable[[int], SessionCounters]  # counters keeping that many last calls
+    budgets: BudgetCounters
 
 
 def memory_stores(categories: Iterable[str]) -> Stores:
@@ -149,7 +163,15 @@ def memory_stores(categories: Iterable[str]) -> Stores:
     def keeping(keep: int) -> SessionCounters:
         return MemoryCounters(cats, keep)
 
-    return Stores("memory", keeping(10), MemoryAuditLog(), MemoryGrants(), MemoryTokens(), keeping)
+    return Stores(
+        "memory",
+        keeping(10),
+        MemoryAuditLog(),
+        MemoryGrants(),
+        MemoryTokens(),
+        keeping,
+        MemoryBudgets(),
+    )
 
 
 def dynamodb_stores(backend: Backend, categories: Iterable[str]) -> Stores:
@@ -166,6 +188,7 @@ def dynamodb_stores(backend: Backend, categories: Iterable[str]) -> Stores:
         GrantStore(client, settings.grants_table),
         TokenStore(client, settings.tokens_table),
         keeping,
+        BudgetStore(client, settings.counters_table),
     )
 
 

@@ -1,0 +1,104 @@
+"""The wider budgets' port (a principal's, the tenant's), one behaviour suite over
+memory, moto and dynalite, through the port only."""
+
+from __future__ import annotations
+
+import pytest
+
+from chalicelib.ports import NotTaken, RecordChanged, RecordNotFound, Taken
+from chalicelib.quota import BudgetKey, Spend
+from tests.support import T0, Stores
+
+DAY = 86_400_000
+BOT = BudgetKey.principal("demo", "bot")
+
+
+def spend(limit: int = 3, day: int = 0) -> Spend:
+    start = (T0 // DAY + day) * DAY
+    return Spend("write", limit, start, start + DAY, start + 1000)
+
+
+def test_takes_up_to_the_limit_then_refuses_and_keeps_scopes_apart(stores: Stores) -> None:
+    budgets = stores.budgets
+    results = [budgets.take(BOT, spend()) for _ in range(4)]
+    assert [isinstance(r, Taken) for r in results] == [True, True, True, False]
+    refused = results[-1]
+    assert isinstance(refused, NotTaken) and refused.snapshot is not None
+    assert refused.snapshot.used("write", spend().window_start_ms) == 3
+    assert isinstance(budgets.take(BudgetKey.principal("demo", "other"), spend()), Taken)
+    assert isinstance(budgets.take(BudgetKey.whole_tenant("demo"), spend()), Taken)
+    assert isinstance(budgets.take(BudgetKey.principal("acme", "bot"), spend()), Taken)
+
+
+def test_a_new_window_starts_from_zero_and_old_windows_are_dropped(stores: Stores) -> None:
+    budgets = stores.budgets
+    for _ in range(3):
+        budgets.take(BOT, spend())
+    taken = budgets.take(BOT, spend(day=1))
+    assert isinstance(taken, Taken)
+    assert taken.snapshot.used("write", spend(day=1).window_start_ms) == 1
+    budgets.take(BOT, spend(day=3))
+    snapshot = budgets.get(BOT)
+    assert snapshot is not None and spend().window_start_ms not in snapshot.counts
+
+
+def test_give_back_undoes_one_take_and_never_goes_below_zero(stores: Stores) -> None:
+    budgets = stores.budgets
+    budgets.take(BOT, spend())
+    budgets.give_back(BOT, spend())
+    budgets.give_back(BOT, spend())
+    snapshot = budgets.get(BOT)
+    assert snapshot is not None and snapshot.used("write", spend().window_start_ms) == 0
+
+
+def test_refusal_streaks_and_the_first_refusal_per_window_and_limit(stores: Stores) -> None:
+    budgets = stores.budgets
+    assert budgets.note_refusal(BOT, spend()) == (1, True)
+    assert budgets.note_refusal(BOT, spend()) == (2, False)
+    assert budgets.note_refusal(BOT, spend(limit=5)) == (3, True)  # a new limit
+    assert budgets.note_refusal(BOT, spend(limit=5, day=1)) == (4, True)  # a new window
+    budgets.take(BOT, spend(limit=5, day=1))  # a counted call ends the streak
+    assert budgets.note_refusal(BOT, spend(limit=5, day=1))[0] == 1
+
+
+def test_a_raise_lifts_the_limit_and_never_lowers_it(stores: Stores) -> None:
+    budgets = stores.budgets
+    for _ in range(3):
+        budgets.take(BOT, spend())
+    raised = budgets.raise_limit(BOT, "write", 5)
+    assert raised.limit_for("write", 3) == 5
+    assert isinstance(budgets.take(BOT, spend()), Taken)
+    with pytest.raises(RecordChanged):
+        budgets.raise_limit(BOT, "write", 4)
+
+
+def test_suspension_refuses_every_take_until_resumed(stores: Stores) -> None:
+    budgets = stores.budgets
+    snapshot, newly = budgets.suspend(BOT, "looks wrong")
+    assert newly and snapshot.suspended and snapshot.suspended_reason == "looks wrong"
+    assert budgets.suspend(BOT, "again")[1] is False
+    refused = budgets.take(BOT, spend())
+    assert isinstance(refused, NotTaken) and refused.snapshot is not None
+    assert refused.snapshot.suspended
+    resumed = budgets.resume(BOT)
+    assert not resumed.suspended and resumed.refusals_in_a_row == 0
+    assert isinstance(budgets.take(BOT, spend()), Taken)
+
+
+def test_reset_zeroes_every_window_and_keeps_raises_and_suspension(stores: Stores) -> None:
+    budgets = stores.budgets
+    budgets.take(BOT, spend())
+    budgets.raise_limit(BOT, "write", 9)
+    budgets.suspend(BOT, "hold")
+    after = budgets.reset(BOT)
+    assert after.used("write", spend().window_start_ms) == 0
+    assert after.suspended and after.limit_for("write", 3) == 9
+
+
+def test_resume_and_reset_of_an_unseen_budget_are_not_found(stores: Stores) -> None:
+    unseen = BudgetKey.principal("demo", "nobody")
+    assert stores.budgets.get(unseen) is None
+    with pytest.raises(RecordNotFound):
+        stores.budgets.resume(unseen)
+    with pytest.raises(RecordNotFound):
+        stores.budgets.reset(unseen)
