@@ -222,6 +222,71 @@ def tenant_show(client: AdminClient) -> Output:
     return Output(data, render.budget_view(data))
 
 
+def token_create_api(
+    client: AdminClient, role: str, name: str, principals: tuple[str, ...]
+) -> Output:
+    """`token create --api`: a token of the calling admin's tenant, through the admin API.
+
+    Raises:
+        CliError: the request failed (400 names the bad field).
+    """
+    body: dict[str, Any] = {"role": role, "name": name}
+    if principals:
+        body["principals"] = list(principals)
+    data = client.call("POST", "/v1/tokens", body)
+    if not isinstance(data, Mapping) or not isinstance(data.get("token"), str):
+        raise CliError("The service's answer holds no token.", ExitCode.UNEXPECTED)
+    pairs = [
+        ("Token id", data.get("token_id")),
+        ("Tenant", data.get("tenant")),
+        ("Principals", ", ".join(map(str, data.get("principals") or [])) or "(its own)"),
+        ("Token", data.get("token")),
+    ]
+    text = "\n".join(
+        [
+            f"Created {render.cell(data.get('role'))} token.",
+            "",
+            render.fields(pairs),
+            "",
+            "Store the token now: it is shown only this once, and only its hash is kept.",
+        ]
+    )
+    return Output(data, text)
+
+
+def token_revoke_api(client: AdminClient, token_id: str) -> Output:
+    """`token revoke --api`.
+
+    Raises:
+        CliError: the request failed (404 for another tenant's or an unknown token).
+    """
+    data = client.call("DELETE", f"/v1/tokens/{quote_segment(token_id)}")
+    token = _object(data, "token") if isinstance(data, Mapping) and "token" in data else data
+    when = token.get("revoked_at") if isinstance(token, Mapping) else None
+    return Output(data, f"Token {render.cell(token_id)} revoked at {render.cell(when)}.")
+
+
+def token_list_api(client: AdminClient) -> Output:
+    """`token list --api`: the calling admin's tenant's tokens, never their secrets."""
+    data = client.call("GET", "/v1/tokens")
+    tokens = _list(data, "tokens")
+    if not tokens:
+        return Output(data, "No tokens.")
+    headers = ("TOKEN ID", "ROLE", "NAME", "PRINCIPALS", "CREATED", "REVOKED")
+    rows = [
+        (
+            t.get("token_id"),
+            t.get("role"),
+            t.get("name"),
+            ", ".join(map(str, t.get("principals") or [])),
+            t.get("created_at"),
+            t.get("revoked_at"),
+        )
+        for t in tokens
+    ]
+    return Output(data, render.table(headers, rows))
+
+
 def grant_add(
     client: AdminClient,
     principal: str,

@@ -149,6 +149,14 @@ def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
 
 
 def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    principals = tuple(getattr(args, "principal", None) or ())
+    if args.api:
+        client = _client(args, env)
+        if args.token_command == "create":
+            return commands.token_create_api(client, args.role, args.name, principals)
+        if args.token_command == "revoke":
+            return commands.token_revoke_api(client, args.token_id)
+        return commands.token_list_api(client)
     # Imported here so that session/grant/audit commands never pay for boto3.
     from admin_cli import tokens  # noqa: PLC0415
 
@@ -162,8 +170,10 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
         tokens.audit_store_for(settings.audit_table, region, settings.audit_ttl_days)
     )
     if args.token_command == "create":
+        if not args.tenant:
+            raise CliError("token create needs --tenant (or --api).", ExitCode.USAGE)
         return tokens.command_create(
-            store, args.tenant, args.role, args.name, system_clock(), trail
+            store, args.tenant, args.role, args.name, system_clock(), trail, principals
         )
     if args.token_command == "revoke":
         return tokens.command_revoke(store, args.token_id, system_clock(), trail)
@@ -228,13 +238,26 @@ def _add_token_commands(root: argparse._SubParsersAction[argparse.ArgumentParser
     )
     commands = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = _leaf(commands, "create", "create a token and print it once", _token, http=False)
-    create.add_argument("--tenant", required=True, help="tenant the token belongs to")
+    create.add_argument("--tenant", help="tenant the token belongs to (not with --api)")
     create.add_argument("--role", required=True, choices=ROLES, help="server or admin")
     create.add_argument("--name", default="", help="what the token is for, e.g. the host")
+    create.add_argument(
+        "--principal",
+        action="append",
+        metavar="PRINCIPAL",
+        help="a principal a server token may claim (a name or * pattern); repeatable",
+    )
     revoke = _leaf(commands, "revoke", "revoke a token by its id", _token, http=False)
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="12 hex characters after mcpq_")
     listing = _leaf(commands, "list", "list tokens (never their secrets)", _token, http=False)
     listing.add_argument("--tenant", help="only this tenant's tokens")
+    for parser in (create, revoke, listing):
+        parser.add_argument(
+            "--api",
+            action="store_true",
+            help=f"use the admin API (--url/--token or {URL_ENV}/{TOKEN_ENV}) instead of "
+            "DynamoDB: the token's tenant is the admin token's",
+        )
 
 
 def _add_levers(

@@ -21,8 +21,8 @@ from botocore.exceptions import NoCredentialsError, NoRegionError
 from admin_cli import render
 from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 from admin_cli.render import Output
+from chalicelib.admin_views import token_view
 from chalicelib.audit import TENANT_SCOPE, AuditEvent, EventType
-from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
 from chalicelib.ports import RecordNotFound, StorageError
 from chalicelib.storage.audit import AuditStore
@@ -140,7 +140,12 @@ def dynamodb_client(region: str | None) -> DynamoDBClient:
 
 
 def create_token(
-    store: TokenStore, tenant: str, role: str, name: str, now_ms: int
+    store: TokenStore,
+    tenant: str,
+    role: str,
+    name: str,
+    now_ms: int,
+    principals: tuple[str, ...] = (),
 ) -> tuple[TokenRecord, str]:
     """Store a new token's hash and return the record with the token (never stored).
 
@@ -156,7 +161,10 @@ def create_token(
         role=check_role(role),
         name=record_name,
         created_at_ms=now_ms,
+        principals=principals,
     )
+    if principals and record.role != "server":
+        raise CliError("Only server tokens may be bound to principals.", ExitCode.USAGE)
     with store_errors():
         store.put(record)
     return record, token
@@ -192,15 +200,8 @@ def list_tokens(store: TokenStore, tenant: str | None) -> list[TokenRecord]:
 
 
 def token_json(record: TokenRecord) -> dict[str, Any]:
-    """A token's public fields for `--json` (never the hash)."""
-    return {
-        "token_id": record.token_id,
-        "tenant": record.tenant,
-        "role": record.role,
-        "name": "" if record.name == STORED_EMPTY_NAME else record.name,
-        "created_at": iso_utc(record.created_at_ms),
-        "revoked_at": None if record.revoked_at_ms is None else iso_utc(record.revoked_at_ms),
-    }
+    """A token's public fields for `--json` (never the hash): as the admin API shows it."""
+    return token_view(record)
 
 
 def store_for(table: str, region: str | None) -> TokenStore:
@@ -254,13 +255,14 @@ def command_create(
     name: str,
     now_ms: int,
     trail: TokenAudit | None = None,
+    principals: tuple[str, ...] = (),
 ) -> Output:
     """`token create`: the new token, shown this once.
 
     Raises:
         CliError: the input is invalid or the store failed.
     """
-    record, token = create_token(store, tenant, role, name, now_ms)
+    record, token = create_token(store, tenant, role, name, now_ms, principals)
     (trail or TokenAudit(None)).record(EventType.TOKEN_CREATED, record, now_ms, token_json(record))
     data = {**token_json(record), "token": token}
     text = "\n".join(

@@ -131,7 +131,15 @@ def test_list_shows_tokens_without_secrets_and_filters_by_tenant(cli: Cli, table
     assert other["token"] not in everything.out
     listed = json.loads(only_acme.out)["tokens"]
     assert [t["token_id"] for t in listed] == [acme["token_id"]]
-    assert set(listed[0]) == {"token_id", "tenant", "role", "name", "created_at", "revoked_at"}
+    assert set(listed[0]) == {
+        "token_id",
+        "tenant",
+        "role",
+        "name",
+        "principals",
+        "created_at",
+        "revoked_at",
+    }
 
 
 # A lone surrogate is not UTF-8, so DynamoDB cannot store one (the HTTP tests cover it).

@@ -3,6 +3,7 @@ starts it: show, raise, suspend, resume and reset a principal; show the tenant."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -58,3 +59,34 @@ def test_principal_and_tenant_commands(url: str) -> None:
         url, "principal", "raise", "cli-bot", "--category", "write", "--limit", "5", "--reason", "x"
     )
     assert lowered.returncode == 5  # conflict: a raise never lowers
+
+
+def test_tokens_through_the_admin_api_with_a_binding(url: str) -> None:
+    created = cli(
+        url,
+        "token",
+        "create",
+        "--api",
+        "--role",
+        "server",
+        "--name",
+        "editor host",
+        "--principal",
+        "editor@example.com",
+        "--json",
+    )
+    assert created.returncode == 0, created.stderr
+    data = json.loads(created.stdout)
+    assert data["principals"] == ["editor@example.com"] and data["token"].startswith("mcpq_")
+    server = data["token"]
+    body = {"session_id": "api-tok", "tool": "delete_tag", "principal": "editor@example.com"}
+    assert call(f"{url}/v1/check", "POST", body, token=server).status == 200
+    refused = call(f"{url}/v1/check", "POST", {**body, "principal": "bot"}, token=server)
+    assert refused.status == 403 and refused.body["error"]["code"] == "principal_not_allowed"
+    listed = cli(url, "token", "list", "--api")
+    assert listed.returncode == 0 and data["token_id"] in listed.stdout
+    assert cli(url, "token", "revoke", "--api", data["token_id"]).returncode == 0
+    # Services may accept it for up to QUOTA_TOKEN_CACHE_SECONDS more; the record says so.
+    revoked = json.loads(cli(url, "token", "list", "--api", "--json").stdout)["tokens"]
+    [mine] = [t for t in revoked if t["token_id"] == data["token_id"]]
+    assert mine["revoked_at"] is not None
