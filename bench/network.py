@@ -1,0 +1,217 @@
+"""Ours and the naive counter on dynalite behind bench/latency_proxy.py, which adds a fixed
+delay to every DynamoDB request: the emulator's CPU cost plus a network round trip per
+request, as on DynamoDB. Part of `make bench` (bench/run.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import workloads
+from bench.latency_proxy import latency_proxy
+
+DELAYS_MS = (0, 2, 5, 10)
+CLIENTS = (1, 8)
+# Checks per client before the clock starts: opens the pool's connections and brings each
+# session's last-calls record to its steady state (a trim every 5 allowed checks).
+WARM_UP = 10
+
+Checker = Callable[[int, int], bool]
+
+# (implementation, kind of check, how to build its checker for a number of clients)
+WORKLOADS: tuple[tuple[str, str, Callable[[workloads.Backend, int], Checker]], ...] = (
+    ("ours", "allowed", lambda b, _: workloads.ours_checker(b)),
+    ("naive", "allowed", lambda b, _: workloads.naive_checker(b)),
+    ("ours", "refused", workloads.ours_refused_checker),
+    ("naive", "refused", workloads.naive_refused_checker),
+    # Sessions of 10 calls never reach a trim of the last-calls record: what ours would
+    # do without it (diagnostic; the product trims).
+    ("ours, no trims", "allowed", lambda b, _: workloads.ours_checker(b, 10)),
+)
+IMPLEMENTATIONS = ("ours", "naive", "ours, no trims")
+
+
+def _child_cpu_seconds(name: str) -> float:
+    """CPU time (user + system) used so far by this process's children named `name`
+    (Linux /proc; 0 elsewhere)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == os.getpid() and name in (stat.parent / "cmdline").read_text():
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _one(
+    b: workloads.Backend,
+    log: workloads.RequestLog,
+    make: Callable[[workloads.Backend, int], Checker],
+    clients: int,
+    per_client: int,
+) -> dict[str, Any]:
+    checker = make(b, clients)
+    workloads.timed(checker, clients, WARM_UP)
+    log.take()
+    cpu, emulator = time.process_time(), _child_cpu_seconds("dynalite")
+    timing = workloads.timed(checker, clients, per_client)
+    cpu, emulator = time.process_time() - cpu, _child_cpu_seconds("dynalite") - emulator
+    figures = timing.as_json()
+    figures["requests_per_check"] = round(sum(log.take().values()) / timing.checks, 2)
+    figures["client_cpu_ms"] = round(cpu * 1000 / timing.checks, 2)
+    figures["dynalite_cpu_ms"] = round(emulator * 1000 / timing.checks, 2)
+    return figures
+
+
+def measure(dynalite: str, quick: bool) -> dict[str, Any]:
+    """Every workload at every delay and client count, and over-admission at 8 clients."""
+    per_client = {1: 40 if quick else 100, 8: 10 if quick else 25}
+    runs = 2 if quick else 5
+    rows: list[dict[str, Any]] = []
+    over: dict[int, dict[str, list[int]]] = {}
+    for delay in DELAYS_MS:
+        with (
+            latency_proxy(dynalite, delay) as endpoint,
+            workloads.backend("dynalite", endpoint) as b,
+            contextlib.redirect_stdout(io.StringIO()),  # the service's metrics (EMF)
+        ):
+            log = workloads.RequestLog(b.client)
+            for impl, kind, make in WORKLOADS:
+                for clients in CLIENTS:
+                    figures = _one(b, log, make, clients, per_client[clients])
+                    rows.append({"delay_ms": delay, "impl": impl, "kind": kind, **figures})
+            over[delay] = workloads.over_admission(b, 8, runs, each=4)
+    return {
+        "delays_ms": list(DELAYS_MS),
+        "rows": rows,
+        "over_admission": {"clients": 8, "each": 4, "limit": workloads.WRITE_LIMIT, "runs": over},
+    }
+
+
+def _row(r: dict[str, Any], impl: str, kind: str, delay: int, clients: int) -> dict[str, Any]:
+    return next(
+        x
+        for x in r["rows"]
+        if (x["impl"], x["kind"], x["delay_ms"], x["clients"]) == (impl, kind, delay, clients)
+    )
+
+
+def crossover(r: dict[str, Any], kind: str, clients: int) -> str:
+    """The added delay at which ours first serves more checks/s than naive, interpolated
+    linearly in time per check between the two measured delays around it."""
+    delays = r["delays_ms"]
+
+    def gap(d: int) -> float:  # naive's time per check minus ours (s); > 0: ours ahead
+        ours, naive = _row(r, "ours", kind, d, clients), _row(r, "naive", kind, d, clients)
+        return float(1 / naive["checks_per_second"] - 1 / ours["checks_per_second"])
+
+    if gap(delays[0]) > 0:
+        return f"ours is ahead already at {delays[0]} ms"
+    for low, high in itertools.pairwise(delays):
+        if gap(high) > 0:
+            at = low + (high - low) * -gap(low) / (gap(high) - gap(low))
+            return f"~{at:.1f} ms"
+    return f"not reached by {delays[-1]} ms"
+
+
+def fit(r: dict[str, Any], impl: str, kind: str) -> tuple[float, float]:
+    """Least squares of one client's ms per check on the added delay: (local ms, slope).
+    The slope is the round trips per check that the delay actually cost."""
+    xs = [float(d) for d in r["delays_ms"]]
+    ys = [1000 / _row(r, impl, kind, d, 1)["checks_per_second"] for d in r["delays_ms"]]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return my - slope * mx, slope
+
+
+def _reaches(ours: tuple[float, float], naive: tuple[float, float], target: float) -> str:
+    """The added delay at which the fitted lines put ours at `target` x naive's checks/s."""
+    (a_o, b_o), (a_n, b_n) = ours, naive
+    if b_n <= target * b_o:
+        return f"never (ceiling {b_n / b_o:.2f}x)"
+    return f"{max(0.0, (target * a_o - a_n) / (b_n - target * b_o)):.0f} ms"
+
+
+def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
+    """The section's lines of Markdown."""
+    lines: list[str] = []
+    add = lines.append
+    add("## DynamoDB with a network: dynalite behind a proxy adding a delay to each request")
+    add("")
+    add("**Ours ÷ naive, checks/s** (above 1: ours serves more checks per second)")
+    add("")
+    add("| check | clients | " + " | ".join(f"+{d} ms" for d in r["delays_ms"]) + " | crossover |")
+    add("|---|---|" + "---|" * (len(r["delays_ms"]) + 1))
+    for kind in ("allowed", "refused"):
+        for clients in CLIENTS:
+            cells = []
+            for delay in r["delays_ms"]:
+                ours = _row(r, "ours", kind, delay, clients)["checks_per_second"]
+                naive = _row(r, "naive", kind, delay, clients)["checks_per_second"]
+                cells.append(f"{ours / naive:.2f}x")
+            add(
+                f"| {kind} | {clients} | " + " | ".join(cells) + f" | "
+                f"{crossover(r, kind, clients)} |"
+            )
+    add("")
+    add(
+        "| added delay | check | clients | implementation | p50 ms | p99 ms | checks/s | "
+        "checks/s vs ours | requests / check | client CPU ms / check | dynalite CPU ms / check |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    for delay in r["delays_ms"]:
+        for kind in ("allowed", "refused"):
+            for clients in CLIENTS:
+                ours = _row(r, "ours", kind, delay, clients)
+                for impl in IMPLEMENTATIONS:
+                    with contextlib.suppress(StopIteration):
+                        t = _row(r, impl, kind, delay, clients)
+                        ratio = t["checks_per_second"] / ours["checks_per_second"]
+                        add(
+                            f"| +{delay} ms | {kind} | {clients} | {impl} | {t['p50_ms']:.2f} | "
+                            f"{t['p99_ms']:.2f} | {t['checks_per_second']:.0f} | {ratio:.2f}x | "
+                            f"{t['requests_per_check']} | {t['client_cpu_ms']} | "
+                            f"{t['dynalite_cpu_ms']} |"
+                        )
+    add("")
+    add(
+        "**One client, fitted: ms per check = local + slope x added delay** (the slope is "
+        "the round trips a check waits for)"
+    )
+    add("")
+    add("| check | implementation | local ms | slope | ours reaches 1.8x naive at |")
+    add("|---|---|---|---|---|")
+    for kind in ("allowed", "refused"):
+        naive = fit(r, "naive", kind)
+        for impl in IMPLEMENTATIONS:
+            with contextlib.suppress(StopIteration):
+                line = fit(r, impl, kind)
+                reach = "" if impl == "naive" else _reaches(line, naive, 1.8)
+                add(f"| {kind} | {impl} | {line[0]:.1f} | {line[1]:.2f} | {reach} |")
+    if zae_error is not None:
+        add("")
+        add(f"zae-limiter: cannot run on dynalite ({zae_error})")
+    o = r["over_admission"]
+    add("")
+    add(
+        f"**Over-admission through the proxy**: {o['clients']} clients x {o['each']} writes "
+        f"on one session, write limit {o['limit']}; allowed per run"
+    )
+    add("")
+    add("| added delay | ours | naive |")
+    add("|---|---|---|")
+    for delay, counts in o["runs"].items():
+        add(
+            f"| +{delay} ms | {' '.join(map(str, counts['ours']))} | "
+            f"{' '.join(map(str, counts['naive']))} |"
+        )
+    return lines
