@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,8 +89,6 @@ async def _requests(
             await asyncio.sleep(delay)
         writer.write(data)
         await writer.drain()
-    with contextlib.suppress(OSError):
-        writer.write_eof()
 
 
 async def _responses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,13 +96,12 @@ async def _responses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     while data := await reader.read(CHUNK):
         writer.write(data)
         await writer.drain()
-    with contextlib.suppress(OSError):
-        writer.write_eof()
 
 
 async def serve(upstream: tuple[str, int], delay_ms: float, port: int = 0) -> None:
-    """Listen on loopback `port` (0: any free one), print it, and forward forever."""
+    """Listen on loopback `port` (0: any free one), print it, and forward until SIGTERM."""
     delay = delay_ms / 1000
+    live: set[asyncio.Task[None]] = set()  # the loop holds tasks weakly
 
     async def connection(c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         try:
@@ -111,20 +109,29 @@ async def serve(upstream: tuple[str, int], delay_ms: float, port: int = 0) -> No
         except OSError:
             c_writer.close()
             return
+        pumps = {
+            asyncio.create_task(_requests(c_reader, s_writer, delay)),
+            asyncio.create_task(_responses(s_reader, c_writer)),
+        }
+        live.update(pumps)
         try:
-            await asyncio.gather(
-                _requests(c_reader, s_writer, delay), _responses(s_reader, c_writer)
-            )
-        except (OSError, ValueError):
-            pass  # a reset or unframeable request ends this connection only
+            # Either side closing ends the exchange (HTTP needs no half-open connection).
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            for pump in done:
+                pump.exception()  # a reset or an unframeable request: this connection only
         finally:
+            for pump in pumps:
+                pump.cancel()
+                live.discard(pump)
             for writer in (c_writer, s_writer):
                 writer.close()
 
     server = await asyncio.start_server(connection, "127.0.0.1", port)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
-        await server.serve_forever()
+        await stop.wait()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ CLIENTS = (1, 8)
 # Checks per client before the clock starts: opens the pool's connections and brings each
 # session's last-calls record to its steady state (a trim every 5 allowed checks).
 WARM_UP = 10
+ROUNDS = 5
 
 Checker = Callable[[int, int], bool]
 
@@ -50,29 +52,48 @@ def _child_cpu_seconds(name: str) -> float:
     return total
 
 
-def _one(
-    b: workloads.Backend,
-    log: workloads.RequestLog,
-    make: Callable[[workloads.Backend, int], Checker],
-    clients: int,
-    per_client: int,
-) -> dict[str, Any]:
-    checker = make(b, clients)
-    workloads.timed(checker, clients, WARM_UP)
-    log.take()
-    cpu, emulator = time.process_time(), _child_cpu_seconds("dynalite")
-    timing = workloads.timed(checker, clients, per_client)
-    cpu, emulator = time.process_time() - cpu, _child_cpu_seconds("dynalite") - emulator
-    figures = timing.as_json()
-    figures["requests_per_check"] = round(sum(log.take().values()) / timing.checks, 2)
-    figures["client_cpu_ms"] = round(cpu * 1000 / timing.checks, 2)
-    figures["dynalite_cpu_ms"] = round(emulator * 1000 / timing.checks, 2)
-    return figures
+@dataclass
+class _Cell:
+    """One workload at one client count, summed over the rounds at one delay."""
+
+    impl: str
+    kind: str
+    clients: int
+    checker: Checker
+    samples: workloads.Samples
+    requests: int = 0
+    client_cpu_s: float = 0.0
+    dynalite_cpu_s: float = 0.0
+
+    def run(self, log: workloads.RequestLog, per_client: int) -> None:
+        log.take()
+        cpu, emulator = time.process_time(), _child_cpu_seconds("dynalite")
+        self.samples.add(workloads.sampled(self.checker, self.clients, per_client))
+        self.client_cpu_s += time.process_time() - cpu
+        self.dynalite_cpu_s += _child_cpu_seconds("dynalite") - emulator
+        self.requests += sum(log.take().values())
+
+    def as_json(self, delay: int) -> dict[str, Any]:
+        timing = self.samples.timing()
+        per_check = 1000 / timing.checks
+        return {
+            "delay_ms": delay,
+            "impl": self.impl,
+            "kind": self.kind,
+            **timing.as_json(),
+            "requests_per_check": round(self.requests / timing.checks, 2),
+            "client_cpu_ms": round(self.client_cpu_s * per_check, 2),
+            "dynalite_cpu_ms": round(self.dynalite_cpu_s * per_check, 2),
+        }
 
 
 def measure(dynalite: str, quick: bool) -> dict[str, Any]:
-    """Every workload at every delay and client count, and over-admission at 8 clients."""
-    per_client = {1: 40 if quick else 100, 8: 10 if quick else 25}
+    """Every workload at every delay and client count, and over-admission at 8 clients.
+
+    At each delay the workloads take turns for ROUNDS rounds, so a burst of load from
+    elsewhere on the machine falls on all of them rather than on one.
+    """
+    per_round = {1: 8 if quick else 20, 8: 2 if quick else 5}  # checks per client
     runs = 2 if quick else 5
     rows: list[dict[str, Any]] = []
     over: dict[int, dict[str, list[int]]] = {}
@@ -83,13 +104,21 @@ def measure(dynalite: str, quick: bool) -> dict[str, Any]:
             contextlib.redirect_stdout(io.StringIO()),  # the service's metrics (EMF)
         ):
             log = workloads.RequestLog(b.client)
-            for impl, kind, make in WORKLOADS:
-                for clients in CLIENTS:
-                    figures = _one(b, log, make, clients, per_client[clients])
-                    rows.append({"delay_ms": delay, "impl": impl, "kind": kind, **figures})
+            cells = [
+                _Cell(impl, kind, clients, make(b, clients), workloads.Samples(clients))
+                for clients in CLIENTS
+                for impl, kind, make in WORKLOADS
+            ]
+            for cell in cells:
+                workloads.sampled(cell.checker, cell.clients, WARM_UP)
+            for _ in range(ROUNDS):
+                for cell in cells:
+                    cell.run(log, per_round[cell.clients])
+            rows += [cell.as_json(delay) for cell in cells]
             over[delay] = workloads.over_admission(b, 8, runs, each=4)
     return {
         "delays_ms": list(DELAYS_MS),
+        "rounds": ROUNDS,
         "rows": rows,
         "over_admission": {"clients": 8, "each": 4, "limit": workloads.WRITE_LIMIT, "runs": over},
     }

@@ -267,7 +267,33 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[rank]
 
 
-def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> Timing:
+@dataclass
+class Samples:
+    """Per-check latencies (ms) and wall time of one or more runs of the same workload."""
+
+    clients: int
+    latencies_ms: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    allowed: int = 0
+
+    def add(self, other: Samples) -> None:
+        """Fold in another run (a later round of the same workload)."""
+        self.latencies_ms += other.latencies_ms
+        self.elapsed_s += other.elapsed_s
+        self.allowed += other.allowed
+
+    def timing(self) -> Timing:
+        return Timing(
+            clients=self.clients,
+            checks=len(self.latencies_ms),
+            p50_ms=statistics.median(self.latencies_ms),
+            p99_ms=percentile(self.latencies_ms, 99),
+            per_second=len(self.latencies_ms) / self.elapsed_s,
+            allowed=self.allowed,
+        )
+
+
+def sampled(check: Callable[[int, int], bool], clients: int, per_client: int) -> Samples:
     """Run `check(client, i)` per_client times on each of `clients` threads, all at once."""
     barrier = threading.Barrier(clients + 1)
     samples: list[list[float]] = [[] for _ in range(clients)]
@@ -288,14 +314,12 @@ def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> T
             future.result()
         elapsed = time.perf_counter() - start
     flat = [s for per in samples for s in per]
-    return Timing(
-        clients=clients,
-        checks=len(flat),
-        p50_ms=statistics.median(flat),
-        p99_ms=percentile(flat, 99),
-        per_second=len(flat) / elapsed,
-        allowed=sum(allowed),
-    )
+    return Samples(clients, flat, elapsed, sum(allowed))
+
+
+def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> Timing:
+    """Latency and throughput of `sampled`."""
+    return sampled(check, clients, per_client).timing()
 
 
 def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int], bool]:

@@ -1,0 +1,71 @@
+"""moto's DynamoDB as a server in its own process, for what dynalite cannot run (zae-limiter
+needs TransactWriteItems):
+
+    .venv/bin/python -m bench.moto_server
+
+Serialised (one request at a time, like dynalite) and with Nagle off, as
+scripts/serve_local.py runs it. Prints its port on the first line of stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socketserver
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import make_server
+
+
+def main() -> int:
+    socketserver.StreamRequestHandler.disable_nagle_algorithm = True
+    server = make_server(
+        "127.0.0.1",
+        0,
+        DomainDispatcherApplication(create_backend_app),
+        threaded=False,
+        request_handler=MotoRequestHandler,
+    )
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+    return 0
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """Run the server in a child process; yields its endpoint URL."""
+    env = {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        **os.environ,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.moto_server"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        port = proc.stdout.readline().strip()
+        if not port:
+            raise RuntimeError("the moto server did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
