@@ -135,33 +135,37 @@ async def serve(upstream: tuple[str, int], delay_ms: float, port: int = 0) -> No
 
 
 @contextlib.contextmanager
-def latency_proxy(endpoint: str, delay_ms: float) -> Iterator[str]:
-    """Run the proxy in its own process (away from the benchmark's GIL) in front of
-    `endpoint` (http://host:port); yields the proxied endpoint URL."""
-    host, _, port = endpoint.removeprefix("http://").partition(":")
+def child_server(module: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run `python -m module args` (a server that prints its loopback port first) in its
+    own process, away from the benchmark's GIL; yields its endpoint URL.
+
+    Raises:
+        RuntimeError: it exited without printing a port.
+    """
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.latency_proxy",
-            "--upstream",
-            f"{host}:{port}",
-            "--delay-ms",
-            str(delay_ms),
-        ],
+        [sys.executable, "-m", module, *args],
         cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
     )
     try:
         assert proc.stdout is not None
-        listening = proc.stdout.readline().strip()
-        if not listening:
-            raise RuntimeError("the latency proxy did not start")
-        yield f"http://127.0.0.1:{listening}"
+        port = proc.stdout.readline().strip()
+        if not port:
+            raise RuntimeError(f"{module} did not start")
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def latency_proxy(endpoint: str, delay_ms: float) -> contextlib.AbstractContextManager[str]:
+    """The proxy in front of `endpoint` (http://host:port), in a child process; yields the
+    proxied endpoint URL."""
+    upstream = endpoint.removeprefix("http://")
+    return child_server("bench.latency_proxy", "--upstream", upstream, "--delay-ms", str(delay_ms))
 
 
 def main() -> int:

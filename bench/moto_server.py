@@ -12,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socketserver
-import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -23,6 +20,8 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import make_server
+
+from bench.latency_proxy import child_server
 
 
 def main() -> int:
@@ -39,32 +38,15 @@ def main() -> int:
     return 0
 
 
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """Run the server in a child process; yields its endpoint URL."""
+def moto_server() -> contextlib.AbstractContextManager[str]:
+    """The server in a child process; yields its endpoint URL."""
     env = {
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
         **os.environ,
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.moto_server"],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        port = proc.stdout.readline().strip()
-        if not port:
-            raise RuntimeError("the moto server did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    return child_server("bench.moto_server", env=env)
 
 
 if __name__ == "__main__":
