@@ -16,6 +16,7 @@ from typing import Any
 
 from bench import workloads
 from bench.latency_proxy import latency_proxy
+from bench.moto_server import moto_server
 
 DELAYS_MS = (0, 2, 5, 10)
 CLIENTS = (1, 8)
@@ -124,11 +125,74 @@ def measure(dynalite: str, quick: bool) -> dict[str, Any]:
     }
 
 
-def _row(r: dict[str, Any], impl: str, kind: str, delay: int, clients: int) -> dict[str, Any]:
+def measure_moto(quick: bool, zae: Callable[[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Allowed checks of ours, naive and zae-limiter (run by `zae(endpoint, checks)`) on
+    a moto server behind the proxy: the one backend here that runs all three."""
+    per_client = 4 if quick else 8  # at 8 clients; twice that at 1, as zae_runner does
+    rows: list[dict[str, Any]] = []
+    errors: dict[int, str] = {}
+    with moto_server() as moto:
+        for delay in DELAYS_MS:
+            with latency_proxy(moto, delay) as endpoint:
+                with (
+                    workloads.backend("moto", endpoint) as b,
+                    contextlib.redirect_stdout(io.StringIO()),
+                ):
+                    for impl, make in (
+                        ("ours", workloads.ours_checker),
+                        ("naive", workloads.naive_checker),
+                    ):
+                        checker = make(b)
+                        workloads.sampled(checker, 8, 2)
+                        for clients in CLIENTS:
+                            n = per_client * (2 if clients == 1 else 1)
+                            timing = workloads.timed(checker, clients, n).as_json()
+                            rows.append({"delay_ms": delay, "impl": impl, **timing})
+                theirs = zae(endpoint, per_client)
+                if theirs.get("ok"):
+                    rows += [
+                        {"delay_ms": delay, "impl": "zae-limiter", **t} for t in theirs["timings"]
+                    ]
+                else:
+                    errors[delay] = str(theirs["error"])
+    return {"delays_ms": list(DELAYS_MS), "rows": rows, "zae_errors": errors}
+
+
+def moto_table(r: dict[str, Any]) -> list[str]:
+    """The moto section's lines of Markdown."""
+    lines = [
+        "## zae-limiter beside ours: a moto server behind the same proxy (allowed checks)",
+        "",
+        "| added delay | clients | implementation | p50 ms | p99 ms | checks/s | "
+        "checks/s vs ours |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for delay in r["delays_ms"]:
+        for clients in CLIENTS:
+            ours = _row(r, "ours", None, delay, clients)
+            for impl in ("ours", "naive", "zae-limiter"):
+                try:
+                    t = _row(r, impl, None, delay, clients)
+                except StopIteration:
+                    lines.append(f"| +{delay} ms | {clients} | {impl} | n/a | n/a | n/a | n/a |")
+                    continue
+                ratio = t["checks_per_second"] / ours["checks_per_second"]
+                lines.append(
+                    f"| +{delay} ms | {clients} | {impl} | {t['p50_ms']:.2f} | {t['p99_ms']:.2f} "
+                    f"| {t['checks_per_second']:.0f} | {ratio:.2f}x |"
+                )
+    for delay, error in r["zae_errors"].items():
+        lines.append(f"zae-limiter at +{delay} ms: {error}")
+    return lines
+
+
+def _row(
+    r: dict[str, Any], impl: str, kind: str | None, delay: int, clients: int
+) -> dict[str, Any]:
     return next(
         x
         for x in r["rows"]
-        if (x["impl"], x["kind"], x["delay_ms"], x["clients"]) == (impl, kind, delay, clients)
+        if (x["impl"], x.get("kind"), x["delay_ms"], x["clients"]) == (impl, kind, delay, clients)
     )
 
 

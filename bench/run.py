@@ -119,6 +119,7 @@ def measure(quick: bool) -> dict[str, Any]:
             out["backends"][name] = figures
         print("measuring through the latency proxy ...", file=sys.stderr, flush=True)
         out["network"] = network.measure(dynalite, quick)
+        out["network_moto"] = network.measure_moto(quick, zae)
         print("measuring the MCP round trip ...", file=sys.stderr, flush=True)
         out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 200)
     print("measuring cold start ...", file=sys.stderr, flush=True)
@@ -155,6 +156,8 @@ def table(r: dict[str, Any]) -> str:
     add(f"mcp-quota benchmark (python {r['python']}, {r['machine']})")
     add("")
     lines += network.table(r["network"], _zae_on_dynalite(r))
+    add("")
+    lines += network.moto_table(r["network_moto"])
     add("")
     add("## Cost per check (DynamoDB requests counted from botocore's before-call events)")
     add("")
