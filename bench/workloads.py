@@ -268,7 +268,33 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[rank]
 
 
-def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> Timing:
+@dataclass
+class Samples:
+    """Per-check latencies (ms) and wall time of one or more runs of the same workload."""
+
+    clients: int
+    latencies_ms: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    allowed: int = 0
+
+    def add(self, other: Samples) -> None:
+        """Fold in another run (a later round of the same workload)."""
+        self.latencies_ms += other.latencies_ms
+        self.elapsed_s += other.elapsed_s
+        self.allowed += other.allowed
+
+    def timing(self) -> Timing:
+        return Timing(
+            clients=self.clients,
+            checks=len(self.latencies_ms),
+            p50_ms=statistics.median(self.latencies_ms),
+            p99_ms=percentile(self.latencies_ms, 99),
+            per_second=len(self.latencies_ms) / self.elapsed_s,
+            allowed=self.allowed,
+        )
+
+
+def sampled(check: Callable[[int, int], bool], clients: int, per_client: int) -> Samples:
     """Run `check(client, i)` per_client times on each of `clients` threads, all at once."""
     barrier = threading.Barrier(clients + 1)
     samples: list[list[float]] = [[] for _ in range(clients)]
@@ -289,24 +315,40 @@ def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> T
             future.result()
         elapsed = time.perf_counter() - start
     flat = [s for per in samples for s in per]
-    return Timing(
-        clients=clients,
-        checks=len(flat),
-        p50_ms=statistics.median(flat),
-        p99_ms=percentile(flat, 99),
-        per_second=len(flat) / elapsed,
-        allowed=sum(allowed),
-    )
+    return Samples(clients, flat, elapsed, sum(allowed))
 
 
-def ours_checker(b: Backend) -> Callable[[int, int], bool]:
-    """Allowed reads, a new session every 150 calls (under the read limit of 200)."""
+def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> Timing:
+    """Latency and throughput of `sampled`."""
+    return sampled(check, clients, per_client).timing()
+
+
+def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int], bool]:
+    """Allowed reads, a new session every `calls_per_session` calls (under the read limit
+    of 200). Sessions no longer than `last_calls` (10) never trim their record."""
     checks = b.container.checks
     run = uuid.uuid4().hex[:8]
+    made: Counter[int] = Counter()  # per client, across runs of the same checker
 
     def check(client: int, i: int) -> bool:
-        session = f"lat-{run}-{client}-{i // 150}"
+        session = f"lat-{run}-{client}-{made[client] // calls_per_session}"
+        made[client] += 1
         return checks.check(TENANT, read_request(session, i)).allowed
+
+    return check
+
+
+def ours_refused_checker(b: Backend, clients: int) -> Callable[[int, int], bool]:
+    """Refused writes: each client's session has used its write budget (and had its first,
+    audited refusal) before the clock starts."""
+    checks = b.container.checks
+    sessions = [session_id() for _ in range(clients)]
+    for session in sessions:
+        for i in range(WRITE_LIMIT + 1):
+            checks.check(TENANT, write_request(session, i))
+
+    def check(client: int, i: int) -> bool:
+        return checks.check(TENANT, write_request(sessions[client], i)).allowed
 
     return check
 
@@ -321,23 +363,38 @@ def naive_checker(b: Backend) -> Callable[[int, int], bool]:
     return check
 
 
+def naive_refused_checker(b: Backend, clients: int) -> Callable[[int, int], bool]:
+    """Refused writes on sessions whose naive write counter is at the limit."""
+    naive = NaiveCounter(b.client, b.settings.counters_table)
+    sessions = [session_id() for _ in range(clients)]
+    for session in sessions:
+        for _ in range(WRITE_LIMIT):
+            naive.check(session, "write", WRITE_LIMIT)
+
+    def check(client: int, i: int) -> bool:
+        return naive.check(sessions[client], "write", WRITE_LIMIT)
+
+    return check
+
+
 # -- over-admission under concurrency --------------------------------------------------
 
 
-def burst(check: Callable[[], bool], clients: int) -> int:
-    """`clients` threads released together, one check each; how many were allowed."""
+def burst(check: Callable[[], bool], clients: int, each: int = 1) -> int:
+    """`clients` threads released together, `each` checks each; how many were allowed."""
     barrier = threading.Barrier(clients)
 
-    def one(_: int) -> bool:
+    def one(_: int) -> int:
         barrier.wait()
-        return check()
+        return sum(check() for _ in range(each))
 
     with ThreadPoolExecutor(clients) as pool:
         return sum(pool.map(one, range(clients)))
 
 
-def over_admission(b: Backend, clients: int, runs: int) -> dict[str, list[int]]:
-    """Allowed counts per run for ours and the naive counter against the write limit."""
+def over_admission(b: Backend, clients: int, runs: int, each: int = 1) -> dict[str, list[int]]:
+    """Allowed counts per run for ours and the naive counter against the write limit,
+    `clients` threads each making `each` checks on one session."""
     checks = b.container.checks
     naive = NaiveCounter(b.client, b.settings.counters_table)
     ours: list[int] = []
@@ -350,6 +407,6 @@ def over_admission(b: Backend, clients: int, runs: int) -> dict[str, list[int]]:
         return naive.check(session, "write", WRITE_LIMIT)
 
     for _ in range(runs):
-        ours.append(burst(functools.partial(ours_once, session_id()), clients))
-        theirs.append(burst(functools.partial(naive_once, session_id()), clients))
+        ours.append(burst(functools.partial(ours_once, session_id()), clients, each))
+        theirs.append(burst(functools.partial(naive_once, session_id()), clients, each))
     return {"ours": ours, "naive": theirs}

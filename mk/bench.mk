@@ -1,5 +1,7 @@
-# `make bench`: the figures of issue 6 (cost, latency, over-admission, MCP overhead, cold
-# start) in one run; prints a table, writes bench/results/latest.json. A few minutes.
+# `make bench`: ours against a naive counter and zae-limiter behind a latency proxy (issue 13),
+# then the figures of issue 6 (cost, latency, over-admission, MCP overhead, cold
+# start) in one run; prints the tables and the total time, writes bench/RESULTS.md and
+# bench/results/latest.json. At most 6 minutes on 2 cores.
 ZAE_VENV := bench/.venv-zae
 
 .PHONY: bench
