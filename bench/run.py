@@ -23,7 +23,7 @@ from typing import Any
 
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before chalicelib builds its Logger
 
-from bench import cold_start, mcp_overhead, network, workloads
+from bench import cold_start, mcp_overhead, network, scope_cost, workloads
 from tests.support import dynalite_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +135,9 @@ def measure(quick: bool) -> dict[str, Any]:
         print("measuring through the latency proxy ...", file=sys.stderr, flush=True)
         out["network"] = network.measure(dynalite, quick)
         out["network_moto"] = network.measure_moto(quick, zae)
+        print("measuring the cost of each scope configuration ...", file=sys.stderr, flush=True)
+        with quiet():
+            out["scopes"] = scope_cost.measure_all()
         print("measuring the MCP round trip ...", file=sys.stderr, flush=True)
         out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 200)
     print("measuring cold start ...", file=sys.stderr, flush=True)
@@ -173,6 +176,12 @@ def table(r: dict[str, Any]) -> str:
     lines += network.table(r["network"], _zae_on_dynalite(r))
     add("")
     lines += network.moto_table(r["network_moto"])
+    add("")
+    add("## Cost per check by scope (issue 11): requests and write units")
+    add("")
+    add("```")
+    lines += scope_cost.table(r["scopes"]).splitlines()
+    add("```")
     add("")
     add("## Cost per check (DynamoDB requests counted from botocore's before-call events)")
     add("")
