@@ -61,6 +61,30 @@ def _links_section(links: Sequence[EmailLink]) -> str:
     )
 
 
+def _commands(decision: Refused, quoted: str) -> str:
+    """The CLI commands that help, for the budget that refused."""
+    principal = "'" + str(decision.principal).replace("'", "'\\''") + "'"
+    if decision.escalated or decision.scope is Scope.PRINCIPAL:
+        lines = [
+            f"    inspect:  {CLI} principal show {principal}",
+            f'    resume:   {CLI} principal resume {principal} --reason "..."',
+            f"    raise:    {CLI} principal raise {principal} --category {decision.category} "
+            '--add 50 --reason "..."',
+        ]
+    elif decision.scope is Scope.TENANT:
+        lines = [f"    inspect:  {CLI} tenant show"]
+    else:
+        lines = [
+            f"    inspect:  {CLI} session show {quoted}",
+            f"    raise:    {CLI} session raise {quoted} --category {decision.category} "
+            '--add 10 --reason "..."',
+            f'    suspend:  {CLI} session suspend {quoted} --reason "..."',
+            f'    reset:    {CLI} session reset {quoted} --reason "..."',
+        ]
+    lines.append(f"    audit:    {CLI} audit --session {quoted}")
+    return "\n".join(lines) + "\n"
+
+
 def exhaustion_email(
     tenant: str, attempt: Attempt, decision: Refused, links: Sequence[EmailLink] = ()
 ) -> Notification:
@@ -104,12 +128,7 @@ Last calls of the session:
 {_calls_table(decision.last_calls)}
 {_links_section(links)}
 What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
-    inspect:  {CLI} session show {quoted}
-    raise:    {CLI} session raise {quoted} --category {decision.category} --add 10 --reason "..."
-    suspend:  {CLI} session suspend {quoted} --reason "..."
-    reset:    {CLI} session reset {quoted} --reason "..."
-    audit:    {CLI} audit --session {quoted}
-
+{_commands(decision, quoted)}
 You get one message per exhaustion, however often the agent keeps trying.
 """
     event = "principal_suspended" if decision.escalated else "quota_exceeded"

@@ -75,7 +75,7 @@ class LinkMaker:
             )
 
         out: list[EmailLink] = []
-        if decision.scope is Scope.SESSION and not decision.suspended:
+        if decision.scope is Scope.SESSION and not decision.suspended and not decision.escalated:
             amount = attempt.base_limit
             out.append(
                 EmailLink(

@@ -49,7 +49,7 @@ _ERROR_CODES = {
     HTTPStatus.UNSUPPORTED_MEDIA_TYPE: "unsupported_media_type",
     HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
 }
-_ADMIN_PREFIXES = ("/v1/sessions/", "/v1/grants")
+_ADMIN_PREFIXES = ("/v1/sessions/", "/v1/grants", "/v1/principals/", "/v1/tokens", "/actions/")
 
 
 def verbose(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -150,6 +150,16 @@ def install(quiet: bool) -> None:
     socketserver.StreamRequestHandler.disable_nagle_algorithm = True
     local.ThreadedHTTPServer.request_queue_size = BACKLOG
     local.ThreadedHTTPServer.daemon_threads = True
+    if quiet:
+        # A client that hangs up mid-request is not news: no traceback in the default log.
+        server_error = local.ThreadedHTTPServer.handle_error
+
+        def handle_error(self: Any, request: Any, client_address: Any) -> None:
+            if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                return
+            server_error(self, request, client_address)
+
+        local.ThreadedHTTPServer.handle_error = handle_error
 
     class RouteNotFound(local.LocalGatewayException):
         CODE = HTTPStatus.NOT_FOUND
