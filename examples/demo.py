@@ -122,11 +122,18 @@ def admin_view(base_url: str, session: str) -> list[str]:
     else:
         for event in audit.get("events", []):
             detail = event.get("detail", {})
-            summary = detail.get("subject") or (
-                f"{detail.get('tool')}: {detail.get('category')} "
-                f"{detail.get('used')}/{detail.get('limit')}, "
-                f"{len(detail.get('last_calls', []))} last calls kept as evidence"
-            )
+            after = event.get("after") or {}
+            if event.get("type") == "principal_suspended":
+                summary = (
+                    f"principal {after.get('principal')} suspended: "
+                    f"{event.get('reason') or 'by an administrator'}"
+                )
+            else:
+                summary = detail.get("subject") or (
+                    f"{detail.get('tool')}: {detail.get('category')} "
+                    f"{detail.get('used')}/{detail.get('limit')} ({detail.get('scope')} "
+                    f"scope), {len(detail.get('last_calls', []))} last calls kept as evidence"
+                )
             lines.append(f"    {event.get('at')}  {event.get('type'):<20} {summary}")
     return lines
 
@@ -136,15 +143,25 @@ def notification_from(log: Path | None) -> list[str]:
     if log is None:
         return ["(The notification, if any, is printed on the quota service's console.)"]
     lines = log.read_text(errors="replace").splitlines()
-    marker = next((i for i, line in enumerate(lines) if "=== notification" in line), None)
-    if marker is None:
+    markers = [i for i, line in enumerate(lines) if "=== notification" in line]
+    if not markers:
         return ["(No notification was printed by the service.)"]
     email: list[str] = []
-    for line in lines[marker:]:
-        if line.startswith(("127.0.0.1 - -", "{", "Found ")):
-            break
-        email.append("    " + line if line else "")
-    return ["The one e-mail sent for the whole loop (printed by the local stage):", *email]
+    for marker in markers:
+        for line in lines[marker + (1 if email else 0) :]:
+            if line.startswith(("127.0.0.1 - -", "{", "Found ", "refused ", "admin ")):
+                break
+            if email and "=== notification" in line:
+                break
+            email.append("    " + line if line else "")
+    heading = (
+        f"The {len(markers)} e-mails sent for the whole loop: the exhaustion, then the "
+        "principal's suspension once the loop kept ignoring refusals (printed by the local "
+        "stage):"
+        if len(markers) > 1
+        else "The one e-mail sent for the whole loop (printed by the local stage):"
+    )
+    return [heading, *email]
 
 
 def report(outcome: dict[str, Any], calls: int, session: str, where: dict[str, str]) -> str:
