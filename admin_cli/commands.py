@@ -156,6 +156,48 @@ def session_action(client: AdminClient, session_id: str, action: str, reason: st
     return Output(data, f"{headline}\n\n{render.session_view(session)}")
 
 
+def session_lower(client: AdminClient, session_id: str, category: str, reason: str) -> Output:
+    """`session lower`: bring a raised limit back down to the base.
+
+    Raises:
+        CliError: the request failed.
+    """
+    body = {"category": category, "reason": check_reason(reason)}
+    data = client.call("POST", _session_path(session_id, "lower"), body)
+    session = _object(data, "session")
+    headline = (
+        f"Lowered {render.cell(category)} for session {session_id}: "
+        f"limit {render.change(data.get('before'), data.get('after'))}."
+    )
+    return Output(data, f"{headline}\n\n{render.session_view(session)}")
+
+
+def session_list(client: AdminClient, state: str | None, since: str | None) -> Output:
+    """`session list`: the sessions blocked or suspended (default: the last 24 h).
+
+    Raises:
+        CliError: the request failed.
+    """
+    params = {k: v for k, v in (("state", state), ("since", since)) if v is not None}
+    query = "&".join(f"{k}={quote_segment(v)}" for k, v in params.items())
+    data = client.call("GET", "/v1/sessions" + (f"?{query}" if query else ""))
+    sessions = _list(data, "sessions")
+    if not sessions:
+        return Output(data, "No session was blocked or suspended in that time.")
+    headers = ("SESSION", "STATE", "PRINCIPAL", "SERVER", "LAST CALL")
+    rows = [
+        (
+            s.get("session_id"),
+            s.get("listing_state") or s.get("state"),
+            s.get("principal"),
+            s.get("server"),
+            s.get("last_call_at") or s.get("last_seen_at"),
+        )
+        for s in sessions
+    ]
+    return Output(data, render.table(headers, rows))
+
+
 def _principal_path(principal: str, action: str = "") -> str:
     path = f"/v1/principals/{quote_segment(check_session_id(principal))}"
     return f"{path}/{action}" if action else path

@@ -101,6 +101,14 @@ def _session_action(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.session_action(_client(args, env), args.session_id, args.action, args.reason)
 
 
+def _session_lower(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.session_lower(_client(args, env), args.session_id, args.category, args.reason)
+
+
+def _session_list(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.session_list(_client(args, env), args.state, args.since)
+
+
 def _principal_show(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.principal_show(_client(args, env), args.principal)
 
@@ -298,6 +306,13 @@ def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentPars
     }
     handlers = (_session_show, _session_raise, _session_action)
     _add_levers(commands, ("session_id", "SESSION_ID"), handlers, helps)
+    lower = _leaf(commands, "lower", "bring a raised limit back down to the base", _session_lower)
+    lower.add_argument("session_id", metavar="SESSION_ID")
+    lower.add_argument("--category", required=True, help="category to lower, e.g. write")
+    lower.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+    listing = _leaf(commands, "list", "sessions blocked or suspended lately", _session_list)
+    listing.add_argument("--state", choices=("blocked", "suspended", "active"))
+    listing.add_argument("--since", help="ISO-8601 time (default: 24 hours ago)")
 
 
 def _add_principal_commands(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

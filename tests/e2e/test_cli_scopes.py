@@ -90,3 +90,27 @@ def test_tokens_through_the_admin_api_with_a_binding(url: str) -> None:
     revoked = json.loads(cli(url, "token", "list", "--api", "--json").stdout)["tokens"]
     [mine] = [t for t in revoked if t["token_id"] == data["token_id"]]
     assert mine["revoked_at"] is not None
+
+
+def test_session_list_and_lower(url: str) -> None:
+    body = {"session_id": "cli-blocked", "tool": "delete_tag", "principal": "lister"}
+    for _ in range(16):
+        call(f"{url}/v1/check", "POST", body)
+    listed = cli(url, "session", "list", "--state", "blocked")
+    assert listed.returncode == 0, listed.stderr
+    assert "cli-blocked" in listed.stdout and "blocked" in listed.stdout
+    raised = cli(
+        url,
+        "session",
+        "raise",
+        "cli-blocked",
+        "--category",
+        "write",
+        "--add",
+        "5",
+        "--reason",
+        "finish",
+    )
+    assert raised.returncode == 0
+    lowered = cli(url, "session", "lower", "cli-blocked", "--category", "write", "--reason", "done")
+    assert lowered.returncode == 0 and "20 -> 15" in lowered.stdout, lowered.stdout
