@@ -293,7 +293,7 @@ def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
             with contextlib.suppress(StopIteration):
                 line = model(r, impl, kind)
                 ceiling, reach = "", ""
-                if impl != "naive":
+                if impl != "naive" and line[1]:
                     ceiling = f"{naive[1] / line[1]:.2f}x"
                     reach = _reaches(line, naive, 1.8)
                 add(f"| {kind} | {impl} | {line[0]:.1f} | {line[1]:.2f} | {ceiling} | {reach} |")

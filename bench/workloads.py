@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from moto import mock_aws
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 TENANT = "acme-prod"
 PRINCIPAL = "editor@example.com"
+BENCH_POLICY = Path(__file__).resolve().parent / "policy.json"
 READ_TOOLS = ("search_articles", "get_article", "list_tags")
 WRITE_TOOLS = ("delete_tag", "update_article", "publish_article")
 READ_LIMIT = 200
@@ -57,7 +59,10 @@ def backend(name: str, endpoint: str | None, pool: int = 80) -> Iterator[Backend
     with context:
         client = client_for(endpoint, pool=pool)
         settings = provisioned(client, fresh_settings(f"b{uuid.uuid4().hex[:8]}"))
-        settings = replace(settings, grant_cache_seconds=3600)
+        # Escalation off: the refused workloads keep refusing at the session, as measured
+        # (with it, the principal is suspended after 50 refusals and then refused at no
+        # cost at all, before any request).
+        settings = replace(settings, grant_cache_seconds=3600, policy=str(BENCH_POLICY))
         container = Container(settings=settings)
         container.__dict__["dynamodb"] = client  # one client for ours, the naive, and counting
         yield Backend(name, client, settings, container)
@@ -74,10 +79,12 @@ def session_id() -> str:
 
 
 def write_request(session: str, i: int = 0) -> CheckRequest:
+    # One principal per session: the bench measures the session counter, and a shared
+    # principal would meet its own budget (100 writes a day) across the bench's sessions.
     return CheckRequest(
         session_id=session,
         tool=WRITE_TOOLS[i % len(WRITE_TOOLS)],
-        principal=PRINCIPAL,
+        principal=f"{PRINCIPAL}/{session}",
         call_id=str(uuid.uuid4()),
     )
 
