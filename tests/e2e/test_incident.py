@@ -3,47 +3,23 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.e2e.http import ADMIN_TOKEN, call
-from tests.support import free_port, running_service
-
-
-@dataclass(frozen=True)
-class Stack:
-    url: str
-    queue_url: str
-    sqs: Any
+from tests.e2e.inbox import Stack, service_with_inbox
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    backend_port = free_port()
-    backend = f"http://127.0.0.1:{backend_port}"
-    with running_service({"QUOTA_BACKEND_PORT": str(backend_port)}) as url:
-        sns = boto3.client("sns", endpoint_url=backend, region_name="us-east-1")
-        sqs = boto3.client("sqs", endpoint_url=backend, region_name="us-east-1")
-        [topic] = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
-        queue_url = sqs.create_queue(QueueName="admin-inbox")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
-        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn["Attributes"]["QueueArn"])
-        yield Stack(url, queue_url, sqs)
+    with service_with_inbox() as started:
+        yield started
 
 
 def inbox(stack: Stack) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    while True:
-        batch = stack.sqs.receive_message(QueueUrl=stack.queue_url, MaxNumberOfMessages=10)
-        received = batch.get("Messages", [])
-        if not received:
-            return messages
-        messages += [json.loads(m["Body"]) for m in received]
+    return stack.inbox()
 
 
 def test_the_incident_over_http(stack: Stack) -> None:
