@@ -46,6 +46,8 @@ def _first_call(decision: Refused) -> str:
 
 
 def _refills(decision: Refused) -> str:
+    if decision.escalated or decision.suspended:
+        return "not by itself: only when an administrator resumes it"
     at = iso_utc(decision.resets_at_ms)
     if decision.scope is Scope.SESSION:
         return f"{at} if the session stays idle until then"

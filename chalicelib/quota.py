@@ -248,11 +248,6 @@ class SessionSnapshot:
         return replays < MAX_REPLAYS and now_ms - counted[0].at_ms <= REPLAY_WINDOW_MS
 
 
-def session_state(snapshot: SessionSnapshot | None, now_ms: int, idle_ms: int) -> SessionState:
-    """The state of a session that may never have been seen."""
-    return SessionState.UNSEEN if snapshot is None else snapshot.state(now_ms, idle_ms)
-
-
 @dataclass(frozen=True)
 class Attempt:
     """One check: everything the store needs to count it, resolved before any I/O."""
