@@ -192,6 +192,14 @@ def _categories(categories: Mapping[str, Any]) -> str:
     return table(headers, rows)
 
 
+def _outcome(call: Mapping[str, Any]) -> str:
+    """Allowed, or blocked; a run of refusals of one tool is one row with a count."""
+    if call.get("allowed"):
+        return "allowed"
+    repeats = call.get("repeats")
+    return f"BLOCKED x{repeats} in a row" if isinstance(repeats, int) and repeats > 1 else "BLOCKED"
+
+
 def _calls(calls: list[Any]) -> str:
     headers = ("AT", "TOOL", "CATEGORY", "RESULT", "CALL ID", "PRINCIPAL")
     rows = [
@@ -199,7 +207,7 @@ def _calls(calls: list[Any]) -> str:
             c.get("at"),
             c.get("tool"),
             c.get("category"),
-            "allowed" if c.get("allowed") else "BLOCKED",
+            _outcome(c),
             c.get("call_id"),
             c.get("principal"),
         )

@@ -21,11 +21,18 @@ if TYPE_CHECKING:
 CLI = "mcp-quota"
 
 
+def _result(allowed: bool, repeats: int) -> str:
+    """A call's outcome; a run of refusals of one tool shows as one line with a count
+    (its time is the last attempt's)."""
+    if allowed:
+        return "allowed"
+    return f"REFUSED x{repeats} in a row" if repeats > 1 else "REFUSED"
+
+
 def _calls_table(calls: tuple[CallRecord, ...]) -> str:
     rows = [("time (UTC)", "tool", "category", "result")]
     rows += [
-        (iso_utc(c.at_ms)[11:19], c.tool, c.category, "allowed" if c.allowed else "REFUSED")
-        for c in calls
+        (iso_utc(c.at_ms)[11:19], c.tool, c.category, _result(c.allowed, c.repeats)) for c in calls
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]

@@ -10,7 +10,7 @@ import base64
 import enum
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chalicelib.clock import iso_utc
 
@@ -160,6 +160,18 @@ class CallRecord:
     call_id: str | None = None
     replay: bool = False
     check_id: str | None = None
+    repeats: int = 1  # refusals of the same tool in a row, kept as one record
+
+    def repeats_of(self, earlier: CallRecord) -> bool:
+        """Whether this refused call repeats `earlier`: a runaway loop's next attempt at
+        the same refused tool, which the record keeps as one line with a count."""
+        return (
+            not self.allowed
+            and not earlier.allowed
+            and not self.replay
+            and not earlier.replay
+            and (self.tool, self.category) == (earlier.tool, earlier.category)
+        )
 
     def to_json(self) -> dict[str, object]:
         """The record as the API shows it."""
@@ -175,7 +187,26 @@ class CallRecord:
             out["principal"] = self.principal
         if self.replay:
             out["replay"] = True
+        if self.repeats > 1:
+            out["repeats"] = self.repeats
         return out
+
+
+def with_call(calls: tuple[CallRecord, ...], record: CallRecord) -> tuple[CallRecord, ...]:
+    """The last calls with `record` added: a refusal that repeats the last one is folded
+    into it ("delete_tag refused x385"), so a loop cannot push everything else out."""
+    if calls and record.repeats_of(calls[-1]):
+        folded = replace(record, repeats=calls[-1].repeats + record.repeats)
+        return (*calls[:-1], folded)
+    return (*calls, record)
+
+
+def fold_repeats(calls: tuple[CallRecord, ...] | list[CallRecord]) -> tuple[CallRecord, ...]:
+    """The last calls with every run of repeated refusals folded into one record."""
+    out: tuple[CallRecord, ...] = ()
+    for record in calls:
+        out = with_call(out, record)
+    return out
 
 
 @dataclass(frozen=True)

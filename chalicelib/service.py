@@ -32,6 +32,8 @@ from chalicelib.quota import (
     Spend,
     Verdict,
     explain_refusal,
+    fold_repeats,
+    with_call,
 )
 from chalicelib.validation import CheckRequest
 
@@ -264,7 +266,7 @@ class CheckService:
             resets_at_ms=attempt.resets_at_ms,
             reason=RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
             first_exhaustion=first,
-            last_calls=(*snapshot.calls, attempt.record(allowed=False))[-self._keep :],
+            last_calls=with_call(snapshot.calls, attempt.record(allowed=False))[-self._keep :],
             principal=attempt.principal,
             started_ms=snapshot.started_ms,
         )
@@ -335,7 +337,9 @@ class CheckService:
         if suspended and self._gate is not None:
             self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
         streak, first = self._budgets.note_refusal(step.key, step.spend)
-        calls = [c for c in session.calls if c.check_id != attempt.check_id or not c.allowed]
+        calls = fold_repeats(
+            [c for c in session.calls if c.check_id != attempt.check_id or not c.allowed]
+        )
         decision = Refused(
             session_id=attempt.session_id,
             tool=attempt.tool,
@@ -347,7 +351,7 @@ class CheckService:
             reason=RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
             scope=step.window.scope,
             first_exhaustion=first and not suspended,
-            last_calls=(*calls, attempt.record(allowed=False))[-self._keep :],
+            last_calls=with_call(calls, attempt.record(allowed=False))[-self._keep :],
             scopes=(*uses, use),
             principal=attempt.principal,
             started_ms=session.started_ms,

@@ -13,16 +13,27 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
     srv          the MCP server's name, when the caller says
-    calls, cids  the last calls (compact strings) and their ids, trimmed in batches
+    calls, cids  the last calls (compact strings) and their ids: `keep` entries
 
 Every entry of `cids` names the check that wrote it, so that botocore's own retry of a
 timed-out write fails its condition instead of counting or recording the call twice.
+
+The last calls cost no extra request. Each write returns the item, so the container
+remembers each session's lists (`_Tails`); once a list holds `keep` entries, a check
+writes the whole list, shifted by one, on condition that its tail is still the one
+remembered. A refusal that repeats the last one (same tool, still refused) replaces it
+with a count, so a runaway loop neither grows the item nor pushes the other calls out.
+Only when the container has not seen the list, or another writer changed it first, does
+a check append instead; the list then grows, and is trimmed in batches.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +45,14 @@ from chalicelib.ports import (
     RecordNotFound,
     StorageError,
 )
-from chalicelib.quota import Attempt, CallRecord, SessionKey, SessionSnapshot, call_id_key
+from chalicelib.quota import (
+    Attempt,
+    CallRecord,
+    SessionKey,
+    SessionSnapshot,
+    call_id_key,
+    fold_repeats,
+)
 from chalicelib.storage import updates
 from chalicelib.storage.updates import ConditionFailed as _ConditionFailed
 from chalicelib.storage.updates import n as _n
@@ -102,6 +120,9 @@ _APPEND_CALL = (
     "#calls = list_append(if_not_exists(#calls, :empty), :rec), "
     "#ids = list_append(if_not_exists(#ids, :empty), :cidl)"
 )
+# Once the list is full: the whole list, shifted by one, if its tail is the one we know.
+_REWRITE_CALLS = "#calls = :calls, #ids = :ids"
+_SAME_TAIL = "size(#ids) = :len AND #ids[{last}] = :tail"
 _COUNT = "#n = if_not_exists(#n, :zero) + :one, #started = if_not_exists(#started, :now)"
 CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {_APPEND_CALL}"
 CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
@@ -192,10 +213,14 @@ def _base36(value: int) -> str:
 
 
 def encode_call(record: CallRecord) -> str:
-    """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed.
-    Its ids are kept in `cids`; the principal is the session's, stored once."""
+    """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed,
+    and how many refusals in a row it stands for, if more than one. Its ids are kept in
+    `cids`; the principal is the session's, stored once."""
     allowed = "1" if record.allowed else "0"
-    return _SEP.join((_base36(record.at_ms), record.category, record.tool, allowed))
+    fields = [_base36(record.at_ms), record.category, record.tool, allowed]
+    if record.repeats > 1:
+        fields.append(str(record.repeats))
+    return _SEP.join(fields)
 
 
 def stored_id(record: CallRecord) -> str:
@@ -212,7 +237,7 @@ def stored_id(record: CallRecord) -> str:
 
 def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
     """Rebuild a call from its `calls` and `cids` entries."""
-    at, category, tool, allowed = text.split(_SEP, 3)
+    at, category, tool, allowed, *more = text.split(_SEP)
     call_id: str | None = None
     check_id: str | None = None
     if stored.startswith(COUNTED_CALL_ID):
@@ -222,8 +247,17 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
     elif stored.startswith((BLOCKED, REPLAYED, UNCOUNTED)) and _SEP in stored:
         call_id, check_id = stored[2:].rsplit(_SEP, 1)
     replay = stored.startswith(REPLAYED)
+    repeats = int(more[0]) if more else 1
     return CallRecord(
-        int(at, 36), category, tool, allowed == "1", principal, call_id or None, replay, check_id
+        int(at, 36),
+        category,
+        tool,
+        allowed == "1",
+        principal,
+        call_id or None,
+        replay,
+        check_id,
+        repeats,
     )
 
 
@@ -274,7 +308,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
 
 
 def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
-    """The last calls with every taken-back call shown once, as refused."""
+    """The last calls with every taken-back call shown once, as refused, and repeated
+    refusals folded into one record."""
     calls: list[CallRecord] = []
     for record, stored in entries:
         if stored.startswith(UNCOUNTED):
@@ -289,7 +324,7 @@ def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
                     del calls[i]
                     break
         calls.append(record)
-    return tuple(calls)
+    return fold_repeats(calls)
 
 
 def _remove_clause(removed: list[str]) -> tuple[str, dict[str, str]]:
@@ -339,6 +374,77 @@ def _holds(item: Mapping[str, Any] | None, entry: str) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Tail:
+    """A session's last-calls lists as stored: `calls` texts and `cids` entries."""
+
+    texts: tuple[str, ...]
+    ids: tuple[str, ...]
+
+    @classmethod
+    def of(cls, item: Mapping[str, Any]) -> _Tail | None:
+        texts = tuple(v["S"] for v in item.get(CALLS, {}).get("L", []))
+        ids = tuple(v["S"] for v in item.get(CALL_IDS, {}).get("L", []))
+        return cls(texts, ids) if len(texts) == len(ids) else None
+
+    def adding(self, record: CallRecord, keep: int) -> _Tail:
+        """The lists with `record` added: folded into the last entry when it repeats a
+        refusal, else appended; then the last `keep` entries."""
+        text, entry = encode_call(record), stored_id(record)
+        if self.ids and self.ids[-1].startswith(BLOCKED):
+            last = decode_call(self.texts[-1], self.ids[-1], None)
+            if record.repeats_of(last):
+                folded = encode_call(replace(record, repeats=last.repeats + 1))
+                return _Tail((*self.texts[:-1], folded), (*self.ids[:-1], entry))
+        return _Tail((*self.texts, text)[-keep:], (*self.ids, entry)[-keep:])
+
+    def condition(self) -> str:
+        """That the stored lists still end as these do (no other writer came between)."""
+        if not self.ids:
+            return "(attribute_not_exists(#ids) OR size(#ids) = :len)"
+        return _SAME_TAIL.format(last=len(self.ids) - 1)
+
+    def values(self, new: _Tail) -> dict[str, Any]:
+        """This tail's condition values, and the lists to write."""
+        values: dict[str, Any] = {
+            ":len": _n(len(self.ids)),
+            ":calls": {"L": [_s(t) for t in new.texts]},
+            ":ids": {"L": [_s(i) for i in new.ids]},
+        }
+        if self.ids:
+            values[":tail"] = _s(self.ids[-1])
+        return values
+
+
+class _Tails:
+    """The last-calls lists this container last saw, per session (least recently used
+    dropped first). A stale entry costs one failed condition, never a wrong record."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._tails: OrderedDict[str, _Tail] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> _Tail | None:
+        with self._lock:
+            return self._tails.get(key)
+
+    def learn(self, key: str, item: Mapping[str, Any] | None) -> None:
+        """Remember the lists of an item as just read or written (None: it is gone)."""
+        tail = _Tail.of(item) if item else None
+        self.put(key, tail)
+
+    def put(self, key: str, tail: _Tail | None) -> None:
+        with self._lock:
+            if tail is None:
+                self._tails.pop(key, None)
+                return
+            self._tails[key] = tail
+            self._tails.move_to_end(key)
+            if len(self._tails) > self._size:
+                self._tails.popitem(last=False)
+
+
 class CounterStore:
     """Counts checks on the session counter item; decides nothing about policy."""
 
@@ -354,6 +460,7 @@ class CounterStore:
         self._categories = tuple(categories)
         self._keep = max(1, keep_calls)
         self._batch = max(1, keep_calls // 2)
+        self._tails = _Tails()
 
     def _update(
         self,
@@ -396,9 +503,9 @@ class CounterStore:
     def _old(self, failed: _ConditionFailed, key: str, doing: str) -> dict[str, Any] | None:
         """The item a failed condition saw: returned with the failure, or read (dynalite
         ignores ReturnValuesOnConditionCheckFailure)."""
-        if failed.old_item:
-            return dict(failed.old_item)
-        return self._item(key, doing)
+        old = dict(failed.old_item) if failed.old_item else self._item(key, doing)
+        self._tails.learn(key, old)
+        return old
 
     def _names(self, attempt: Attempt) -> dict[str, str]:
         names = dict(_BASE_NAMES)
@@ -455,6 +562,28 @@ class CounterStore:
             update += CONSUME_SERVER
         key = _key(attempt.session)
         doing = "counting a call"
+        tail = self._tails.get(key)
+        if tail is not None and len(tail.ids) >= self._keep:
+            # The list is full: shift it in this same write, if nobody changed it since.
+            new = tail.adding(record, self._keep)
+            try:
+                item = self._update(
+                    key,
+                    update.replace(_APPEND_CALL, _REWRITE_CALLS),
+                    f"({CONSUME_CONDITION}) AND {tail.condition()}",
+                    names,
+                    {**values, **tail.values(new)},
+                    doing,
+                    old_on_failure=True,
+                )
+            except _ConditionFailed as failed:
+                old = self._old(failed, key, doing)
+                if old is None or _Tail.of(old) == tail:
+                    return NotConsumed(snapshot_from_item(old) if old else None)
+                # Another writer changed the list first: append instead, once.
+            else:
+                self._tails.put(key, new)
+                return Consumed(snapshot_from_item(item))
         try:
             item = self._update(
                 key, update, CONSUME_CONDITION, names, values, doing, old_on_failure=True
@@ -462,9 +591,9 @@ class CounterStore:
         except _ConditionFailed as failed:
             old = self._old(failed, key, doing)
             return NotConsumed(snapshot_from_item(old) if old else None)
-        snapshot = snapshot_from_item(item)
-        self._maybe_trim(key, len(snapshot.calls))
-        return Consumed(snapshot)
+        self._tails.learn(key, item)
+        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
+        return Consumed(snapshot_from_item(item))
 
     def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
         """Start idle-expired counters again with this call counted; None if another
@@ -492,6 +621,7 @@ class CounterStore:
             )
         except _ConditionFailed:
             return None
+        self._tails.learn(_key(attempt.session), item)
         return Consumed(snapshot_from_item(item))
 
     def record_block(
@@ -525,16 +655,25 @@ class CounterStore:
         key = _key(attempt.session)
         doing = "recording a refused call"
         first = False  # most refusals follow the first one at their limit
-        for _ in range(ADMIN_ROUNDS):
+        for round_ in range(ADMIN_ROUNDS):
             if suspended:
                 update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
             elif first:
                 update, condition = BLOCK_FIRST_UPDATE, BLOCK_FIRST_CONDITION
             else:
                 update, condition = BLOCK_AGAIN_UPDATE, BLOCK_AGAIN_CONDITION
+            # The failed check just read the lists: write them with this refusal folded
+            # in. Late rounds (other writers kept changing them) append instead.
+            tail = self._tails.get(key) if round_ < ADMIN_ROUNDS // 2 else None
+            new = tail.adding(record, self._keep) if tail is not None else None
+            written = values
+            if tail is not None and new is not None:
+                update = update.replace(_APPEND_CALL, _REWRITE_CALLS)
+                condition = f"{condition} AND {tail.condition()}"
+                written = {**values, **tail.values(new)}
             try:
                 old = self._update(
-                    key, update, condition, names, values, doing, "ALL_OLD", old_on_failure=True
+                    key, update, condition, names, written, doing, "ALL_OLD", old_on_failure=True
                 )
             except _ConditionFailed as failed:
                 now = self._old(failed, key, doing)
@@ -543,13 +682,17 @@ class CounterStore:
                     assert now is not None
                     notified = _notified(now.get(names["#z"]))
                     return not suspended and notified == (limit, attempt.check_id)
+                if suspended and now is not None and SUSPENDED in now and new is not None:
+                    continue  # still suspended: another refusal changed the lists first
                 if suspended or now is None or not _same_counters(now, seen.started_ms):
                     return None
                 notified = _notified(now.get(names["#z"]))
                 # A z_ in the old numeric form is rewritten, as a first refusal, once.
                 first = notified is None or notified[0] != limit or notified[1] is None
                 continue
-            self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
+            self._tails.put(key, new)
+            if new is None:
+                self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
             return first and not suspended
         return None
 
@@ -579,6 +722,7 @@ class CounterStore:
             )
         except _ConditionFailed as failed:
             return _holds(self._old(failed, key, doing), own)
+        self._tails.put(key, None)
         self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
         return True
 
@@ -595,6 +739,7 @@ class CounterStore:
         key = _key(attempt.session)
         doing = "taking back a counted call"
         names = self._names(attempt)
+        self._tails.put(key, None)
         try:
             self._update(key, UNCOUNT_UPDATE, UNCOUNT_CONDITION, names, values, doing, "NONE")
         except _ConditionFailed:
@@ -609,7 +754,9 @@ class CounterStore:
         Raises:
             StorageError: the store failed.
         """
-        item = self._item(_key(session), "reading a session")
+        key = _key(session)
+        item = self._item(key, "reading a session")
+        self._tails.learn(key, item)
         return snapshot_from_item(item) if item else None
 
     def _maybe_trim(self, key: str, length: int) -> None:
@@ -638,6 +785,8 @@ class CounterStore:
             return  # the session was reset meanwhile: nothing to trim
         except StorageError as exc:
             _log.warning("last-calls trim failed while %s", exc.doing)
+        finally:
+            self._tails.put(key, None)
 
     # -- administrator actions -------------------------------------------------------
 
@@ -654,6 +803,7 @@ class CounterStore:
         names = {**_BASE_NAMES, **names}
         key = _key(session)
         item = self._update(key, update, condition, names, values, doing, old_on_failure=True)
+        self._tails.learn(key, item)
         return snapshot_from_item(item)
 
     def raise_limit(

@@ -39,6 +39,8 @@ from chalicelib.quota import (
     SessionSnapshot,
     Spend,
     admits,
+    fold_repeats,
+    with_call,
 )
 from chalicelib.tokens import TokenRecord
 
@@ -71,7 +73,7 @@ class _Session:
             suspended=self.suspended_reason is not None,
             suspended_reason=self.suspended_reason,
             principal=self.principal,
-            calls=tuple(replace(c, principal=self.principal) for c in self.calls),
+            calls=fold_repeats([replace(c, principal=self.principal) for c in self.calls]),
             raised_until=dict(self.raised_until),
             server=self.server,
         )
@@ -95,7 +97,6 @@ class MemoryCounters:
     def __init__(self, categories: Iterable[str], keep_calls: int = 10) -> None:
         self._categories = tuple(categories)
         self._keep = max(1, keep_calls)
-        self._batch = max(1, keep_calls // 2)
         self._sessions: dict[SessionKey, _Session] = {}
         self._lock = threading.Lock()
         self._writes = 0
@@ -103,10 +104,9 @@ class MemoryCounters:
     def _append(self, session: _Session, record: CallRecord) -> None:
         if record.allowed and not record.replay and record.call_id is not None:
             record = replace(record, check_id=None)  # kept by call id alone, as in DynamoDB
-        session.calls.append(record)
-        # The DynamoDB item drops the oldest batch once the list is a batch past `keep`.
-        if len(session.calls) >= self._keep + self._batch:
-            del session.calls[: self._batch]
+        # As on DynamoDB: a repeated refusal is folded into the last record, and the
+        # record keeps the last `keep` entries.
+        session.calls = list(with_call(tuple(session.calls), record)[-self._keep :])
 
     def _touch(self, session: _Session, attempt: Attempt) -> None:
         session.last_seen_ms = attempt.now_ms

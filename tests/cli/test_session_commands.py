@@ -299,3 +299,14 @@ def test_an_answer_without_the_session_object_exits_1(cli: Cli, api: FakeAdminAp
 
     assert run.code == 1
     assert "'session'" in run.err
+
+
+def test_show_prints_a_runaway_loop_as_one_row_with_its_count(cli: Cli, api: FakeAdminApi) -> None:
+    view = session_view()
+    view["last_calls"][-1]["repeats"] = 385
+    api.reply("GET", "/v1/sessions/sess-1", 200, view)
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    blocked = next(line for line in run.out.splitlines() if "BLOCKED" in line)
+    assert blocked.split()[3:7] == ["BLOCKED", "x385", "in", "a"]

@@ -4,10 +4,12 @@ interface and `CheckService`: what a check counts, refuses, records and replays.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
 
+from bench.sizing import item_size
 from chalicelib.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.ports import Consumed, LimitChange, NotConsumed, SessionCounters
 from chalicelib.quota import (
@@ -421,4 +423,71 @@ def test_the_stored_session_stays_small(backend: Backend, clock: FixedClock) -> 
         service.check("demo", request)
     items = backend.client.scan(TableName=backend.settings.counters_table)["Items"]
     assert len(items) == 1
-    assert len(json.dumps(items[0])) < 1400  # an upper bound of DynamoDB's item size
+    assert item_size(items[0]) <= 1024  # one write unit, with the 10 exact last calls
+    stored = counters.get(S1)
+    assert stored is not None and len(stored.calls) == 10
+
+
+def test_a_runaway_loop_is_one_line_of_the_last_calls(stores: Stores, clock: FixedClock) -> None:
+    """385 refusals of the same tool fold into one record with a count: the loop shows at
+    a glance, and the calls before it stay in the record."""
+    service = checks(stores.counters, clock)
+    for i in range(16):
+        clock.advance(1)
+        allowed(service.check("demo", write() if i < 15 else read()))
+    for _ in range(385):
+        clock.advance(1)
+        last = refused(service.check("demo", write()))
+    stored = stores.counters.get(S1)
+    assert stored is not None and stored.refused == {"write": 385}
+    loop = stored.calls[-1]
+    assert (loop.tool, loop.allowed, loop.repeats, loop.at_ms) == (
+        "delete_tag",
+        False,
+        385,
+        clock(),
+    )
+    assert loop.to_json()["repeats"] == 385
+    assert [c.allowed for c in stored.calls] == [True] * 9 + [False]
+    assert stored.calls[-2].tool == "search_articles"
+    assert last.last_calls[-1].repeats == 385 and len(last.last_calls) == 10
+    clock.advance(1)
+    allowed(service.check("demo", read()))  # another tool ends the run
+    clock.advance(1)
+    again = refused(service.check("demo", write()))
+    assert [(c.tool, c.repeats) for c in again.last_calls[-3:]] == [
+        ("delete_tag", 385),
+        ("search_articles", 1),
+        ("delete_tag", 1),
+    ]
+
+
+def test_a_check_costs_one_request_and_a_refusal_two(backend: Backend, clock: FixedClock) -> None:
+    """Requests to DynamoDB per check, counted at the client: an allowed check is one
+    UpdateItem once the container has seen the session (no trims), a refusal is the
+    failed update plus the record of it; dynalite returns no old item with a failed
+    condition, so a refusal reads it (one GetItem more)."""
+    sent: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        sent[model.name] += 1
+
+    backend.client.meta.events.register("before-call.dynamodb", count)
+    categories = tuple(POLICY.categories)
+    counters = CounterStore(backend.client, backend.settings.counters_table, categories, 10)
+    service = checks(counters, clock)
+    allowed(service.check("demo", write()))
+    sent.clear()
+    for i in range(READS):
+        clock.advance(1)
+        allowed(service.check("demo", read(call_id=f"r{i}")))
+    assert sent == {"UpdateItem": READS}
+    for _ in range(14):
+        allowed(service.check("demo", write()))
+    refused(service.check("demo", write()))  # the first at its limit also marks it: 3
+    sent.clear()
+    for _ in range(50):
+        clock.advance(1)
+        refused(service.check("demo", write()))
+    reads = 50 if backend.name == "dynalite" else 0
+    assert sent == Counter({"UpdateItem": 100, "GetItem": reads}) + Counter()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from chalicelib.alerts import exhaustion_email
 from chalicelib.clock import iso_utc
 from chalicelib.quota import (
     Allowed,
@@ -14,6 +15,8 @@ from chalicelib.quota import (
     admits,
     call_id_key,
     explain_refusal,
+    fold_repeats,
+    with_call,
 )
 from chalicelib.storage.counters import decode_call, encode_call, stored_id
 from tests.support import T0
@@ -143,3 +146,51 @@ def test_session_states() -> None:
     assert active.state(T0 + HOUR + 1, HOUR) is SessionState.IDLE
     suspended = SessionSnapshot(last_seen_ms=T0, started_ms=T0, suspended=True)
     assert suspended.state(T0 + 5 * HOUR, HOUR) is SessionState.SUSPENDED
+
+
+def test_repeated_refusals_fold_into_one_record_with_a_count() -> None:
+    def call(tool: str, allowed: bool, at: int) -> CallRecord:
+        return CallRecord(T0 + at, "write", tool, allowed, check_id=f"k{at}")
+
+    calls: tuple[CallRecord, ...] = (call("delete_tag", True, 0),)
+    for at in range(1, 386):
+        calls = with_call(calls, call("delete_tag", False, at))
+    assert len(calls) == 2 and calls[-1].repeats == 385 and calls[-1].at_ms == T0 + 385
+    assert calls[-1].check_id == "k385"  # the last refusal's, so its retry is recognised
+    calls = with_call(calls, call("delete_post", False, 386))  # another tool: a new line
+    calls = with_call(calls, call("delete_post", True, 387))  # allowed: never folded
+    calls = with_call(calls, call("delete_post", True, 388))
+    assert [(c.tool, c.allowed, c.repeats) for c in calls] == [
+        ("delete_tag", True, 1),
+        ("delete_tag", False, 385),
+        ("delete_post", False, 1),
+        ("delete_post", True, 1),
+        ("delete_post", True, 1),
+    ]
+    assert fold_repeats(list(calls)) == calls
+
+
+def test_a_folded_record_survives_its_compact_encoding() -> None:
+    record = CallRecord(T0, "write", "delete_tag", False, check_id="k1", repeats=385)
+    text = encode_call(record)
+    assert text.endswith("|0|385")
+    assert decode_call(text, stored_id(record), None) == record
+    single = CallRecord(T0, "write", "delete_tag", False, check_id="k1")
+    assert decode_call(encode_call(single), stored_id(single), None) == single
+
+
+def test_the_email_shows_a_runaway_loop_as_one_line() -> None:
+    loop = CallRecord(T0, "write", "delete_tag", False, check_id="k1", repeats=385)
+    decision = Refused(
+        session_id="s1",
+        tool="delete_tag",
+        category="write",
+        used=15,
+        limit=15,
+        now_ms=T0,
+        resets_at_ms=T0 + HOUR,
+        reason=RefusalReason.QUOTA_EXCEEDED,
+        last_calls=(CallRecord(T0 - 1000, "write", "delete_tag", True), loop),
+    )
+    body = exhaustion_email("demo", attempt(), decision).body
+    assert "delete_tag  write     REFUSED x385 in a row" in body
