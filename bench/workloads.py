@@ -332,7 +332,7 @@ def timed(check: Callable[[int, int], bool], clients: int, per_client: int) -> T
 
 def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int], bool]:
     """Allowed reads, a new session every `calls_per_session` calls (under the read limit
-    of 200). Sessions no longer than `last_calls` (10) never trim their record."""
+    of 200)."""
     checks = b.container.checks
     run = uuid.uuid4().hex[:8]
     made: Counter[int] = Counter()  # per client, across runs of the same checker
