@@ -206,8 +206,8 @@ class SessionCounters(Protocol):
     ) -> SessionSnapshot | None:
         """Give back `unused` calls of a lease: the count and the leased count go down, if
         the counters are still the generation that granted it (`lease.started_ms`), hold
-        that many leased calls, and this lease was not returned before. Returns the
-        session after, or None if nothing was given back.
+        that many leased calls, and this lease is not the one last given back (a retried
+        return). Returns the session after, or None if nothing was given back.
 
         Raises:
             StorageError: the store failed.

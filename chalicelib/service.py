@@ -412,13 +412,14 @@ class CheckService:
     def return_lease(self, tenant: str, request: LeaseReturn) -> int:
         """Give back the calls of a lease that the client did not spend, best effort: to
         the session only if its counters are the generation that granted the lease, to a
-        wider budget only in the window that granted it; once per lease. Returns the
-        calls given back to the session (0: nothing applied).
+        wider budget only in the window that granted it; a retried return applies once.
+        Returns the calls given back to the session (0: nothing applied).
 
         Unverified by design: a server token is trusted to enforce quotas anyway (it
         could skip checks), so a return is capped at what the lease id says it granted,
-        at the category's lease_max, at what the session has counted through leases,
-        and applied once.
+        at the category's lease_max and at what the session has counted through leases;
+        the session remembers the lease it last took back, so a retry is not applied
+        twice.
 
         Raises:
             StorageError: the store failed.

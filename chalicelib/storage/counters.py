@@ -11,7 +11,9 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     z_<cat>      "<limit>|<check id>": the refusal that first met that limit (one event)
     b_<cat>      refused attempts since the counters started
     l_<cat>      calls counted through leases (granted at once, spent by the client locally)
-    lr           check ids of the leases given back (a string set): each returns once
+    lr           the check id of the lease last given back: a retried return (botocore's
+                 own retry of a timed-out write included) applies once. One id, not a set,
+                 so the item stays small; an older return sent again is still capped by l_
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
     srv          the MCP server's name, when the caller says
@@ -161,12 +163,13 @@ TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n >= :units"
 UNCOUNT_UPDATE = f"SET #n = #n - :units, {_APPEND_CALL}"
 UNCOUNT_LEASED = " ADD #l :minus"
-# Unspent calls of a lease come back once (`#lr`), to the generation that granted them,
-# never more than the leases counted.
+# Unspent calls of a lease come back to the generation that granted them, never more than
+# the leases counted, and not twice in a row (`#lr`: the last lease given back).
 RETURN_CONDITION = (
-    f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused AND NOT contains(#lr, :ret)"
+    f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused"
+    " AND (attribute_not_exists(#lr) OR #lr <> :ret)"
 )
-RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused ADD #lr :retset"
+RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused, #lr = :ret"
 UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 
 # Administrator actions. None of them compares the idle clock or the counters, which
@@ -662,8 +665,8 @@ class CounterStore:
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int
     ) -> SessionSnapshot | None:
-        """Give back unspent leased calls once, to the counters that granted them; None
-        if nothing was given back (another generation, already returned, not leased).
+        """Give back unspent leased calls to the counters that granted them; None if
+        nothing was given back (another generation, just returned, not leased).
 
         Raises:
             StorageError: the store failed.
@@ -678,7 +681,6 @@ class CounterStore:
             ":started": _n(lease.started_ms),
             ":unused": _n(unused),
             ":ret": _s(lease.check_id),
-            ":retset": {"SS": [lease.check_id]},
         }
         try:
             item = self._update(

@@ -62,7 +62,7 @@ class _Session:
     raised_until: dict[str, int] = field(default_factory=dict)
     server: str | None = None
     leased: dict[str, int] = field(default_factory=dict)
-    returned: set[str] = field(default_factory=set)  # check ids of returned leases
+    last_returned: str | None = None  # the check id of the lease last given back
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -242,19 +242,20 @@ class MemoryCounters:
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int
     ) -> SessionSnapshot | None:
-        """Give back unspent leased calls once, to the counters that granted them."""
+        """Give back unspent leased calls to the counters that granted them, not twice in
+        a row."""
         with self._lock:
             found = self._sessions.get(session)
             category = lease.category
             if (
                 found is None
                 or found.started_ms != lease.started_ms
-                or lease.check_id in found.returned
+                or lease.check_id == found.last_returned
                 or found.leased.get(category, 0) < unused
                 or found.counts.get(category, 0) < unused
             ):
                 return None
-            found.returned.add(lease.check_id)
+            found.last_returned = lease.check_id
             found.counts[category] -= unused
             found.leased[category] -= unused
             return found.snapshot()

@@ -133,6 +133,22 @@ def test_unspent_calls_come_back_once(stores: Stores, clock: FixedClock) -> None
     assert counted(stores) == (13, 13)
 
 
+def test_a_return_sent_again_later_is_still_capped_by_the_leases_counted(
+    stores: Stores, clock: FixedClock
+) -> None:
+    checks = service(stores, clock)
+    first = granted(checks.check("demo", read(5)))
+    second = granted(checks.check("demo", read(5)))
+    assert checks.return_lease("demo", back(first, 4)) == 4
+    assert checks.return_lease("demo", back(second, 4)) == 4
+    assert counted(stores) == (2, 2)
+    # The session keeps only the last lease taken back: an older one sent again is
+    # bounded by what was counted through leases, never below it.
+    assert checks.return_lease("demo", back(first, 4)) == 0
+    assert checks.return_lease("demo", back(first, 2)) == 2
+    assert counted(stores) == (0, 0)
+
+
 def test_a_return_never_takes_back_more_than_the_leases_counted(
     stores: Stores, clock: FixedClock
 ) -> None:
