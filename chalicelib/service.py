@@ -198,7 +198,8 @@ class CheckService:
         counted = self._count_session(attempt)
         if isinstance(counted, Refused):
             return counted
-        allowed, snapshot = counted
+        # The attempt as counted: a lease at the end of the budget has fewer units.
+        allowed, snapshot, attempt = counted
         steps = self._steps(attempt, category)
         if allowed.duplicate or not steps:
             return allowed
@@ -210,25 +211,27 @@ class CheckService:
 
     # -- the session -------------------------------------------------------------------
 
-    def _count_session(self, attempt: Attempt) -> tuple[Allowed, SessionSnapshot] | Refused:
+    def _count_session(
+        self, attempt: Attempt
+    ) -> tuple[Allowed, SessionSnapshot, Attempt] | Refused:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
-                return self._allowed(attempt, result.snapshot), result.snapshot
+                return self._allowed(attempt, result.snapshot), result.snapshot, attempt
             snapshot = result.snapshot
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
             if verdict is Verdict.ALREADY_COUNTED:
-                return self._allowed(attempt, snapshot), snapshot
+                return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
                 reset = self._store.reset_expired(attempt, snapshot.last_seen_ms)
                 if reset is not None:
-                    return self._allowed(attempt, reset.snapshot), reset.snapshot
+                    return self._allowed(attempt, reset.snapshot), reset.snapshot, attempt
                 continue
             if verdict is Verdict.DUPLICATE:
                 if self._store.record_replay(attempt, snapshot):
-                    return self._allowed(attempt, snapshot, duplicate=True), snapshot
+                    return self._allowed(attempt, snapshot, duplicate=True), snapshot, attempt
                 continue
             again = _try_again_as(attempt, snapshot, verdict)
             if again is not None:

@@ -194,6 +194,21 @@ def test_a_lease_takes_all_its_calls_from_a_wider_budget_and_gives_them_back(
     assert sum(snapshot.counts[start]["read"] for start in snapshot.counts) == 14
 
 
+def test_a_partial_grant_takes_only_what_it_granted_from_a_wider_budget(
+    stores: Stores, clock: FixedClock
+) -> None:
+    checks = service(stores, clock, WIDER)
+    for size in (10, 10, 7):
+        granted(checks.check("demo", read(size, principal="bot")))
+    last = checks.check("demo", read(10, principal="bot"))
+    assert granted(last).granted == 3
+    assert [use.used for use in last.scopes] == [READS]
+    assert checks.return_lease("demo", back(granted(last), 3)) == 3
+    snapshot = stores.budgets.get(BudgetKey.principal("demo", "bot"))
+    assert snapshot is not None
+    assert sum(counts["read"] for counts in snapshot.counts.values()) == READS - 3
+
+
 def test_a_lease_bigger_than_a_wider_budget_has_left_is_one_call(
     stores: Stores, clock: FixedClock
 ) -> None:

@@ -60,7 +60,8 @@ class CheckRequest:
     principal: str | None = None
     call_id: str | None = None
     lease: int | None = None
-    """Calls to reserve at once, this one included (the client sets it for leased reads)."""
+    """Calls to reserve at once, this one included. Leave it None: `QuotaClient` sets it
+    for leased reads and spends what the service grants."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
