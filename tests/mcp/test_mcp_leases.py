@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import mcp_types as mt
 import pytest
 from articles_library import Library
 from articles_server import build_server
+from articles_server_sdk import build_server as build_sdk_server
 from fastmcp import Client
+from mcp import Client as SdkClient
 from mcp_quota_client import META_DECISION_KEY, META_SESSION_KEY, QuotaClient, QuotaClientConfig
+from mcp_types import RequestParamsMeta
 
 from tests.api.conftest import Api, body, running_api
 from tests.support import FixedClock
@@ -221,3 +224,18 @@ def test_the_environment_can_turn_leases_off() -> None:
     assert QuotaClientConfig.from_env({**env, "MCP_QUOTA_LEASE": "off"}).lease is False
     config = QuotaClientConfig.from_env({**env, "MCP_QUOTA_LEASE_IDLE_SECONDS": "7.5"})
     assert config.lease_idle_seconds == 7.5
+
+
+async def test_the_sdk_guard_leases_reads_too(quota: Quota, client_clock: ManualClock) -> None:
+    library = Library()
+    server = build_sdk_server(quota_client(quota, client_clock), library)
+    meta = cast(RequestParamsMeta, {META_SESSION_KEY: "sdk-reader"})
+
+    async with SdkClient(server) as client:
+        for _ in range(30):
+            result = await client.call_tool("search_articles", {"query": "ai"}, meta=meta)
+            assert result.is_error is False
+
+    assert library.searches == 30
+    assert len(quota.checks()) == 5  # 2 + 4 + 8 + 10 + 10
+    assert quota.session("sdk-reader")["categories"]["read"]["used"] == 34
