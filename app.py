@@ -39,7 +39,12 @@ from chalicelib.tokens import (
     effective_principal,
     encode_principals,
 )
-from chalicelib.validation import parse_check, parse_json_object, session_id_param
+from chalicelib.validation import (
+    parse_check,
+    parse_json_object,
+    parse_lease_return,
+    session_id_param,
+)
 from chalicelib.wiring import Container
 
 if TYPE_CHECKING:
@@ -65,7 +70,7 @@ def reset_dependencies(container: Container | None = None) -> None:
     _container = container
 
 
-SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"])]
+SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return", ["POST"])]
 
 
 @app.authorizer(ttl_seconds=60)
@@ -238,6 +243,15 @@ def decision_response(decision: Decision) -> Response:
         }
     headers = _rate_limit_headers(decision)
     if not isinstance(decision, Refused):
+        if decision.lease is not None:
+            lease = decision.lease
+            body["lease"] = {
+                "id": lease.lease_id,
+                "granted": lease.granted,
+                "expires_at": iso_utc(lease.expires_at_ms),
+                "lease_seconds": lease.lease_seconds,
+                "lease_max": lease.lease_max,
+            }
         return Response(body=body, status_code=200, headers=headers)
     body["error"] = {
         "code": str(decision.reason),
@@ -294,6 +308,18 @@ def check() -> Response:
             },
         )
     return decision_response(decision)
+
+
+@app.route("/v1/leases/return", methods=["POST"], authorizer=bearer)
+@handled
+def return_lease() -> Response:
+    """Give back the calls of a lease the client did not spend; best effort, once."""
+    identity = caller()
+    if identity.role not in (SERVER, ADMIN):
+        raise QuotaServiceError("Unknown role.")
+    request = parse_lease_return(request_body())
+    returned = deps().checks.return_lease(identity.tenant, request)
+    return Response(body={"returned": returned}, status_code=200)
 
 
 # -- administrator endpoints (admin tokens only; tenant from the token) ---------------

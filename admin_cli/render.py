@@ -175,11 +175,13 @@ def budget_view(budget: Mapping[str, Any]) -> str:
 
 
 def _categories(categories: Mapping[str, Any]) -> str:
-    headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING", "REFUSED")
+    # LEASED: of USED, calls counted at once in leases (a client spends them locally).
+    headers = ("CATEGORY", "USED", "LEASED", "LIMIT", "BASE", "RAISED", "REMAINING", "REFUSED")
     rows = [
         (
             name,
             c.get("used"),
+            c.get("leased"),
             c.get("limit"),
             c.get("base_limit"),
             c.get("raised_limit"),

@@ -46,6 +46,9 @@ def articles_server(quota_url: str | None) -> Iterator[str]:
         command.append("--no-quota")
     else:
         env.update({"MCP_QUOTA_URL": quota_url, "MCP_QUOTA_TOKEN": "dev-server-token"})
+        # One check per call, as before leases: what a check costs. bench/leases.py
+        # measures leased reads, on and off.
+        env["MCP_QUOTA_LEASE"] = "off"
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
         try:

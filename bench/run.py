@@ -23,7 +23,7 @@ from typing import Any
 
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before chalicelib builds its Logger
 
-from bench import cold_start, mcp_overhead, network, scope_cost, workloads
+from bench import cold_start, leases, mcp_overhead, network, scope_cost, workloads
 from tests.support import dynalite_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,6 +140,8 @@ def measure(quick: bool) -> dict[str, Any]:
             out["scopes"] = scope_cost.measure_all()
         print("measuring the MCP round trip ...", file=sys.stderr, flush=True)
         out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 200)
+        print("measuring leased reads ...", file=sys.stderr, flush=True)
+        out["leases"] = leases.measure(dynalite, runs=1 if quick else 3)
     print("measuring cold start ...", file=sys.stderr, flush=True)
     out["cold_start"] = cold(5 if quick else 8)
     return out
@@ -262,6 +264,8 @@ def table(r: dict[str, Any]) -> str:
         f"{m['direct_check']['median_ms']:.2f} | {m['direct_check']['p99_ms']:.2f} |"
     )
     add(f"Quota service: {m['quota_backend']}.")
+    if "leases" in r:
+        lines += leases.table(r["leases"])
     c = r["cold_start"]
     add("")
     add("## Cold start (bench/cold_start.py: fresh interpreters, medians)")

@@ -73,6 +73,7 @@ class SessionViews:
             used = 0 if fresh else snapshot.counts.get(name, 0)
             categories[name] = {
                 "used": used,
+                "leased": 0 if fresh else snapshot.leased.get(name, 0),
                 "limit": limit,
                 "base_limit": base,
                 "raised_limit": raised,

@@ -27,6 +27,10 @@ DAY_SECONDS = 86_400
 _WINDOW = re.compile(r"^([1-9][0-9]{0,4})([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": DAY_SECONDS}
 DEFAULT_SUSPEND_AFTER = 50
+DEFAULT_LEASE_MAX = 10
+DEFAULT_LEASE_SECONDS = 30
+MAX_LEASE = 100  # the most calls one check may ask for; a category's lease_max is capped too
+MAX_LEASE_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,12 @@ class Category:
     description: str = ""
     principal: WindowLimit | None = None
     tenant: WindowLimit | None = None
+    lease: bool = False
+    """Whether a client may reserve up to `lease_max` calls in one check (reads only)."""
+    lease_max: int = DEFAULT_LEASE_MAX
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    """How long a client may spend a lease: with `lease_max`, the bound on how late a
+    suspension or raise reaches a leasing client."""
 
     @property
     def windows(self) -> tuple[WindowLimit, ...]:
@@ -165,7 +175,17 @@ def _category(name: str, raw: Any) -> Category:
         raise ConfigurationError(f"category name {name!r} must match {CATEGORY_NAME.pattern}")
     if not isinstance(raw, dict):
         raise ConfigurationError(f"category {name!r} must be an object")
-    unknown = set(raw) - {"limit", "max_limit", "notify", "description", "principal", "tenant"}
+    unknown = set(raw) - {
+        "limit",
+        "max_limit",
+        "notify",
+        "description",
+        "principal",
+        "tenant",
+        "lease",
+        "lease_max",
+        "lease_seconds",
+    }
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
     limit = raw.get("limit")
@@ -181,7 +201,48 @@ def _category(name: str, raw: Any) -> Category:
     inner = principal.limit if principal else limit
     tenant = _window_limit(name, Scope.TENANT, raw.get("tenant"), inner)
     description = str(raw.get("description", ""))
-    return Category(name, limit, max_limit, notify, description, principal, tenant)
+    lease, lease_max, lease_seconds = _lease(name, raw, limit)
+    return Category(
+        name,
+        limit,
+        max_limit,
+        notify,
+        description,
+        principal,
+        tenant,
+        lease,
+        lease_max,
+        lease_seconds,
+    )
+
+
+def _lease(name: str, raw: dict[str, Any], limit: int) -> tuple[bool, int, int]:
+    """A category's lease settings: reads lease by default, writes never may."""
+    lease = raw.get("lease", name == READ)
+    if not isinstance(lease, bool):
+        raise ConfigurationError(f"category {name!r}: lease must be true or false")
+    if lease and name == WRITE:
+        raise ConfigurationError(
+            f"category {name!r}: lease must not be true: tools that are not read-only "
+            "(and unannotated ones) land here, and every such call needs its own check"
+        )
+    lease_max = raw.get("lease_max", min(DEFAULT_LEASE_MAX, limit))
+    if not isinstance(lease_max, int) or isinstance(lease_max, bool):
+        raise ConfigurationError(f"category {name!r}: lease_max must be an integer")
+    if not 1 <= lease_max <= min(limit, MAX_LEASE):
+        raise ConfigurationError(
+            f"category {name!r}: lease_max must be from 1 to the limit and at most {MAX_LEASE}"
+        )
+    lease_seconds = raw.get("lease_seconds", DEFAULT_LEASE_SECONDS)
+    if (
+        not isinstance(lease_seconds, int)
+        or isinstance(lease_seconds, bool)
+        or not 1 <= lease_seconds <= MAX_LEASE_SECONDS
+    ):
+        raise ConfigurationError(
+            f"category {name!r}: lease_seconds must be an integer from 1 to {MAX_LEASE_SECONDS}"
+        )
+    return lease, lease_max, lease_seconds
 
 
 def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
@@ -220,6 +281,12 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     for required in (READ, WRITE):
         if required not in categories:
             raise ConfigurationError(f"policy must define the {required!r} category")
+    most_restrictive = min(categories.values(), key=lambda c: c.limit)
+    if most_restrictive.lease:
+        raise ConfigurationError(
+            f"category {most_restrictive.name!r}: lease must not be true: it has the smallest "
+            "limit, so tools the policy does not know land there, and those may write"
+        )
     raw_rules = document.get("rules", [])
     if not isinstance(raw_rules, list):
         raise ConfigurationError("rules must be a list")

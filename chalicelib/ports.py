@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         Attempt,
         BudgetKey,
         BudgetSnapshot,
+        LeaseId,
         SessionKey,
         SessionSnapshot,
         Spend,
@@ -200,6 +201,18 @@ class SessionCounters(Protocol):
             StorageError: the store failed.
         """
 
+    def return_lease(
+        self, session: SessionKey, lease: LeaseId, unused: int
+    ) -> SessionSnapshot | None:
+        """Give back `unused` calls of a lease: the count and the leased count go down, if
+        the counters are still the generation that granted it (`lease.started_ms`), hold
+        that many leased calls, and this lease is not the one last given back (a retried
+        return). Returns the session after, or None if nothing was given back.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """The session as stored (strongly consistent), or None.
 
@@ -260,15 +273,16 @@ class BudgetCounters(Protocol):
     """
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
-        """Count one call if the budget is not suspended and is under its (raised) limit
-        in the current window; atomically.
+        """Count `spend.units` calls if the budget is not suspended and they fit under its
+        (raised) limit in the current window; atomically.
 
         Raises:
             StorageError: the store failed.
         """
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
-        """Undo one `take` of this window (a later scope refused the call).
+        """Undo `spend.units` calls of this window (a later scope refused the call, or a
+        lease came back unspent); nothing if fewer are counted.
 
         Raises:
             StorageError: the store failed.

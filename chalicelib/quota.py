@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -94,6 +95,7 @@ class Spend:
     window_start_ms: int
     window_end_ms: int
     now_ms: int
+    units: int = 1  # calls taken at once: a lease takes all it grants
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ class SessionSnapshot:
     calls: tuple[CallRecord, ...] = ()
     raised_until: Mapping[str, int] = field(default_factory=dict)  # when a raise lapses
     server: str | None = None  # the MCP server that last named itself in a check
+    leased: Mapping[str, int] = field(default_factory=dict)  # counted through leases, kept
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -294,6 +297,8 @@ class Attempt:
     call_id: str | None = None
     server: str | None = None
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
+    units: int = 1  # calls counted at once: more than 1 only for a lease
+    leased: bool = False  # the caller asked for a lease in a category that allows one
 
     @property
     def tenant(self) -> str:
@@ -356,9 +361,90 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
         # Counted and taken back (a wider budget refused it), or replayed too often.
         return Verdict.REUSED_CALL_ID
     used = snapshot.counts.get(attempt.category, 0)
-    if used >= snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms):
+    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+    if used + attempt.units > limit:
         return Verdict.OVER_LIMIT
     return Verdict.STALE
+
+
+def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
+    """How many calls a lease that did not fit may still be granted: what remains under
+    the limit (0: none, the call is refused)."""
+    used = snapshot.counts.get(attempt.category, 0)
+    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+    return max(0, min(attempt.units - 1, limit - used))
+
+
+LEASE_ID = re.compile(
+    r"^(?P<category>[a-z][a-z0-9_]{0,31})\.(?P<check>[A-Za-z0-9_-]{1,12})\.(?P<units>[1-9][0-9]{0,2})"
+    r"\.(?P<granted>[0-9a-z]{1,12})\.(?P<started>[0-9a-z]{1,12})$"
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Calls granted in one check, this call included, for the client to spend locally.
+
+    The id names the grant: category, check id, calls granted, when, and the session
+    counters' generation, so that a return can be capped and applied once without a read.
+    """
+
+    category: str
+    check_id: str
+    granted: int
+    granted_ms: int
+    started_ms: int
+    expires_at_ms: int
+    lease_max: int
+    lease_seconds: int
+
+    @property
+    def lease_id(self) -> str:
+        """The id a client sends back with the calls it did not spend."""
+        return ".".join(
+            (
+                self.category,
+                self.check_id,
+                str(self.granted),
+                _base36(self.granted_ms),
+                _base36(self.started_ms),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class LeaseId:
+    """A lease id as a client sends it back: what the grant was, unverified."""
+
+    category: str
+    check_id: str
+    granted: int
+    granted_ms: int
+    started_ms: int
+
+    @classmethod
+    def parse(cls, text: str) -> LeaseId | None:
+        """The lease id's parts, or None if it is not one this service issues."""
+        match = LEASE_ID.fullmatch(text)
+        if match is None:
+            return None
+        return cls(
+            match["category"],
+            match["check"],
+            int(match["units"]),
+            int(match["granted"], 36),
+            int(match["started"], 36),
+        )
+
+
+def _base36(value: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        value, digit = divmod(value, 36)
+        out = digits[digit] + out
+        if value == 0:
+            return out
 
 
 @dataclass(frozen=True)
@@ -381,6 +467,7 @@ class Allowed(_Answer):
     duplicate: bool = False
     scopes: tuple[ScopeUse, ...] = ()  # the budgets above the session it was counted in
     last_calls: tuple[CallRecord, ...] = ()
+    lease: Lease | None = None  # calls granted at once (this one included), if leased
 
     @property
     def allowed(self) -> bool:

@@ -23,6 +23,7 @@ from chalicelib.quota import (
     BudgetKey,
     BudgetSnapshot,
     Decision,
+    Lease,
     RefusalReason,
     Refused,
     Scope,
@@ -33,9 +34,10 @@ from chalicelib.quota import (
     Verdict,
     explain_refusal,
     fold_repeats,
+    partial_units,
     with_call,
 )
-from chalicelib.validation import CheckRequest
+from chalicelib.validation import CheckRequest, LeaseReturn
 
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
@@ -163,11 +165,18 @@ class CheckService:
             request.tool, request.category, request.read_only_hint
         ).category
         now_ms = self._clock()
+        base_limit = self._limits.base_limit(tenant, request.principal, category.name, now_ms)
+        leased = category.lease and request.lease is not None
+        # Never more than the base limit at once: the store's condition for a lease
+        # compares against `limit - units + 1`, which must stay positive.
+        units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
         return Attempt(
             session=SessionKey(tenant, request.session_id),
             tool=request.tool,
             category=category.name,
-            base_limit=self._limits.base_limit(tenant, request.principal, category.name, now_ms),
+            base_limit=base_limit,
+            units=units,
+            leased=leased,
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             check_id=new_check_id(),
@@ -191,38 +200,44 @@ class CheckService:
         counted = self._count_session(attempt)
         if isinstance(counted, Refused):
             return counted
-        allowed, snapshot = counted
+        # The attempt as counted: a lease at the end of the budget has fewer units.
+        allowed, snapshot, attempt = counted
         steps = self._steps(attempt, category)
         if allowed.duplicate or not steps:
             return allowed
-        return self._count_wider(attempt, allowed, snapshot, steps)
+        decision = self._count_wider(attempt, allowed, snapshot, steps)
+        if decision is None:
+            # A wider budget had room for fewer calls than the lease: this call alone.
+            return self.check(tenant, replace(request, lease=1))
+        return decision
 
     # -- the session -------------------------------------------------------------------
 
-    def _count_session(self, attempt: Attempt) -> tuple[Allowed, SessionSnapshot] | Refused:
+    def _count_session(
+        self, attempt: Attempt
+    ) -> tuple[Allowed, SessionSnapshot, Attempt] | Refused:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
-                return self._allowed(attempt, result.snapshot), result.snapshot
+                return self._allowed(attempt, result.snapshot), result.snapshot, attempt
             snapshot = result.snapshot
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
             if verdict is Verdict.ALREADY_COUNTED:
-                return self._allowed(attempt, snapshot), snapshot
+                return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
                 reset = self._store.reset_expired(attempt, snapshot.last_seen_ms)
                 if reset is not None:
-                    return self._allowed(attempt, reset.snapshot), reset.snapshot
+                    return self._allowed(attempt, reset.snapshot), reset.snapshot, attempt
                 continue
             if verdict is Verdict.DUPLICATE:
                 if self._store.record_replay(attempt, snapshot):
-                    return self._allowed(attempt, snapshot, duplicate=True), snapshot
+                    return self._allowed(attempt, snapshot, duplicate=True), snapshot, attempt
                 continue
-            if verdict is Verdict.REUSED_CALL_ID:
-                attempt = replace(attempt, dedupe=False)
-                continue
-            if verdict is Verdict.STALE:
+            again = _try_again_as(attempt, snapshot, verdict)
+            if again is not None:
+                attempt = again
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None:
@@ -246,6 +261,22 @@ class CheckService:
             resets_at_ms=attempt.resets_at_ms,
             duplicate=duplicate,
             last_calls=snapshot.calls[-self._keep :],
+            lease=None if duplicate else self._lease(attempt, snapshot),
+        )
+
+    def _lease(self, attempt: Attempt, snapshot: SessionSnapshot) -> Lease | None:
+        if not attempt.leased:
+            return None
+        category = self._policy.categories[attempt.category]
+        return Lease(
+            category=attempt.category,
+            check_id=attempt.check_id,
+            granted=attempt.units,
+            granted_ms=attempt.now_ms,
+            started_ms=snapshot.started_ms,
+            expires_at_ms=attempt.now_ms + category.lease_seconds * 1000,
+            lease_max=category.lease_max,
+            lease_seconds=category.lease_seconds,
         )
 
     def _refuse(
@@ -297,6 +328,7 @@ class CheckService:
                 window.window_start_ms(attempt.now_ms),
                 window.window_end_ms(attempt.now_ms),
                 attempt.now_ms,
+                attempt.units,
             )
             steps.append(_Step(key, window, spend))
         return steps
@@ -307,7 +339,9 @@ class CheckService:
         allowed: Allowed,
         session: SessionSnapshot,
         steps: list[_Step],
-    ) -> Decision:
+    ) -> Decision | None:
+        """The decision, or None when a lease of several calls did not fit a wider budget
+        (all given back: the caller asks again for this call alone)."""
         assert self._budgets is not None
         taken: list[_Step] = []
         uses: list[ScopeUse] = []
@@ -320,6 +354,10 @@ class CheckService:
             for done in reversed(taken):
                 self._budgets.give_back(done.key, done.spend)
             self._store.uncount(attempt, session.started_ms)
+            seen = result.snapshot
+            shrink = attempt.units > 1 and seen is not None and not seen.suspended
+            if shrink and seen is not None and _use(step, seen).remaining > 0:
+                return None
             return self._refuse_wider(attempt, session, step, result.snapshot, uses)
         return replace(allowed, scopes=tuple(uses))
 
@@ -376,6 +414,55 @@ class CheckService:
             self._gate.learn(key, reason)
         return newly
 
+    # -- returned leases -------------------------------------------------------------
+
+    def return_lease(self, tenant: str, request: LeaseReturn) -> int:
+        """Give back the calls of a lease that the client did not spend, best effort: to
+        the session only if its counters are the generation that granted the lease, to a
+        wider budget only in the window that granted it; a retried return applies once.
+        Returns the calls given back to the session (0: nothing applied).
+
+        Unverified by design: a server token is trusted to enforce quotas anyway (it
+        could skip checks), so a return is capped at what the lease id says it granted,
+        at the category's lease_max and at what the session has counted through leases;
+        the session remembers the lease it last took back, so a retry is not applied
+        twice.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        lease = request.lease
+        category = self._policy.categories.get(lease.category)
+        if category is None or not category.lease or request.unused < 1:
+            return 0
+        unused = min(request.unused, lease.granted, category.lease_max)
+        session = SessionKey(tenant, request.session_id)
+        snapshot = self._store.return_lease(session, lease, unused)
+        if snapshot is None:
+            return 0
+        if self._budgets is not None:
+            now_ms = self._clock()
+            principal = snapshot.principal
+            for window in category.windows:
+                if window.window_start_ms(now_ms) != window.window_start_ms(lease.granted_ms):
+                    continue
+                if window.scope is Scope.PRINCIPAL:
+                    if principal is None:
+                        continue
+                    key = BudgetKey.principal(tenant, principal)
+                else:
+                    key = BudgetKey.whole_tenant(tenant)
+                spend = Spend(
+                    category.name,
+                    window.limit,
+                    window.window_start_ms(now_ms),
+                    window.window_end_ms(now_ms),
+                    now_ms,
+                    unused,
+                )
+                self._budgets.give_back(key, spend)
+        return unused
+
     def _principal_suspended(self, attempt: Attempt) -> Refused:
         return Refused(
             session_id=attempt.session_id,
@@ -389,6 +476,18 @@ class CheckService:
             scope=Scope.PRINCIPAL,
             principal=attempt.principal,
         )
+
+
+def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:
+    """The attempt to make next for a verdict that is no answer yet, or None."""
+    if verdict is Verdict.REUSED_CALL_ID:
+        return replace(attempt, dedupe=False)
+    if verdict is Verdict.STALE:
+        return attempt
+    if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
+        # The end of a budget: a lease gets the calls that remain, in one more write.
+        return replace(attempt, units=partial_units(snapshot, attempt))
+    return None
 
 
 def _use(step: _Step, snapshot: BudgetSnapshot) -> ScopeUse:

@@ -11,7 +11,8 @@ from typing import Any
 
 from chalicelib.clock import parse_iso_utc
 from chalicelib.errors import InvalidRequest, PayloadTooLarge
-from chalicelib.policy import Policy
+from chalicelib.policy import MAX_LEASE, Policy
+from chalicelib.quota import LeaseId
 
 MAX_BODY_BYTES = 16 * 1024
 MAX_SESSION_ID = 256
@@ -25,8 +26,19 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 SERVER_NAME = re.compile(r"[ -~]+")  # printable ASCII: "articles MCP server"
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CHECK_FIELDS = frozenset(
-    {"session_id", "tool", "category", "annotations", "principal", "server", "call_id", "fail_open"}
+    {
+        "session_id",
+        "tool",
+        "category",
+        "annotations",
+        "principal",
+        "server",
+        "call_id",
+        "fail_open",
+        "lease",
+    }
 )
+LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
 MAX_FAIL_OPEN = 1_000_000
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
@@ -44,6 +56,16 @@ class CheckRequest:
     call_id: str | None = None
     fail_open: Mapping[str, int] | None = None
     server: str | None = None
+    lease: int | None = None  # calls to reserve, this one included (leased categories only)
+
+
+@dataclass(frozen=True)
+class LeaseReturn:
+    """A validated `POST /v1/leases/return` body: calls of a lease the client did not spend."""
+
+    session_id: str
+    lease: LeaseId
+    unused: int
 
 
 def parse_json_object(raw: bytes | None) -> dict[str, Any]:
@@ -277,4 +299,23 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         call_id=text_field(body, "call_id", 128, required=False),
         server=text_field(body, "server", 128, SERVER_NAME, False, "printable ASCII characters"),
         fail_open=_fail_open(body.get("fail_open"), policy),
+        lease=None if body.get("lease") is None else int_field(body, "lease", 1, MAX_LEASE),
     )
+
+
+def parse_lease_return(body: Mapping[str, Any]) -> LeaseReturn:
+    """Validate a lease return: the session, the lease id a check answered, and how many
+    of its calls were not spent (at most what it granted).
+
+    Raises:
+        InvalidRequest: a field is missing, malformed or unknown.
+    """
+    reject_unknown(body, LEASE_RETURN_FIELDS)
+    session_id = text_field(body, "session_id", MAX_SESSION_ID)
+    assert session_id is not None
+    raw = body.get("lease")
+    lease = LeaseId.parse(raw) if isinstance(raw, str) else None
+    if lease is None:
+        raise InvalidRequest("Field 'lease' must be a lease id from a check's answer.", "lease")
+    unused = int_field(body, "unused", 0, lease.granted)
+    return LeaseReturn(session_id, lease, unused)

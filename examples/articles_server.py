@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastmcp import FastMCP
 from mcp_types import ToolAnnotations
 from starlette.requests import Request
@@ -77,6 +78,14 @@ def build_server(
     return mcp
 
 
+def close_quota(server: FastMCP) -> None:
+    """Give back the unspent leased reads when the server stops (best effort; a server
+    killed outright leaves them counted, the safe side)."""
+    for middleware in server.middleware:
+        if isinstance(middleware, QuotaMiddleware):
+            anyio.run(middleware.client.aclose)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -88,10 +97,15 @@ def main(argv: list[str] | None = None) -> None:
         server = build_server(name=args.name)
     except QuotaConfigError as exc:
         parser.exit(2, f"{exc}\n")
-    if args.transport == "stdio":
-        server.run("stdio", show_banner=False)
-    else:
-        server.run("http", show_banner=False, host=args.host, port=args.port, log_level="warning")
+    try:
+        if args.transport == "stdio":
+            server.run("stdio", show_banner=False)
+        else:
+            server.run(
+                "http", show_banner=False, host=args.host, port=args.port, log_level="warning"
+            )
+    finally:
+        close_quota(server)
 
 
 if __name__ == "__main__":

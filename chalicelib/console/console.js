@@ -168,7 +168,7 @@ async function overview() {
 
 function categoryRows(categories) {
   return Object.entries(categories).map(([name, c]) => [
-    name, bar(c.used, c.limit), `${c.used} / ${c.limit}`,
+    name, bar(c.used, c.limit), `${c.used} / ${c.limit}`, String(c.leased ?? "-"),
     c.raised_limit ? `${c.raised_limit}${c.raised_until ? ` until ${fmt(c.raised_until)}` : ""}` : "-",
     String(c.refused ?? "-"),
   ]);
@@ -242,7 +242,7 @@ async function sessionPage(id, message) {
       ["Suspended because", s.suspended_reason],
     ])),
     el("section", {}, el("h2", { text: "Counters" }),
-      table(["Category", "Used", "Used / limit", "Raised", "Refused"], categoryRows(s.categories), "stack counters")),
+      table(["Category", "Used", "Used / limit", "Leased", "Raised", "Refused"], categoryRows(s.categories), "stack counters")),
     actionForm(id, s.categories, s.state, (note) => sessionPage(id, note).catch(fail)),
     el("section", {}, el("h2", { text: "Last calls" }),
       calls.length ? table(["When", "Tool", "Category", "Result"], calls) : el("p", { class: "muted", text: "None." })),

@@ -38,9 +38,15 @@ _NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
 _NOT_SUSPENDED = "attribute_not_exists(#sus)"
 _UNDER_LIMIT = "(attribute_not_exists(#nw) OR #nw < :limit OR #nw < #r)"
 TAKE_CONDITION = f"{_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
-TAKE_UPDATE = "SET #nw = if_not_exists(#nw, :zero) + :one, #rf = :zero, #exp = :exp REMOVE #p1, #p2"
-GIVE_BACK_CONDITION = "#nw > :zero"
-GIVE_BACK_UPDATE = "SET #nw = #nw - :one"
+# Several calls at once (a lease): `:limit` is `limit - units + 1`; no arithmetic is
+# allowed in a condition, so a raise is met by a second try tied to its value.
+TAKE_UNITS_CONDITION = f"{_NOT_SUSPENDED} AND (attribute_not_exists(#nw) OR #nw < :limit)"
+TAKE_RAISED_CONDITION = f"{_NOT_SUSPENDED} AND #r = :r AND #nw < :rlimit"
+TAKE_UPDATE = (
+    "SET #nw = if_not_exists(#nw, :zero) + :units, #rf = :zero, #exp = :exp REMOVE #p1, #p2"
+)
+GIVE_BACK_CONDITION = "#nw >= :units"
+GIVE_BACK_UPDATE = "SET #nw = #nw - :units"
 NOTE_REFUSAL_UPDATE = "SET #z = :mark ADD #rf :one"
 RAISE_CONDITION = "attribute_not_exists(#r) OR #r <= :new"
 RAISE_UPDATE = "SET #r = :new"
@@ -112,7 +118,8 @@ class BudgetStore:
         return snapshot_from_item(item) if item else None
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
-        """Count one call if not suspended and under the limit in the current window.
+        """Count `spend.units` calls if not suspended and they fit under the limit in the
+        current window.
 
         Raises:
             StorageError: the store failed.
@@ -126,28 +133,39 @@ class BudgetStore:
         }
         values = {
             ":zero": n(0),
-            ":one": n(1),
-            ":limit": n(spend.limit),
+            ":units": n(spend.units),
+            ":limit": n(spend.limit - spend.units + 1),
             ":exp": n(spend.window_end_ms // 1000 + _KEEP_AFTER_WINDOW_S),
         }
         doing = f"counting a call against the {key.scope.value} budget"
+        condition = TAKE_CONDITION if spend.units == 1 else TAKE_UNITS_CONDITION
         try:
             item = self._update(
-                key, TAKE_UPDATE, TAKE_CONDITION, names, values, doing, old_on_failure=True
+                key, TAKE_UPDATE, condition, names, values, doing, old_on_failure=True
             )
         except ConditionFailed as failed:
-            return NotTaken(self._old(failed, key, doing))
+            seen = self._old(failed, key, doing)
+            raised = seen.raised.get(spend.category, 0) if seen else 0
+            if spend.units == 1 or raised <= spend.limit:
+                return NotTaken(seen)
+            values.update({":r": n(raised), ":rlimit": n(raised - spend.units + 1)})
+            try:
+                item = self._update(
+                    key, TAKE_UPDATE, TAKE_RAISED_CONDITION, names, values, doing, "ALL_NEW", True
+                )
+            except ConditionFailed as again:
+                return NotTaken(self._old(again, key, doing))
         return Taken(snapshot_from_item(item))
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
-        """Undo one take of this window; nothing if it was reset meanwhile.
+        """Undo `spend.units` calls of this window; nothing if it was reset meanwhile.
 
         Raises:
             StorageError: the store failed.
         """
         names = {"#nw": _count_name(spend.category, spend.window_start_ms)}
-        values = {":zero": n(0), ":one": n(1)}
-        doing = f"giving back a call to the {key.scope.value} budget"
+        values = {":units": n(spend.units)}
+        doing = f"giving back calls to the {key.scope.value} budget"
         try:
             self._update(key, GIVE_BACK_UPDATE, GIVE_BACK_CONDITION, names, values, doing, "NONE")
         except ConditionFailed:

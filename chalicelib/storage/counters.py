@@ -10,6 +10,10 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     rx_<cat>     when that raise lapses, epoch ms (absent: it lasts as long as the counters)
     z_<cat>      "<limit>|<check id>": the refusal that first met that limit (one event)
     b_<cat>      refused attempts since the counters started
+    l_<cat>      calls counted through leases (granted at once, spent by the client locally)
+    lr           the check id of the lease last given back: a retried return (botocore's
+                 own retry of a timed-out write included) applies once. One id, not a set,
+                 so the item stays small; an older return sent again is still capped by l_
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
     srv          the MCP server's name, when the caller says
@@ -48,6 +52,7 @@ from chalicelib.ports import (
 from chalicelib.quota import (
     Attempt,
     CallRecord,
+    LeaseId,
     SessionKey,
     SessionSnapshot,
     call_id_key,
@@ -77,6 +82,8 @@ RAISED_PREFIX = "r_"
 RAISED_UNTIL_PREFIX = "rx_"
 NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
+LEASED_PREFIX = "l_"
+RETURNED = "lr"
 # Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
 # that the condition can test it with `contains`; every other entry ends in "|<check id>".
 COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is matched on
@@ -129,6 +136,14 @@ def consume_condition(known: bool, raised: bool) -> str:
 
 
 CONSUME_CONDITION = consume_condition(known=False, raised=True)
+# A lease counts several calls at once: `:limit` is then `limit - units + 1`, so that
+# `NOT #n >= :limit` means n + units <= limit. A condition allows no arithmetic, so a raise
+# in force is met by a second try tied to that raise's value (`:rlimit` = raise - units + 1).
+_UNDER_RAISE = f"#r = :r AND #n < :rlimit AND {_RAISE_IN_FORCE}"
+CONSUME_RAISED_CONDITION = (
+    f"{_EXISTS} AND {_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_RAISE} AND {_NOT_SEEN}"
+)
+ADD_LEASED = " ADD #l :units"
 
 _TOUCH = "#ls = :now, #exp = :exp"
 _APPEND_CALL = (
@@ -138,14 +153,14 @@ _APPEND_CALL = (
 # Once the list is full: the whole list, shifted by one, if its tail is the one we know.
 _REWRITE_CALLS = "#calls = :calls, #ids = :ids"
 _SAME_TAIL = "size(#ids) = :len AND #ids[{last}] = :tail"
-_COUNT = "#n = if_not_exists(#n, :zero) + :one, #started = if_not_exists(#started, :now)"
+_COUNT = "#n = if_not_exists(#n, :zero) + :units, #started = if_not_exists(#started, :now)"
 CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {_APPEND_CALL}"
 CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
 CONSUME_SERVER = ", #srv = :srv"
 
 # After idle expiry: start the counters again, exactly as if TTL had deleted the item.
 RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
-_RESET_SET = "#n = :one, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
+_RESET_SET = "#n = :units, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
 
 # A refused attempt still refreshes the idle clock and is recorded. z_<cat> names the
 # refusal that first met the current limit ("<limit>|<check id>"): only the writer whose
@@ -171,8 +186,16 @@ REPLAY_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}"
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 # Taking back a counted call that a wider budget refused; after a reset there is nothing
 # to take back from the count, and the call still shows as refused.
-UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n > :zero"
-UNCOUNT_UPDATE = f"SET #n = #n - :one, {_APPEND_CALL}"
+UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n >= :units"
+UNCOUNT_UPDATE = f"SET #n = #n - :units, {_APPEND_CALL}"
+UNCOUNT_LEASED = " ADD #l :minus"
+# Unspent calls of a lease come back to the generation that granted them, never more than
+# the leases counted, and not twice in a row (`#lr`: the last lease given back).
+RETURN_CONDITION = (
+    f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused"
+    " AND (attribute_not_exists(#lr) OR #lr <> :ret)"
+)
+RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused, #lr = :ret"
 UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 
 # Administrator actions. None of them compares the idle clock or the counters, which
@@ -292,12 +315,14 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     raised: dict[str, int] = {}
     raised_until: dict[str, int] = {}
     refused: dict[str, int] = {}
+    leased: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
             (RAISED_PREFIX, raised),
             (RAISED_UNTIL_PREFIX, raised_until),
             (REFUSED_PREFIX, refused),
+            (LEASED_PREFIX, leased),
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
@@ -319,6 +344,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         calls=calls,
         raised_until=raised_until,
         server=item.get(SERVER, {}).get("S"),
+        leased=leased,
     )
 
 
@@ -356,15 +382,17 @@ def _counter_names(prefixes: Iterable[str], categories: Iterable[str]) -> list[s
 
 @lru_cache(maxsize=64)
 def _reset_expression(
-    category: str, all_categories: tuple[str, ...]
+    category: str, all_categories: tuple[str, ...], leased: bool = False
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
     """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
     removed = [COUNT_PREFIX + c for c in all_categories if c != category]
+    removed += [LEASED_PREFIX + c for c in all_categories if c != category or not leased]
     removed += _counter_names(
         (RAISED_PREFIX, RAISED_UNTIL_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories
     )
     clause, names = _remove_clause(removed)
-    return f"SET {_RESET_SET}{clause}", tuple(names.items())
+    leased_set = ", #l = :units" if leased else ""
+    return f"SET {_RESET_SET}{leased_set}{clause}", tuple(names.items())
 
 
 def _same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
@@ -573,19 +601,23 @@ class CounterStore:
         values.update(
             {
                 ":cutoff": _n(attempt.cutoff_ms),
-                ":limit": _n(attempt.base_limit),
+                ":limit": _n(attempt.base_limit - attempt.units + 1),
                 ":zero": _n(0),
-                ":one": _n(1),
+                ":units": _n(attempt.units),
                 ":cid": _s(seen_as),
             }
         )
         update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
         if attempt.server is not None:
             update += CONSUME_SERVER
+        if attempt.leased:
+            names["#l"] = LEASED_PREFIX + attempt.category
+            update += ADD_LEASED
         key = _key(attempt.session)
         doing = "counting a call"
         tail = self._tails.get(key)
-        raised = tail is not None and attempt.category in tail.raised
+        # `#n < #r` counts one call under a raise; a lease under a raise takes a second try.
+        raised = tail is not None and attempt.category in tail.raised and attempt.units == 1
         if tail is not None and len(tail.ids) >= self._keep:
             # The list is full: shift it in this same write, if nobody changed it since.
             new = tail.adding(record, self._keep)
@@ -602,9 +634,9 @@ class CounterStore:
             except _ConditionFailed as failed:
                 old = self._old(failed, key, doing)
                 if old is None or tail.same_lists(_Tail.of(old)):
-                    return NotConsumed(snapshot_from_item(old) if old else None)
+                    return self._under_raise(attempt, old, update, names, values)
                 # Another writer changed the list first: append instead, once.
-                raised = RAISED_PREFIX + attempt.category in old
+                raised = RAISED_PREFIX + attempt.category in old and attempt.units == 1
             else:
                 self._tails.put(key, new)
                 return Consumed(snapshot_from_item(item))
@@ -613,6 +645,37 @@ class CounterStore:
             item = self._update(key, update, condition, names, values, doing, old_on_failure=True)
         except _ConditionFailed as failed:
             old = self._old(failed, key, doing)
+            return self._under_raise(attempt, old, update, names, values)
+        self._tails.learn(key, item)
+        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
+        return Consumed(snapshot_from_item(item))
+
+    def _under_raise(
+        self,
+        attempt: Attempt,
+        old: Mapping[str, Any] | None,
+        update: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+    ) -> Consumed | NotConsumed:
+        """After a failed check: a lease under a raise in force is tried once more, tied
+        to that raise (a condition cannot subtract); anything else was not counted.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        seen = snapshot_from_item(old) if old else None
+        raise_ = seen.raise_for(attempt.category, attempt.now_ms) if seen else None
+        if attempt.units == 1 or raise_ is None or raise_ <= attempt.base_limit:
+            return NotConsumed(seen)
+        key, doing = _key(attempt.session), "counting a lease under a raise"
+        values = {**values, ":r": _n(raise_), ":rlimit": _n(raise_ - attempt.units + 1)}
+        try:
+            item = self._update(
+                key, update, CONSUME_RAISED_CONDITION, names, values, doing, old_on_failure=True
+            )
+        except _ConditionFailed as again:
+            old = self._old(again, key, doing)
             return NotConsumed(snapshot_from_item(old) if old else None)
         self._tails.learn(key, item)
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
@@ -625,14 +688,16 @@ class CounterStore:
         Raises:
             StorageError: the store failed.
         """
-        update, removed = _reset_expression(attempt.category, self._categories)
+        update, removed = _reset_expression(attempt.category, self._categories, attempt.leased)
         if attempt.principal is not None:
             update = update.replace("SET ", "SET #pr = :pr, ", 1)
         if attempt.server is not None:
             update = update.replace("SET ", "SET #srv = :srv, ", 1)
         names = {**self._names(attempt), **dict(removed)}
+        if attempt.leased:
+            names["#l"] = LEASED_PREFIX + attempt.category
         values = self._call_values(attempt, attempt.record(allowed=True))
-        values.update({":one": _n(1), ":old_ls": _n(old_last_seen_ms)})
+        values.update({":units": _n(attempt.units), ":old_ls": _n(old_last_seen_ms)})
         try:
             item = self._update(
                 _key(attempt.session),
@@ -758,18 +823,57 @@ class CounterStore:
         record = attempt.record(allowed=False)
         values = self._call_values(attempt, record)
         values[":cidl"] = {"L": [_s(f"{UNCOUNTED}{record.call_id or ''}{_SEP}{attempt.check_id}")]}
-        values.update({":one": _n(1), ":zero": _n(0), ":started": _n(started_ms)})
+        values.update(
+            {":units": _n(attempt.units), ":minus": _n(-attempt.units), ":started": _n(started_ms)}
+        )
         key = _key(attempt.session)
         doing = "taking back a counted call"
         names = self._names(attempt)
         self._tails.put(key, None)
+        update = UNCOUNT_UPDATE
+        if attempt.leased:
+            names["#l"] = LEASED_PREFIX + attempt.category
+            update += UNCOUNT_LEASED
         try:
-            self._update(key, UNCOUNT_UPDATE, UNCOUNT_CONDITION, names, values, doing, "NONE")
+            self._update(key, update, UNCOUNT_CONDITION, names, values, doing, "NONE")
         except _ConditionFailed:
             try:
                 self._update(key, UNCOUNT_RECORD_ONLY, _EXISTS, names, values, doing, "NONE")
             except _ConditionFailed:
                 return
+
+    def return_lease(
+        self, session: SessionKey, lease: LeaseId, unused: int
+    ) -> SessionSnapshot | None:
+        """Give back unspent leased calls to the counters that granted them; None if
+        nothing was given back (another generation, just returned, not leased).
+
+        Raises:
+            StorageError: the store failed.
+        """
+        names = {
+            "#started": STARTED,
+            "#n": COUNT_PREFIX + lease.category,
+            "#l": LEASED_PREFIX + lease.category,
+            "#lr": RETURNED,
+        }
+        values = {
+            ":started": _n(lease.started_ms),
+            ":unused": _n(unused),
+            ":ret": _s(lease.check_id),
+        }
+        try:
+            item = self._update(
+                _key(session),
+                RETURN_UPDATE,
+                RETURN_CONDITION,
+                names,
+                values,
+                "returning the unspent calls of a lease",
+            )
+        except _ConditionFailed:
+            return None
+        return snapshot_from_item(item)
 
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """Read a session (strongly consistent), or None.
@@ -854,7 +958,7 @@ class CounterStore:
             update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
         elif not seen.suspended and seen.is_idle(now_ms, idle_ms):
             removed = _counter_names(
-                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), self._categories
+                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX, LEASED_PREFIX), self._categories
             )
             removed += [
                 prefix + c
@@ -922,7 +1026,9 @@ class CounterStore:
             RecordChanged: admins kept suspending and resuming it meanwhile.
             StorageError: the store failed.
         """
-        removed = _counter_names((COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), self._categories)
+        removed = _counter_names(
+            (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX, LEASED_PREFIX), self._categories
+        )
         clause, names = _remove_clause(removed)
         doing = "resetting a session"
         key = _key(session)

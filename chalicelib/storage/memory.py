@@ -35,6 +35,7 @@ from chalicelib.quota import (
     BudgetKey,
     BudgetSnapshot,
     CallRecord,
+    LeaseId,
     SessionKey,
     SessionSnapshot,
     Spend,
@@ -62,6 +63,8 @@ class _Session:
     calls: list[CallRecord] = field(default_factory=list)
     raised_until: dict[str, int] = field(default_factory=dict)
     server: str | None = None
+    leased: dict[str, int] = field(default_factory=dict)
+    last_returned: str | None = None  # the check id of the lease last given back
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -76,6 +79,7 @@ class _Session:
             calls=fold_repeats([replace(c, principal=self.principal) for c in self.calls]),
             raised_until=dict(self.raised_until),
             server=self.server,
+            leased=dict(self.leased),
         )
 
     def holds(self, record: CallRecord) -> bool:
@@ -89,6 +93,13 @@ class _Session:
         self.counts.clear()
         self.notified.clear()
         self.refused.clear()
+        self.leased.clear()
+
+    def count(self, attempt: Attempt) -> None:
+        category = attempt.category
+        self.counts[category] = self.counts.get(category, 0) + attempt.units
+        if attempt.leased:
+            self.leased[category] = self.leased.get(category, 0) + attempt.units
 
 
 class MemoryCounters:
@@ -136,7 +147,7 @@ class MemoryCounters:
             if session is None:
                 session = _Session(attempt.now_ms, attempt.now_ms, None)
                 self._sessions[attempt.session] = session
-            session.counts[attempt.category] = session.counts.get(attempt.category, 0) + 1
+            session.count(attempt)
             self._touch(session, attempt)
             self._append(session, attempt.record(allowed=True))
             self._written(attempt.now_ms)
@@ -153,7 +164,7 @@ class MemoryCounters:
             session.zero()
             session.raised.clear()
             session.raised_until.clear()
-            session.counts[attempt.category] = 1
+            session.count(attempt)
             session.started_ms = attempt.now_ms
             session.calls = []
             self._append(session, attempt.record(allowed=True))
@@ -221,9 +232,33 @@ class MemoryCounters:
                 if same and kept.allowed and not kept.replay:
                     del session.calls[i]
                     break
-            if session.started_ms == started_ms and session.counts.get(attempt.category, 0) > 0:
-                session.counts[attempt.category] -= 1
+            category, units = attempt.category, attempt.units
+            if session.started_ms == started_ms and session.counts.get(category, 0) >= units:
+                session.counts[category] -= units
+                if attempt.leased:
+                    session.leased[category] = session.leased.get(category, 0) - units
             self._append(session, attempt.record(allowed=False))
+
+    def return_lease(
+        self, session: SessionKey, lease: LeaseId, unused: int
+    ) -> SessionSnapshot | None:
+        """Give back unspent leased calls to the counters that granted them, not twice in
+        a row."""
+        with self._lock:
+            found = self._sessions.get(session)
+            category = lease.category
+            if (
+                found is None
+                or found.started_ms != lease.started_ms
+                or lease.check_id == found.last_returned
+                or found.leased.get(category, 0) < unused
+                or found.counts.get(category, 0) < unused
+            ):
+                return None
+            found.last_returned = lease.check_id
+            found.counts[category] -= unused
+            found.leased[category] -= unused
+            return found.snapshot()
 
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """The session as stored, or None."""
@@ -501,12 +536,12 @@ class MemoryBudgets:
             slot = (spend.category, spend.window_start_ms)
             used = budget.counts.get(slot, 0)
             limit = max(spend.limit, budget.raised.get(spend.category, 0))
-            if budget.suspended_reason is not None or used >= limit:
+            if budget.suspended_reason is not None or used + spend.units > limit:
                 return NotTaken(budget.snapshot())
             window = spend.window_end_ms - spend.window_start_ms
             for back in (1, 2):  # as the DynamoDB item drops the two windows before
                 budget.counts.pop((spend.category, spend.window_start_ms - back * window), None)
-            budget.counts[slot] = used + 1
+            budget.counts[slot] = used + spend.units
             budget.streak = 0
             return Taken(budget.snapshot())
 
@@ -515,8 +550,8 @@ class MemoryBudgets:
         with self._lock:
             budget = self._budgets.get(key)
             slot = (spend.category, spend.window_start_ms)
-            if budget is not None and budget.counts.get(slot, 0) > 0:
-                budget.counts[slot] -= 1
+            if budget is not None and budget.counts.get(slot, 0) >= spend.units:
+                budget.counts[slot] -= spend.units
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
         """Count a refusal in a row; whether it is the first at this window and limit."""

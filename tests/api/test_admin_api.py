@@ -144,6 +144,7 @@ def test_session_view_and_idle_state(api: Api) -> None:
     write = view["categories"]["write"]
     assert write == {
         "used": 3,
+        "leased": 0,
         "limit": 15,
         "base_limit": 15,
         "raised_limit": None,

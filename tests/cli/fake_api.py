@@ -145,11 +145,12 @@ def session_view(session_id: str = "sess-1", **overrides: Any) -> dict[str, Any]
         "suspended_reason": None,
         "categories": {
             "read": {
-                "used": 3,
+                "used": 12,
+                "leased": 10,
                 "limit": 200,
                 "base_limit": 200,
                 "raised_limit": None,
-                "remaining": 197,
+                "remaining": 188,
             },
             "write": {
                 "used": 15,

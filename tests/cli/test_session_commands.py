@@ -30,15 +30,22 @@ def test_show_sends_an_authenticated_get_and_renders_the_session(
     assert header.split() == [
         "CATEGORY",
         "USED",
+        "LEASED",
         "LIMIT",
         "BASE",
         "RAISED",
         "REMAINING",
         "REFUSED",
     ]
+    assert next(line for line in lines if line.startswith("read")).split()[:3] == [
+        "read",
+        "12",
+        "10",
+    ]
     assert next(line for line in lines if line.startswith("write")).split() == [
         "write",
         "15",
+        "-",
         "15",
         "15",
         "-",
@@ -169,7 +176,7 @@ def test_raise_by_add_posts_category_add_and_reason(cli: Cli, api: FakeAdminApi)
     assert request.headers["content-type"] == "application/json"
     assert run.out.splitlines()[0] == "Raised write for session sess-1: limit 15 -> 25."
     row = next(line for line in run.out.splitlines() if line.startswith("write"))
-    assert row.split() == ["write", "15", "25", "15", "25", "10", "-"]
+    assert row.split() == ["write", "15", "-", "25", "15", "25", "10", "-"]
 
 
 def test_raise_to_limit_posts_limit_not_add(cli: Cli, api: FakeAdminApi) -> None:

@@ -78,6 +78,7 @@ class FakeQuotaService:
             "annotations",
             "principal",
             "call_id",
+            "lease",  # accepted, never granted: this fake counts one call per check
             *(["fail_open"] if self.accepts_fail_open else []),
         }
         if unknown:

@@ -58,6 +58,7 @@ async def test_allowed_decision_carries_the_service_fields(
         "annotations": {"destructiveHint": True, "title": "Delete"},
         "principal": "alice",
         "call_id": "call-1",
+        "lease": 2,  # before the service has classified a tool, any call may be a read
     }
 
 

@@ -29,6 +29,11 @@ GRANT = {
 ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "health": ("GET", "/health", None),
     "check": ("POST", "/v1/check", {"session_id": SESSION, "tool": "delete_tag"}),
+    "return_lease": (
+        "POST",
+        "/v1/leases/return",
+        {"session_id": SESSION, "lease": "read.abcdef.3.0.0", "unused": 2},
+    ),
     "show": ("GET", f"/v1/sessions/{SESSION}", None),
     "raise": ("POST", f"/v1/sessions/{SESSION}/raise", {"category": "write", "add": 5, **REASON}),
     "suspend": ("POST", f"/v1/sessions/{SESSION}/suspend", REASON),
@@ -55,17 +60,23 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "revoke_token": ("DELETE", "/v1/tokens/{token}", None),
 }
 
-ADMIN_ONLY = [name for name in ENDPOINTS if name not in ("health", "check")]
+SERVER_ROUTES = ("check", "return_lease")
+ADMIN_ONLY = [name for name in ENDPOINTS if name not in ("health", *SERVER_ROUTES)]
 
 # The expected status of each endpoint for each caller.
 EXPECTED: dict[str, dict[str, int]] = {
-    "no token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 401)},
-    "bad token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 403)},
-    "revoked token": {"health": 200, **dict.fromkeys(["check", *ADMIN_ONLY], 403)},
-    "server token": {"health": 200, "check": 200, **dict.fromkeys(ADMIN_ONLY, 403)},
+    "no token": {"health": 200, **dict.fromkeys([*SERVER_ROUTES, *ADMIN_ONLY], 401)},
+    "bad token": {"health": 200, **dict.fromkeys([*SERVER_ROUTES, *ADMIN_ONLY], 403)},
+    "revoked token": {"health": 200, **dict.fromkeys([*SERVER_ROUTES, *ADMIN_ONLY], 403)},
+    "server token": {
+        "health": 200,
+        **dict.fromkeys(SERVER_ROUTES, 200),
+        **dict.fromkeys(ADMIN_ONLY, 403),
+    },
     "admin of another tenant": {
         "health": 200,
         "check": 200,  # counts in its own tenant
+        "return_lease": 200,  # nothing to give back in its own tenant
         "show": 404,
         "raise": 200,  # raises its own (new) session of that name, never demo's
         "suspend": 200,  # likewise: its own session
@@ -90,6 +101,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "admin token": {
         "health": 200,
         "check": 200,
+        "return_lease": 200,
         "show": 200,
         "raise": 200,
         "suspend": 200,

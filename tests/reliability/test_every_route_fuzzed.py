@@ -45,9 +45,11 @@ ROUTES: list[tuple[str, str, list[str], list[str]]] = [
             "server",
             "call_id",
             "fail_open",
+            "lease",
         ],
         [],
     ),
+    ("POST", "/v1/leases/return", ["session_id", "lease", "unused"], []),
     (
         "POST",
         "/v1/sessions/s1/raise",
@@ -84,7 +86,9 @@ VALID: dict[str, Any] = {
     "role": "server",
     "name": "fuzzed server",
     "principals": ["bot-*"],
+    "unused": 2,
 }
+VALID_LEASE_ID = "read.abcdef.3.0.0"  # a lease id's shape (a check's `lease` is a count)
 
 
 def _raw_json(value: Any) -> str:
@@ -111,10 +115,12 @@ def test_any_value_in_any_field_is_never_a_5xx(
         others = {k: VALID[k] for k in fields if k in VALID and k != field}
         if field in ("limit", "add"):
             others.pop("add" if field == "limit" else "limit", None)
+        if path == "/v1/leases/return" and field != "lease":
+            others["lease"] = VALID_LEASE_ID
         pieces = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in others.items()]
         pieces.append(f"{json.dumps(field)}: {_raw_json(value)}")
         raw = "{" + ", ".join(pieces) + "}"
-        headers = None if path == "/v1/check" else ADMIN
+        headers = None if path in ("/v1/check", "/v1/leases/return") else ADMIN
         response = api.post(path, raw, headers)
     else:
         field = data.draw(st.sampled_from(query))

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import random
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,6 +26,7 @@ from mcp_quota_client.decision import (
     FailMode,
     Outcome,
 )
+from mcp_quota_client.leases import LeaseBook, LeaseReturn
 
 logger = logging.getLogger("mcp_quota_client")
 
@@ -45,6 +47,9 @@ _TOKEN_REFUSED = {
 
 FAIL_OPEN_FIELD = "fail_open"
 """Check-body field reporting the calls that ran uncounted since the last answered check."""
+LEASE_FIELD = "lease"
+"""Check-body field asking for calls reserved at once (leased reads)."""
+_OFF = frozenset({"off", "0", "false", "no"})
 
 
 class QuotaConfigError(ValueError):
@@ -73,6 +78,13 @@ class QuotaClientConfig:
     fail_modes: Mapping[str, FailMode] = field(default_factory=lambda: dict(DEFAULT_FAIL_MODES))
     default_fail_mode: FailMode = FailMode.CLOSED
     """For a category not named in `fail_modes`: unknown means refuse."""
+    lease: bool = True
+    """Ask for leased reads: one check reserves several calls of a category the service
+    leases (reads by default), spent here without asking."""
+    lease_idle_seconds: float = 30.0
+    """A session's lease unused this long goes back to the service (checked at each call)."""
+    lease_margin_seconds: float = 1.0
+    """Stop spending a lease this long before the service's `lease_seconds` run out."""
 
     def __post_init__(self) -> None:
         if not self.base_url:
@@ -81,6 +93,8 @@ class QuotaClientConfig:
             raise QuotaConfigError("mcp-quota: token is required")
         if self.max_attempts < 1:
             raise QuotaConfigError("mcp-quota: max_attempts must be at least 1")
+        if self.lease_idle_seconds <= 0 or self.lease_margin_seconds < 0:
+            raise QuotaConfigError("mcp-quota: lease_idle_seconds must be positive")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClientConfig:
@@ -88,6 +102,8 @@ class QuotaClientConfig:
 
         `MCP_QUOTA_FAIL_OPEN` / `MCP_QUOTA_FAIL_CLOSED` are comma-separated
         categories that override the defaults (read open, write closed).
+        `MCP_QUOTA_LEASE=off` turns leased reads off; `MCP_QUOTA_LEASE_IDLE_SECONDS` sets
+        how long an unused lease is kept before its calls go back.
 
         Raises:
             QuotaConfigError: a required variable is missing or a number is malformed.
@@ -110,6 +126,7 @@ class QuotaClientConfig:
             connect_timeout = float(env.get("MCP_QUOTA_CONNECT_TIMEOUT", "1.0"))
             read_timeout = float(env.get("MCP_QUOTA_READ_TIMEOUT", "2.0"))
             max_attempts = int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3"))
+            lease_idle = float(env.get("MCP_QUOTA_LEASE_IDLE_SECONDS", "30"))
         except ValueError as exc:
             raise QuotaConfigError(f"mcp-quota: a MCP_QUOTA_* number is malformed: {exc}") from exc
         return cls(
@@ -119,6 +136,8 @@ class QuotaClientConfig:
             read_timeout=read_timeout,
             max_attempts=max_attempts,
             fail_modes=modes,
+            lease=env.get("MCP_QUOTA_LEASE", "on").strip().lower() not in _OFF,
+            lease_idle_seconds=lease_idle,
         )
 
     def fail_mode_for(self, category: str | None) -> FailMode:
@@ -142,6 +161,12 @@ class ClientStats:
     fail_closed: Mapping[str, int]
     fail_open_unreported: Mapping[str, int] = field(default_factory=dict)
     """Fail-open calls not yet reported to the service (sent with the next check)."""
+    leased: int = 0
+    """Calls allowed here from a lease, without a request (included in `allowed`)."""
+    lease_returned: int = 0
+    """Unspent leased calls the service took back."""
+    lease_unspent: int = 0
+    """Calls held in leases now, not yet spent."""
 
     @property
     def fail_open_total(self) -> int:
@@ -174,6 +199,7 @@ class QuotaClient:
         transport: httpx2.AsyncBaseTransport | None = None,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self._transport = transport
@@ -186,6 +212,12 @@ class QuotaClient:
         self._fail_closed: Counter[str] = Counter()
         self._unreported: Counter[str] = Counter()
         self._reports_accepted = True
+        self._leases: LeaseBook | None = (
+            LeaseBook(clock, config.lease_idle_seconds, config.lease_margin_seconds)
+            if config.lease
+            else None
+        )
+        self._returning: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClient:
@@ -208,7 +240,17 @@ class QuotaClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the pooled connections."""
+        """Give back every unspent leased call (best effort, never raising), then close
+        the pooled connections."""
+        if self._leases is not None:
+            for returned in self._leases.drain():
+                self._give_back(returned)
+        pending = [t for t in self._returning if not t.done()]
+        if pending:
+            try:
+                await asyncio.wait(pending, timeout=self.config.read_timeout)
+            except Exception:  # a task of another event loop: its return is lost
+                logger.debug("mcp-quota: lease returns not awaited", exc_info=True)
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()
@@ -225,6 +267,9 @@ class QuotaClient:
             fail_open=dict(self._fail_open),
             fail_closed=dict(self._fail_closed),
             fail_open_unreported=dict(self._unreported),
+            leased=self._counts["leased"],
+            lease_returned=self._counts["lease_returned"],
+            lease_unspent=self._leases.unspent() if self._leases else 0,
         )
 
     async def check(self, request: CheckRequest) -> Decision:
@@ -235,6 +280,16 @@ class QuotaClient:
         yet reported go with it (`fail_open`), and count as reported once the service
         has answered it.
         """
+        leases = self._leases
+        if leases is not None:
+            for returned in leases.due():
+                self._give_back(returned)
+            local = leases.take(request)
+            if local is not None:
+                self._counts["allowed"] += 1
+                self._counts["leased"] += 1
+                return local
+            request = replace(request, lease=leases.size(request))
         if request.call_id is None:
             request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
         self._counts["checks"] += 1
@@ -248,7 +303,36 @@ class QuotaClient:
         finally:
             if report:
                 self._unreported.update(report)
+        if self._leases is not None:
+            for returned in self._leases.learn(request, decision):
+                self._give_back(returned)
         return decision
+
+    def _give_back(self, returned: LeaseReturn) -> None:
+        """Send unspent leased calls back in the background; best effort."""
+        try:
+            task = asyncio.get_running_loop().create_task(self._return_lease(returned))
+        except RuntimeError:  # no running loop: nothing can be sent
+            return
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
+
+    async def _return_lease(self, returned: LeaseReturn) -> None:
+        body = {
+            "session_id": returned.session_id,
+            "lease": returned.lease_id,
+            "unused": returned.unused,
+        }
+        try:
+            response = await self._client().post("/v1/leases/return", json=body)
+        except Exception as exc:  # best effort: the calls stay counted, the safe side
+            logger.info("mcp-quota: lease return failed (%s); calls stay counted", exc)
+            return
+        if response.status_code == 200:
+            taken = _int_or_none(_json_object(response).get("returned"))
+            self._counts["lease_returned"] += taken or 0
+        else:
+            logger.info("mcp-quota: lease return answered %s", response.status_code)
 
     async def _decide(self, request: CheckRequest, report: Counter[str]) -> Decision:
         attempts = 0
@@ -262,6 +346,12 @@ class QuotaClient:
                     await self._sleep(self._backoff(attempts))
                     continue
                 return self._unavailable(request, fault, attempts)
+            if request.lease is not None and _rejected_field(decision) == LEASE_FIELD:
+                # A service from before leases: ask again without (a 400 counts nothing).
+                self._leases = None
+                request = replace(request, lease=None)
+                logger.warning("mcp-quota: the quota service does not lease; one check per call")
+                continue
             if report and _rejected_field(decision) == FAIL_OPEN_FIELD:
                 # A service from before the field: ask again without it (a 400 counts
                 # nothing), and keep the counts here, in stats().

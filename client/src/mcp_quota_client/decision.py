@@ -59,6 +59,9 @@ class CheckRequest:
     annotations: ToolAnnotations | None = None
     principal: str | None = None
     call_id: str | None = None
+    lease: int | None = None
+    """Calls to reserve at once, this one included. Leave it None: `QuotaClient` sets it
+    for leased reads and spends what the service grants."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -71,6 +74,8 @@ class CheckRequest:
             body["principal"] = self.principal
         if self.call_id is not None:
             body["call_id"] = self.call_id
+        if self.lease is not None:
+            body["lease"] = self.lease
         return body
 
     def local_category(self) -> str | None:
@@ -108,6 +113,9 @@ class Decision:
     """The budget that refused the call: session, principal or tenant."""
     http_status: int | None = None
     attempts: int = 1
+    from_lease: bool = False
+    """Allowed here, with no request, from calls the service counted earlier in a lease;
+    `used`, `limit` and `remaining` are those of the answer that granted the lease."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

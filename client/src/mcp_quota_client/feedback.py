@@ -43,4 +43,5 @@ def decision_meta(decision: Decision) -> dict[str, Any]:
         "remaining": decision.remaining,
         "resetsAt": decision.resets_at.isoformat() if decision.resets_at else None,
         "duplicate": decision.duplicate,
+        "fromLease": decision.from_lease,
     }
