@@ -11,60 +11,52 @@ from urllib.parse import unquote
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
 
-from chalicelib.admin_requests import (
-    grant_id_param,
-    parse_audit_query,
-    parse_grant,
-    parse_lower,
-    parse_raise,
-    parse_reason,
-    parse_sessions_query,
-    parse_token,
-    principal_param,
-    token_id_param,
-)
-from chalicelib.clock import iso_utc
-from chalicelib.console_files import console_file, console_headers
-from chalicelib.errors import Forbidden, NotFound, QuotaServiceError, from_storage
+from chalicelib.lazy import lazy_module
 from chalicelib.observability import count, logger
-from chalicelib.pages import HEADERS as PAGE_HEADERS
-from chalicelib.pages import Page
-from chalicelib.ports import StorageError
-from chalicelib.quota import BudgetKey, Decision, Refused, Scope, SessionKey
-from chalicelib.tokens import (
-    ADMIN,
-    SERVER,
-    Identity,
-    decode_principals,
-    effective_principal,
-    encode_principals,
-)
-from chalicelib.validation import (
-    parse_check,
-    parse_json_object,
-    parse_lease_return,
-    session_id_param,
-)
-from chalicelib.wiring import Container
 
 if TYPE_CHECKING:
+    from chalicelib import (
+        admin_requests,
+        clock,
+        console_files,
+        errors,
+        pages,
+        ports,
+        quota,
+        tokens,
+        validation,
+        wiring,
+    )
     from chalicelib.link_actions import LinkDesk
+else:
+    # Loaded on first use: the init phase imports Chalice and little of ours, and a
+    # check never loads the admin side (bench/cold_start.py).
+    admin_requests = lazy_module("chalicelib.admin_requests")
+    clock = lazy_module("chalicelib.clock")
+    console_files = lazy_module("chalicelib.console_files")
+    errors = lazy_module("chalicelib.errors")
+    pages = lazy_module("chalicelib.pages")
+    ports = lazy_module("chalicelib.ports")
+    quota = lazy_module("chalicelib.quota")
+    tokens = lazy_module("chalicelib.tokens")
+    validation = lazy_module("chalicelib.validation")
+    wiring = lazy_module("chalicelib.wiring")
 
 app = Chalice(app_name="mcp-quota")
 app.debug = False  # never a stack trace in a response, in any stage
 
-_container: Container | None = None
+_container: wiring.Container | None = None
 
 
-def deps() -> Container:
+def deps() -> wiring.Container:
     """The per-container dependencies, built on first use."""
     global _container
     if _container is None:
-        _container = Container()
+        _container = wiring.Container()
     return _container
 
 
-def reset_dependencies(container: Container | None = None) -> None:
+def reset_dependencies(container: wiring.Container | None = None) -> None:
     """Replace the dependencies (tests: a fixed clock, settings, or a fresh moto)."""
     global _container
     _container = container
@@ -78,7 +70,7 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
     """Built-in authorizer: server tokens may check; admin tokens may do everything."""
     try:
         result = deps().authenticator.authenticate(auth_request.token or "")
-    except StorageError as exc:
+    except ports.StorageError as exc:
         # The token store is down. Let the request through unverified: every route
         # authenticates again itself (`caller`), and answers 503 with Retry-After if the
         # store is still down, instead of the gateway's bare 500.
@@ -88,18 +80,18 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
     if identity is None:
         logger.info("token refused", extra={"reason": result.reason})
         return AuthResponse(routes=[], principal_id="anonymous")
-    routes: list[str | AuthRoute] = ["*"] if identity.role == ADMIN else list(SERVER_ROUTES)
+    routes: list[str | AuthRoute] = ["*"] if identity.role == tokens.ADMIN else list(SERVER_ROUTES)
     context = {
         "tenant": identity.tenant,
         "role": identity.role,
         "token_id": identity.token_id,
         "name": identity.name,
-        "principals": encode_principals(identity.principals),  # context values are strings
+        "principals": tokens.encode_principals(identity.principals),  # context values are strings
     }
     return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
 
 
-def error_response(exc: QuotaServiceError) -> Response:
+def error_response(exc: errors.QuotaServiceError) -> Response:
     """The one mapping from a service error to its HTTP response."""
     headers: dict[str, str | list[str]] = dict(exc.headers())
     return Response(body=exc.body(), status_code=exc.STATUS_CODE, headers=headers)
@@ -116,17 +108,17 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
             _learn_base_url(request.headers, request.context)
         try:
             return view(*args, **kwargs)
-        except StorageError as exc:
-            error = from_storage(exc)
+        except ports.StorageError as exc:
+            error = errors.from_storage(exc)
             logger.warning("store failed", extra={"code": error.CODE, "error": error.message})
             return error_response(error)
-        except QuotaServiceError as exc:
+        except errors.QuotaServiceError as exc:
             if exc.STATUS_CODE >= 500:
                 logger.warning("request failed", extra={"code": exc.CODE, "error": exc.message})
             return error_response(exc)
         except Exception:
             logger.exception("unhandled error")
-            return error_response(QuotaServiceError("Internal error; it has been logged."))
+            return error_response(errors.QuotaServiceError("Internal error; it has been logged."))
 
     return wrapper
 
@@ -143,12 +135,12 @@ def _learn_base_url(headers: Any, context: dict[str, Any]) -> None:
         container.seen_base_url = f"https://{host}/{stage}"
 
 
-def caller() -> Identity:
+def caller() -> tokens.Identity:
     """The authenticated identity, from the authorizer's context.
 
     Raises:
-        Forbidden: the authorizer could not verify the token, and it is not valid.
-        StorageError: the token store is still unavailable.
+        errors.Forbidden: the authorizer could not verify the token, and it is not valid.
+        ports.StorageError: the token store is still unavailable.
     """
     request = app.current_request
     assert request is not None
@@ -156,37 +148,37 @@ def caller() -> Identity:
     if context.get("unverified"):
         result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
         if result.identity is None:
-            raise Forbidden("The token is not valid.")
+            raise errors.Forbidden("The token is not valid.")
         return result.identity
-    return Identity(
+    return tokens.Identity(
         tenant=context["tenant"],
         role=context["role"],
         token_id=context["token_id"],
         name=context.get("name", ""),
-        principals=decode_principals(context.get("principals")),
+        principals=tokens.decode_principals(context.get("principals")),
     )
 
 
-def admin_caller() -> Identity:
+def admin_caller() -> tokens.Identity:
     """The authenticated identity, which must hold the admin role.
 
     Raises:
-        Forbidden: the token is not an admin token.
+        errors.Forbidden: the token is not an admin token.
     """
     identity = caller()
-    if identity.role != ADMIN:
-        raise Forbidden("This endpoint needs an admin token.")
+    if identity.role != tokens.ADMIN:
+        raise errors.Forbidden("This endpoint needs an admin token.")
     return identity
 
 
 def path_session(raw: str) -> str:
     """A session id from the URL path (percent-decoded, validated)."""
-    return session_id_param(unquote(raw))
+    return validation.session_id_param(unquote(raw))
 
 
-def path_key(who: Identity, raw: str) -> SessionKey:
+def path_key(who: tokens.Identity, raw: str) -> quota.SessionKey:
     """The caller's tenant's session named in the URL path."""
-    return SessionKey(who.tenant, path_session(raw))
+    return quota.SessionKey(who.tenant, path_session(raw))
 
 
 def request_body() -> dict[str, Any]:
@@ -194,30 +186,34 @@ def request_body() -> dict[str, Any]:
     request = app.current_request
     assert request is not None
     raw = request.raw_body
-    return parse_json_object(raw.encode("utf-8") if isinstance(raw, str) else raw)
+    return validation.parse_json_object(raw.encode("utf-8") if isinstance(raw, str) else raw)
 
 
-def _rate_limit_headers(decision: Decision) -> dict[str, str | list[str]]:
+def _rate_limit_headers(decision: quota.Decision) -> dict[str, str | list[str]]:
     """One RateLimit-Policy / RateLimit entry per scope that applies, the session's first
     (named after the category), then `<category>-principal` and `<category>-tenant`."""
     window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
     session_remaining = decision.remaining
-    if isinstance(decision, Refused) and decision.scope is not Scope.SESSION:
+    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
         session_remaining = 0  # refused: no headroom, whichever budget said no
     policies = [f'"{decision.category}";q={decision.limit};w={window}']
     remaining = [f'"{decision.category}";r={session_remaining};t={window}']
-    if isinstance(decision, Refused) and decision.scope is not Scope.SESSION:
+    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
         policies, remaining = [], []
     for use in decision.scopes:
         name = f"{decision.category}-{use.scope.value}"
         reset = max(1, -(-(use.resets_at_ms - decision.now_ms) // 1000))
         policies.append(f'"{name}";q={use.limit};w={use.window_seconds}')
-        left = 0 if isinstance(decision, Refused) and use.scope is decision.scope else use.remaining
+        left = (
+            0
+            if isinstance(decision, quota.Refused) and use.scope is decision.scope
+            else use.remaining
+        )
         remaining.append(f'"{name}";r={left};t={reset}')
     return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(remaining)}
 
 
-def decision_response(decision: Decision) -> Response:
+def decision_response(decision: quota.Decision) -> Response:
     """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
     body: dict[str, Any] = {
         "allowed": decision.allowed,
@@ -227,8 +223,8 @@ def decision_response(decision: Decision) -> Response:
         "used": decision.used,
         "limit": decision.limit,
         "remaining": decision.remaining,
-        "resets_at": iso_utc(decision.resets_at_ms),
-        "duplicate": not isinstance(decision, Refused) and decision.duplicate,
+        "resets_at": clock.iso_utc(decision.resets_at_ms),
+        "duplicate": not isinstance(decision, quota.Refused) and decision.duplicate,
     }
     if decision.scopes:
         body["scopes"] = {
@@ -237,18 +233,18 @@ def decision_response(decision: Decision) -> Response:
                 "limit": use.limit,
                 "remaining": use.remaining,
                 "window_seconds": use.window_seconds,
-                "resets_at": iso_utc(use.resets_at_ms),
+                "resets_at": clock.iso_utc(use.resets_at_ms),
             }
             for use in decision.scopes
         }
     headers = _rate_limit_headers(decision)
-    if not isinstance(decision, Refused):
+    if not isinstance(decision, quota.Refused):
         if decision.lease is not None:
             lease = decision.lease
             body["lease"] = {
                 "id": lease.lease_id,
                 "granted": lease.granted,
-                "expires_at": iso_utc(lease.expires_at_ms),
+                "expires_at": clock.iso_utc(lease.expires_at_ms),
                 "lease_seconds": lease.lease_seconds,
                 "lease_max": lease.lease_max,
             }
@@ -282,19 +278,22 @@ def health() -> Response:
 def check() -> Response:
     """Count one tool call against its session's budget, or refuse it."""
     identity = caller()
-    if identity.role not in (SERVER, ADMIN):
-        raise QuotaServiceError("Unknown role.")
+    if identity.role not in (tokens.SERVER, tokens.ADMIN):
+        raise errors.QuotaServiceError("Unknown role.")
     container = deps()
-    request = parse_check(request_body(), container.policy)
+    request = validation.parse_check(request_body(), container.policy)
     # Grants, budgets and the stored session see only a principal the token may act for.
-    request = replace(request, principal=effective_principal(identity, request.principal))
+    request = replace(request, principal=tokens.effective_principal(identity, request.principal))
     for category, uncounted in (request.fail_open or {}).items():
         if uncounted:
             # Calls a client ran uncounted while it could not reach us: alarmed on.
             count("ClientFailOpen", category, uncounted)
     decision = container.checks.check(identity.tenant, request)
-    count("ChecksAllowed" if decision.allowed else "ChecksBlocked", decision.category)
-    if isinstance(decision, Refused):
+    # An allowed check writes no metric and no log line: it never loads Powertools (a
+    # shorter cold start, and no CloudWatch Logs line per call). API Gateway's Count and
+    # Lambda's Invocations give the volume; refusals are counted by category.
+    if isinstance(decision, quota.Refused):
+        count("ChecksBlocked", decision.category)
         logger.warning(
             "tool call refused",
             extra={
@@ -315,9 +314,9 @@ def check() -> Response:
 def return_lease() -> Response:
     """Give back the calls of a lease the client did not spend; best effort, once."""
     identity = caller()
-    if identity.role not in (SERVER, ADMIN):
-        raise QuotaServiceError("Unknown role.")
-    request = parse_lease_return(request_body())
+    if identity.role not in (tokens.SERVER, tokens.ADMIN):
+        raise errors.QuotaServiceError("Unknown role.")
+    request = validation.parse_lease_return(request_body())
     returned = deps().checks.return_lease(identity.tenant, request)
     return Response(body={"returned": returned}, status_code=200)
 
@@ -338,7 +337,7 @@ def show_session(session_id: str) -> Response:
 def raise_session(session_id: str) -> Response:
     """Raise one category's limit for this session, at once."""
     who = admin_caller()
-    request = parse_raise(request_body(), deps().policy)
+    request = admin_requests.parse_raise(request_body(), deps().policy)
     result = deps().admin.raise_limit(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
 
@@ -351,7 +350,7 @@ def list_sessions() -> Response:
     assert request is not None
     who = admin_caller()
     container = deps()
-    query = parse_sessions_query(dict(request.query_params or {}), container.clock())
+    query = admin_requests.parse_sessions_query(dict(request.query_params or {}), container.clock())
     return Response(body=container.admin.list_sessions(who, query), status_code=200)
 
 
@@ -360,7 +359,7 @@ def list_sessions() -> Response:
 def lower_session(session_id: str) -> Response:
     """Bring a raised limit back down to the base."""
     who = admin_caller()
-    request = parse_lower(request_body(), deps().policy)
+    request = admin_requests.parse_lower(request_body(), deps().policy)
     result = deps().admin.lower(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
 
@@ -370,7 +369,9 @@ def lower_session(session_id: str) -> Response:
 def suspend_session(session_id: str) -> Response:
     """Kill switch: refuse every check of this session until resumed."""
     who = admin_caller()
-    result = deps().admin.suspend(who, path_session(session_id), parse_reason(request_body()))
+    result = deps().admin.suspend(
+        who, path_session(session_id), admin_requests.parse_reason(request_body())
+    )
     return Response(body=result, status_code=200)
 
 
@@ -379,7 +380,9 @@ def suspend_session(session_id: str) -> Response:
 def resume_session(session_id: str) -> Response:
     """Lift a suspension."""
     who = admin_caller()
-    result = deps().admin.resume(who, path_session(session_id), parse_reason(request_body()))
+    result = deps().admin.resume(
+        who, path_session(session_id), admin_requests.parse_reason(request_body())
+    )
     return Response(body=result, status_code=200)
 
 
@@ -388,13 +391,15 @@ def resume_session(session_id: str) -> Response:
 def reset_session(session_id: str) -> Response:
     """Zero this session's counters."""
     who = admin_caller()
-    result = deps().admin.reset(who, path_session(session_id), parse_reason(request_body()))
+    result = deps().admin.reset(
+        who, path_session(session_id), admin_requests.parse_reason(request_body())
+    )
     return Response(body=result, status_code=200)
 
 
-def path_principal(who: Identity, raw: str) -> BudgetKey:
+def path_principal(who: tokens.Identity, raw: str) -> quota.BudgetKey:
     """The caller's tenant's principal named in the URL path."""
-    return BudgetKey.principal(who.tenant, principal_param(unquote(raw)))
+    return quota.BudgetKey.principal(who.tenant, admin_requests.principal_param(unquote(raw)))
 
 
 @app.route("/v1/principals/{principal}", methods=["GET"], authorizer=bearer)
@@ -411,7 +416,7 @@ def show_principal(principal: str) -> Response:
 def raise_principal(principal: str) -> Response:
     """Raise one category's principal budget."""
     who = admin_caller()
-    request = parse_raise(request_body(), deps().policy)
+    request = admin_requests.parse_raise(request_body(), deps().policy)
     body = deps().budget_admin.raise_limit(who, path_principal(who, principal), request)
     return Response(body=body, status_code=200)
 
@@ -421,7 +426,7 @@ def raise_principal(principal: str) -> Response:
 def suspend_principal(principal: str) -> Response:
     """Refuse every call made for this principal, in every session."""
     who = admin_caller()
-    reason = parse_reason(request_body())
+    reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.suspend(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
 
@@ -431,7 +436,7 @@ def suspend_principal(principal: str) -> Response:
 def resume_principal(principal: str) -> Response:
     """Lift a principal's suspension, manual or automatic."""
     who = admin_caller()
-    reason = parse_reason(request_body())
+    reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.resume(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
 
@@ -441,7 +446,7 @@ def resume_principal(principal: str) -> Response:
 def reset_principal(principal: str) -> Response:
     """Zero a principal's counters in every window."""
     who = admin_caller()
-    reason = parse_reason(request_body())
+    reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.reset(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
 
@@ -451,7 +456,7 @@ def reset_principal(principal: str) -> Response:
 def show_tenant() -> Response:
     """The tenant's ceiling: counters, limits and windows."""
     who = admin_caller()
-    body = deps().budget_admin.show(BudgetKey.whole_tenant(who.tenant))
+    body = deps().budget_admin.show(quota.BudgetKey.whole_tenant(who.tenant))
     return Response(body=body, status_code=200)
 
 
@@ -461,7 +466,7 @@ def add_grant() -> Response:
     """Plan a raise for a principal in a time window."""
     who = admin_caller()
     container = deps()
-    request = parse_grant(request_body(), container.policy, container.clock())
+    request = admin_requests.parse_grant(request_body(), container.policy, container.clock())
     return Response(body=container.admin.add_grant(who, request), status_code=201)
 
 
@@ -477,7 +482,10 @@ def list_grants() -> Response:
 def delete_grant(grant_id: str) -> Response:
     """Delete a grant."""
     who = admin_caller()
-    return Response(body=deps().admin.delete_grant(who, grant_id_param(grant_id)), status_code=200)
+    return Response(
+        body=deps().admin.delete_grant(who, admin_requests.grant_id_param(grant_id)),
+        status_code=200,
+    )
 
 
 @app.route("/v1/tokens", methods=["POST"], authorizer=bearer)
@@ -485,7 +493,7 @@ def delete_grant(grant_id: str) -> Response:
 def create_token() -> Response:
     """A new token of the caller's tenant; the token itself is in this answer only."""
     who = admin_caller()
-    request = parse_token(request_body())
+    request = admin_requests.parse_token(request_body())
     body = deps().token_admin.create(who, request)
     return Response(body=body, status_code=201, headers={"Cache-Control": "no-store"})
 
@@ -502,7 +510,7 @@ def list_tokens() -> Response:
 def revoke_token(token_id: str) -> Response:
     """Revoke one of the tenant's tokens (again is harmless)."""
     who = admin_caller()
-    body = deps().token_admin.revoke(who, token_id_param(token_id))
+    body = deps().token_admin.revoke(who, admin_requests.token_id_param(token_id))
     return Response(body=body, status_code=200)
 
 
@@ -513,7 +521,7 @@ def audit_trail() -> Response:
     request = app.current_request
     assert request is not None
     who = admin_caller()
-    query = parse_audit_query(dict(request.query_params or {}))
+    query = admin_requests.parse_audit_query(dict(request.query_params or {}))
     return Response(body=deps().admin.audit_page(who, query), status_code=200)
 
 
@@ -522,16 +530,16 @@ def audit_trail() -> Response:
 LINK_CONTENT_TYPES = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"]
 
 
-def html_response(page: Page) -> Response:
+def html_response(page: pages.Page) -> Response:
     """An HTML page with the headers that keep a token-bearing URL private."""
-    return Response(body=page.html, status_code=page.status, headers=dict(PAGE_HEADERS))
+    return Response(body=page.html, status_code=page.status, headers=dict(pages.HEADERS))
 
 
 def _link_desk() -> LinkDesk:
-    """Raises: NotFound: links are not set up in this deployment."""
+    """Raises: errors.NotFound: links are not set up in this deployment."""
     desk = deps().link_desk()
     if desk is None:
-        raise NotFound("One-click links are not set up in this deployment.")
+        raise errors.NotFound("One-click links are not set up in this deployment.")
     return desk
 
 
@@ -564,9 +572,9 @@ def console_asset(name: str) -> Response:
 
 
 def console_response(name: str) -> Response:
-    """Raises: NotFound: no such console file."""
-    found = console_file(name)
+    """Raises: errors.NotFound: no such console file."""
+    found = console_files.console_file(name)
     if found is None:
-        raise NotFound(f"No console file {name[:40]!r}.")
+        raise errors.NotFound(f"No console file {name[:40]!r}.")
     body, content_type = found
-    return Response(body=body, status_code=200, headers=console_headers(content_type))
+    return Response(body=body, status_code=200, headers=console_files.console_headers(content_type))

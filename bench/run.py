@@ -15,9 +15,7 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -65,34 +63,6 @@ def zae(endpoint: str | None, checks: int) -> dict[str, Any]:
     except json.JSONDecodeError:
         result = {"ok": False, "error": (done.stderr or done.stdout)[-300:]}
     return result
-
-
-def cold(runs: int) -> dict[str, Any]:
-    """bench/cold_start.py's measurement of the packaged handler and a bare app."""
-    if not ZIP.exists():
-        return {"error": f"{ZIP.relative_to(ROOT)} missing: run `make package`"}
-    with tempfile.TemporaryDirectory() as tmp:
-        service, bare = Path(tmp) / "service", Path(tmp) / "bare"
-        with zipfile.ZipFile(ZIP) as archive:
-            archive.extractall(service)
-            for name in archive.namelist():
-                if name.startswith("chalice/"):
-                    archive.extract(name, bare)
-        (bare / "app.py").write_text(cold_start.BARE_APP)
-        cold_start.time_runs(service, "service", 1)
-        cold_start.time_runs(bare, "bare", 1)
-        ours = cold_start.time_runs(service, "service", runs)
-        base = cold_start.time_runs(bare, "bare", runs)
-    return {
-        "service_init_ms": round(ours["init"], 1),
-        "bare_init_ms": round(base["init"], 1),
-        "init_ratio": round(ours["init"] / base["init"], 2),
-        "service_ready_ms": round(ours["ready"], 1),
-        "bare_ready_ms": round(base["ready"], 1),
-        "ready_ratio": round(ours["ready"] / base["ready"], 2),
-        "package_bytes": ZIP.stat().st_size,
-        "runs": runs,
-    }
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -143,7 +113,7 @@ def measure(quick: bool) -> dict[str, Any]:
         print("measuring leased reads ...", file=sys.stderr, flush=True)
         out["leases"] = leases.measure(dynalite, runs=1 if quick else 3)
     print("measuring cold start ...", file=sys.stderr, flush=True)
-    out["cold_start"] = cold(5 if quick else 8)
+    out["cold_start"] = cold_start.measure(ZIP, 5 if quick else 9)
     return out
 
 
@@ -266,27 +236,8 @@ def table(r: dict[str, Any]) -> str:
     add(f"Quota service: {m['quota_backend']}.")
     if "leases" in r:
         lines += leases.table(r["leases"])
-    c = r["cold_start"]
     add("")
-    add("## Cold start (bench/cold_start.py: fresh interpreters, medians)")
-    add("")
-    if "error" in c:
-        add(f"n/a: {c['error']}")
-    else:
-        add("| | ours ms | bare Chalice+boto3 ms | ratio |")
-        add("|---|---|---|---|")
-        add(
-            f"| init (import app) | {c['service_init_ms']} | {c['bare_init_ms']} | "
-            f"{c['init_ratio']}x |"
-        )
-        add(
-            f"| first check ready | {c['service_ready_ms']} | {c['bare_ready_ms']} | "
-            f"{c['ready_ratio']}x |"
-        )
-        add(
-            f"deployment.zip: {c['package_bytes'] / 1e6:.2f} MB ({c['package_bytes']} bytes); "
-            f"{c['runs']} runs each"
-        )
+    lines += cold_start.table(r["cold_start"])
     return "\n".join(lines)
 
 

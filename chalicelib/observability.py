@@ -1,19 +1,73 @@
-"""Structured logs and CloudWatch metrics (EMF) via Powertools. X-Ray is not imported:
-it adds hundreds of milliseconds to every cold start."""
+"""Structured logs and CloudWatch metrics (EMF) via Powertools, loaded on first use.
+
+An allowed check writes no log line and no metric, so a container that only answers
+allowed checks never imports Powertools: the packaged zip carries it as source, and
+compiling it costs more than the rest of the check path (bench/cold_start.py). The first
+log line or metric (a refusal, an error, a client's fail-open report) loads it. X-Ray is
+never imported: it adds hundreds of milliseconds to every cold start.
+"""
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger
 
 SERVICE = "mcp-quota"
 NAMESPACE = "McpQuota"
 
-logger = Logger(service=SERVICE)
+
+class LazyLogger:
+    """Powertools' Logger, built on the first log line; the correlation id is kept
+    until then, so every line still carries the request's id."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+        self._logger: Logger | None = None
+        self._correlation_id: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether Powertools' Logger has been built (a log line was written)."""
+        return self._logger is not None
+
+    def _get(self) -> Logger:
+        if self._logger is None:
+            from aws_lambda_powertools import Logger
+
+            self._logger = Logger(service=self._service)
+            self._logger.set_correlation_id(self._correlation_id)
+        return self._logger
+
+    def set_correlation_id(self, value: str | None) -> None:
+        self._correlation_id = value
+        if self._logger is not None:
+            self._logger.set_correlation_id(value)
+
+    def debug(self, msg: str, **kwargs: Any) -> None:
+        self._get().debug(msg, stacklevel=3, **kwargs)
+
+    def info(self, msg: str, **kwargs: Any) -> None:
+        self._get().info(msg, stacklevel=3, **kwargs)
+
+    def warning(self, msg: str, **kwargs: Any) -> None:
+        self._get().warning(msg, stacklevel=3, **kwargs)
+
+    def error(self, msg: str, **kwargs: Any) -> None:
+        self._get().error(msg, stacklevel=3, **kwargs)
+
+    def exception(self, msg: str, **kwargs: Any) -> None:
+        self._get().exception(msg, stacklevel=3, **kwargs)
+
+
+logger = LazyLogger(SERVICE)
 
 
 def count(name: str, category: str | None = None, value: int = 1) -> None:
     """Emit one count metric, dimensioned by category only (never by session id)."""
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
     with single_metric(
         name=name, unit=MetricUnit.Count, value=value, namespace=NAMESPACE
     ) as metric:

@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from chalicelib.alerts import BlockReporter
-from chalicelib.audit import Auditor
-from chalicelib.auth import Authenticator
 from chalicelib.clock import Clock, system_clock
 from chalicelib.grants import GrantLimits
-from chalicelib.notify import Notifier
 from chalicelib.policy import Policy, load_policy
 from chalicelib.ports import (
     AuditLog,
@@ -29,10 +25,13 @@ from chalicelib.ports import (
     TroubleIndex,
     TroubleMark,
 )
-from chalicelib.service import CheckService, PrincipalGate
+from chalicelib.quota import Attempt, Refused
+from chalicelib.service import BlockListener, CheckService, PrincipalGate
 from chalicelib.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
 
@@ -40,8 +39,11 @@ if TYPE_CHECKING:
     from chalicelib.admin_budgets import BudgetAdmin
     from chalicelib.admin_tokens import TokenAdmin
     from chalicelib.admin_views import SessionViews
+    from chalicelib.audit import Auditor
+    from chalicelib.auth import Authenticator
     from chalicelib.link_actions import LinkDesk, LinkMaker
     from chalicelib.links import LinkSigner
+    from chalicelib.notify import Notifier
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).
@@ -51,6 +53,20 @@ CLIENT_CONFIG = Config(
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=50,
 )
+
+
+class OnFirstBlock:
+    """A `BlockListener` that builds the real one (audit, email, links) on the first
+    refusal: a container that only allows calls never loads them."""
+
+    def __init__(self, build: Callable[[], BlockListener]) -> None:
+        self._build = build
+        self._listener: BlockListener | None = None
+
+    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
+        if self._listener is None:
+            self._listener = self._build()
+        self._listener.on_block(tenant, attempt, decision)
 
 
 class Container:
@@ -204,8 +220,12 @@ class Container:
     def sns(self) -> SNSClient:
         return boto3.client("sns", config=CLIENT_CONFIG)
 
+    # The refusal side (audit, email) and the admin side are imported on first use: a
+    # container that only answers allowed checks never loads them (a shorter cold start).
     @cached_property
     def auditor(self) -> Auditor:
+        from chalicelib.audit import Auditor
+
         return Auditor(self.audit_log)
 
     @cached_property
@@ -216,10 +236,10 @@ class Container:
 
     @cached_property
     def notifier(self) -> Notifier:
+        from chalicelib.notify import Notifier
+
         return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)
 
-    # The admin side is imported on first use: a container that only answers checks never
-    # loads it (a shorter cold start).
     @cached_property
     def views(self) -> SessionViews:
         from chalicelib.admin_views import SessionViews
@@ -265,7 +285,21 @@ class Container:
 
     @cached_property
     def authenticator(self) -> Authenticator:
+        from chalicelib.auth import Authenticator
+
         return Authenticator(self.settings, lambda: self.tokens, self.clock)
+
+    def block_reporter(self) -> BlockListener:
+        """Audits a refusal, and emails the administrators of a write refusal."""
+        from chalicelib.alerts import BlockReporter
+
+        return BlockReporter(
+            self.policy,
+            self.auditor,
+            self.notifier,
+            links=self.link_maker,
+            trouble=self.mark_trouble,
+        )
 
     @cached_property
     def checks(self) -> CheckService:
@@ -275,13 +309,7 @@ class Container:
             self.clock,
             self.settings.idle_timeout_seconds,
             limits=self.limits,
-            listener=BlockReporter(
-                self.policy,
-                self.auditor,
-                self.notifier,
-                links=self.link_maker,
-                trouble=self.mark_trouble,
-            ),
+            listener=OnFirstBlock(self.block_reporter),
             keep_calls=self.settings.last_calls,
             budgets=self.budgets,
             gate=self.gate,

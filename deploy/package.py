@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +25,34 @@ from deploy.build_template import (  # noqa: E402
 
 DEFAULT_REGION = "us-east-1"
 MERGE_TEMPLATE = "merge-template.json"
+# Dependencies of ours that Lambda's Python runtime already holds, byte-compiled, as
+# boto3's own dependencies. A copy in the zip would come first on sys.path, shadow the
+# runtime's, and be compiled from source at every cold start (bench/cold_start.py).
+RUNTIME_PROVIDED = ("jmespath",)
+
+
+def drop_runtime_provided(zip_path: Path, names: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
+    """Rewrite `zip_path` without the packages `names` (and their dist-info); the
+    top-level entries dropped."""
+
+    def provided(entry: str) -> str | None:
+        top = entry.split("/", 1)[0]
+        for name in names:
+            if top == name or top.startswith(f"{name}-"):
+                return top
+        return None
+
+    kept = zip_path.with_suffix(".tmp")
+    dropped: set[str] = set()
+    with zipfile.ZipFile(zip_path) as source, zipfile.ZipFile(kept, "w") as target:
+        for info in source.infolist():
+            top = provided(info.filename)
+            if top is None:
+                target.writestr(info, source.read(info), compress_type=info.compress_type)
+            else:
+                dropped.add(top)
+    kept.replace(zip_path)
+    return sorted(dropped)
 
 
 def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
@@ -46,6 +75,7 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     chalice = Path(sys.executable).parent / "chalice"
     command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
     subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
+    drop_runtime_provided(outdir / "deployment.zip")
     return outdir / "sam.json"
 
 

@@ -56,3 +56,12 @@ def test_every_service_module_ships_and_nothing_else(names: list[str]) -> None:
     assert in_zip == in_repository
     assert {"app.py", "chalicelib/service.py", "chalicelib/validation.py"} <= in_zip
     assert "chalicelib/policies/default.json" in names
+
+
+def test_what_lambdas_runtime_already_holds_is_not_shipped(names: list[str]) -> None:
+    # jmespath comes with the runtime's boto3, byte-compiled; a copy in the zip would
+    # shadow it and be compiled from source at every cold start.
+    tops = {name.split("/", 1)[0] for name in names}
+
+    assert [top for top in tops if top.split("-")[0] == "jmespath"] == []
+    assert "aws_lambda_powertools" in tops

@@ -162,9 +162,14 @@ def test_the_log_shows_refusals_admin_actions_and_notifications_and_ctrl_c_exits
 
 def test_verbose_shows_the_access_log_and_metrics(tmp_path: Path) -> None:
     with make_run(tmp_path, {"VERBOSE": "1"}) as running:
-        assert check(running.url, f"verbose-{uuid.uuid4().hex[:8]}") == 200
+        session = f"verbose-{uuid.uuid4().hex[:8]}"
+        assert check(running.url, session) == 200
+        allowed_only = running.output()
+        # Metrics are written for refusals (ChecksBlocked), never per allowed check.
+        assert [check(running.url, session) for _ in range(15)] == [200] * 14 + [429]
         assert running.ctrl_c() == 0
         output = running.output()
     assert '"POST /v1/check HTTP/1.1" 200' in output
-    assert '"_aws"' in output
+    assert '"_aws"' not in allowed_only
+    assert '"_aws"' in output and '"ChecksBlocked"' in output
     assert output.splitlines()[-1] == "mcp-quota stopped."

@@ -1,0 +1,113 @@
+"""What a cold container loads: `import app` loads Chalice and almost nothing of ours; an
+allowed check loads the check path only (no Powertools, no admin side, no audit or
+email); the first refusal loads the rest. Each case runs in a fresh interpreter, with the
+handler invoked as Lambda invokes it (an API Gateway event), on DynamoDB (moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from bench.cold_start import check_event
+from tests.deploy.code_calls import ROOT
+
+PROBE = """\
+import json, sys
+from moto import mock_aws
+mock_aws().start()
+import app
+loaded = lambda: sorted(
+    m for m, module in sys.modules.items()
+    if m.split(".")[0] in ("chalicelib", "aws_lambda_powertools")
+)
+report = {"init": loaded(), "statuses": []}
+import boto3
+from chalicelib.schema import ALL_TABLES
+client = boto3.client("dynamodb")
+for kind, spec in ALL_TABLES.items():
+    client.create_table(**spec.create_table_kwargs(f"mcp-quota-{kind}"))
+for event in json.loads(sys.argv[1]):
+    report["statuses"].append(app.app(event, None)["statusCode"])
+report["after"] = loaded()
+print(json.dumps(report))
+"""
+
+ADMIN_SIDE = (
+    "chalicelib.admin_actions",
+    "chalicelib.admin_budgets",
+    "chalicelib.admin_requests",
+    "chalicelib.admin_tokens",
+    "chalicelib.admin_views",
+    "chalicelib.link_actions",
+    "chalicelib.links",
+    "chalicelib.pages",
+    "chalicelib.console_files",
+)
+ADMIN_SERVICES = (
+    "chalicelib.admin_actions",
+    "chalicelib.admin_budgets",
+    "chalicelib.admin_tokens",
+    "chalicelib.admin_views",
+    "chalicelib.console_files",
+)
+REFUSAL_SIDE = ("chalicelib.alerts", "chalicelib.audit", "chalicelib.notify")
+
+
+def cold_container(events: list[dict[str, Any]]) -> dict[str, Any]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(ROOT),
+        "QUOTA_STAGE": "prod",
+        "QUOTA_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:mcp-quota-alerts",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(events)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def write_event(session_id: str) -> dict[str, Any]:
+    event = check_event(session_id)
+    event["body"] = json.dumps({"session_id": session_id, "tool": "delete_tag"})
+    return event
+
+
+def test_init_loads_nothing_of_ours_but_two_small_modules() -> None:
+    report = cold_container([])
+
+    assert report["init"] == ["chalicelib", "chalicelib.lazy", "chalicelib.observability"]
+
+
+def test_an_allowed_check_loads_neither_powertools_nor_the_admin_or_refusal_side() -> None:
+    report = cold_container([check_event("s-allowed")])
+
+    assert report["statuses"] == [200]
+    after = set(report["after"])
+    assert {"chalicelib.service", "chalicelib.quota", "chalicelib.validation"} <= after
+    assert [m for m in after if m.startswith("aws_lambda_powertools")] == []
+    assert after.isdisjoint(ADMIN_SIDE)
+    assert after.isdisjoint(REFUSAL_SIDE)
+
+
+def test_the_first_refusal_loads_the_audit_the_email_and_powertools() -> None:
+    # The default policy allows 15 write calls per session: the 16th is refused.
+    report = cold_container([write_event("s-loop") for _ in range(16)])
+
+    assert report["statuses"] == [200] * 15 + [429]
+    after = set(report["after"])
+    assert set(REFUSAL_SIDE) <= after
+    assert "aws_lambda_powertools.logging.logger" in after
+    # The email's links render with the link pages' code; the admin services stay out.
+    assert after.isdisjoint(ADMIN_SERVICES)
