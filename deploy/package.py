@@ -31,28 +31,27 @@ MERGE_TEMPLATE = "merge-template.json"
 RUNTIME_PROVIDED = ("jmespath",)
 
 
-def drop_runtime_provided(zip_path: Path, names: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
-    """Rewrite `zip_path` without the packages `names` (and their dist-info); the
-    top-level entries dropped."""
+def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
+    """Rewrite `zip_path` without the packages in `provided` (and their dist-info) and
+    without bytecode: `chalice package` copies any `__pycache__` the build machine wrote,
+    compiled for its Python, not the runtime's. Returns the entries dropped."""
 
-    def provided(entry: str) -> str | None:
+    def dropped(entry: str) -> bool:
         top = entry.split("/", 1)[0]
-        for name in names:
-            if top == name or top.startswith(f"{name}-"):
-                return top
-        return None
+        if any(top == name or top.startswith(f"{name}-") for name in provided):
+            return True
+        return "__pycache__" in entry.split("/") or entry.endswith(".pyc")
 
     kept = zip_path.with_suffix(".tmp")
-    dropped: set[str] = set()
+    gone: list[str] = []
     with zipfile.ZipFile(zip_path) as source, zipfile.ZipFile(kept, "w") as target:
         for info in source.infolist():
-            top = provided(info.filename)
-            if top is None:
-                target.writestr(info, source.read(info), compress_type=info.compress_type)
+            if dropped(info.filename):
+                gone.append(info.filename)
             else:
-                dropped.add(top)
+                target.writestr(info, source.read(info), compress_type=info.compress_type)
     kept.replace(zip_path)
-    return sorted(dropped)
+    return gone
 
 
 def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
@@ -75,7 +74,7 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     chalice = Path(sys.executable).parent / "chalice"
     command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
     subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
-    drop_runtime_provided(outdir / "deployment.zip")
+    prune_zip(outdir / "deployment.zip")
     return outdir / "sam.json"
 
 

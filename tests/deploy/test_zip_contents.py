@@ -65,3 +65,7 @@ def test_what_lambdas_runtime_already_holds_is_not_shipped(names: list[str]) -> 
 
     assert [top for top in tops if top.split("-")[0] == "jmespath"] == []
     assert "aws_lambda_powertools" in tops
+
+
+def test_no_bytecode_of_the_build_machine_is_shipped(names: list[str]) -> None:
+    assert [n for n in names if "__pycache__" in n or n.endswith(".pyc")] == []
