@@ -22,7 +22,10 @@ from typing import Any
 
 import httpx2
 from fastmcp import Client
-from mcp_quota_client import META_SESSION_KEY
+from mcp_quota_client import META_SESSION_KEY, QuotaClient, QuotaClientConfig
+from mcp_quota_client.decision import CheckRequest
+from mcp_quota_client.fastmcp import QuotaMiddleware
+from mcp_quota_client.session import CallerInfo
 
 from tests.support import free_port, running_service, wait_for_port
 
@@ -92,6 +95,52 @@ def _direct_checks(quota_url: str, calls: int) -> list[float]:
     return samples
 
 
+async def _client_checks(quota_url: str, calls: int) -> list[float]:
+    """The same checks through `QuotaClient` (the middleware's own async HTTP client, one
+    pooled connection), straight to the service: the round trip the middleware must make."""
+    samples: list[float] = []
+    config = QuotaClientConfig(base_url=quota_url, token="dev-server-token", lease=False)
+    async with QuotaClient(config) as client:
+        for i in range(calls):
+            request = CheckRequest(
+                session_id=f"client-{i // 150}-{uuid.uuid4().hex[:6]}",
+                tool="get_x",
+                annotations={"readOnlyHint": True},
+            )
+            start = time.perf_counter()
+            decision = await client.check(request)
+            samples.append((time.perf_counter() - start) * 1000)
+            if not decision.allowed:
+                raise RuntimeError(f"check refused: {decision}")
+    return samples
+
+
+async def _guard_cpu(calls: int = 2000) -> float:
+    """Microseconds of the middleware's own work per call: its guard deciding against an
+    in-memory transport that answers at once (no network, no service)."""
+    answer = {
+        "allowed": True,
+        "session_id": "s",
+        "tool": "search_articles",
+        "category": "read",
+        "used": 1,
+        "limit": 200,
+        "remaining": 199,
+        "resets_at": "2026-12-03T18:00:00Z",
+        "duplicate": False,
+    }
+    transport = httpx2.MockTransport(lambda _: httpx2.Response(200, json=answer))
+    config = QuotaClientConfig(base_url="http://quota", token="t", lease=False)
+    guard = QuotaMiddleware(QuotaClient(config, transport=transport)).guard
+    caller = CallerInfo(meta={META_SESSION_KEY: "bench"}, server_name="articles")
+    for _ in range(100):
+        await guard.decide("search_articles", None, caller)
+    start = time.process_time()
+    for _ in range(calls):
+        await guard.decide("search_articles", None, caller)
+    return (time.process_time() - start) / calls * 1e6
+
+
 def _summary(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {
@@ -111,10 +160,13 @@ def measure(dynalite: str, calls: int = 300, warmup: int = 20) -> dict[str, Any]
         without = _summary(asyncio.run(_calls(bare, calls, warmup)))
         with_quota = _summary(asyncio.run(_calls(guarded, calls, warmup)))
         direct = _summary(_direct_checks(quota, calls))
+        through_client = _summary(asyncio.run(_client_checks(quota, calls)))
     return {
         "without": without,
         "with": with_quota,
         "direct_check": direct,
+        "client_check": through_client,
+        "guard_cpu_us": round(asyncio.run(_guard_cpu()), 1),
         "added_median_ms": round(with_quota["median_ms"] - without["median_ms"], 3),
         "added_p99_ms": round(with_quota["p99_ms"] - without["p99_ms"], 3),
         "quota_backend": "dynalite via scripts/serve_local.py (chalice local)",

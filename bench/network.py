@@ -101,7 +101,7 @@ def measure(dynalite: str, quick: bool) -> dict[str, Any]:
             workloads.backend("dynalite", endpoint) as b,
             contextlib.redirect_stdout(io.StringIO()),  # the service's metrics (EMF)
         ):
-            log = workloads.RequestLog(b.client)
+            log = workloads.RequestLog(b.client, b.ours)
             cells = [
                 _Cell(impl, kind, clients, make(b, clients), workloads.Samples(clients))
                 for clients in CLIENTS

@@ -233,6 +233,18 @@ def table(r: dict[str, Any]) -> str:
         f"| (one POST /v1/check straight to the service) | {m['direct_check']['calls']} | "
         f"{m['direct_check']['median_ms']:.2f} | {m['direct_check']['p99_ms']:.2f} |"
     )
+    add(
+        f"| (the same check through QuotaClient, the middleware's async client) | "
+        f"{m['client_check']['calls']} | {m['client_check']['median_ms']:.2f} | "
+        f"{m['client_check']['p99_ms']:.2f} |"
+    )
+    add("")
+    add(
+        f"Added per call beyond the middleware's own check round trip (p50): "
+        f"{m['added_median_ms'] - m['client_check']['median_ms']:+.2f} ms; the middleware's "
+        f"own work, measured alone against an in-memory transport: "
+        f"{m['guard_cpu_us']:.0f} µs of CPU per call."
+    )
     add(f"Quota service: {m['quota_backend']}.")
     if "leases" in r:
         lines += leases.table(r["leases"])

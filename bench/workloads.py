@@ -20,13 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import boto3
+from botocore.config import Config
 from moto import mock_aws
 
 from bench.sizing import item_size, write_units
 from chalicelib.quota import Refused
 from chalicelib.settings import Settings
 from chalicelib.validation import CheckRequest
-from chalicelib.wiring import Container
+from chalicelib.wiring import CLIENT_CONFIG, Container
 from tests.support import client_for, fake_aws_env, fresh_settings, provisioned
 
 if TYPE_CHECKING:
@@ -46,9 +48,10 @@ class Backend:
     """One DynamoDB implementation with fresh tables and a container for our service."""
 
     name: str
-    client: DynamoDBClient
+    client: DynamoDBClient  # the naive counter's (boto3's defaults), and set-up
     settings: Settings
     container: Container
+    ours: DynamoDBClient  # the service's own client configuration (wiring.CLIENT_CONFIG)
 
 
 @contextmanager
@@ -64,8 +67,14 @@ def backend(name: str, endpoint: str | None, pool: int = 80) -> Iterator[Backend
         # cost at all, before any request).
         settings = replace(settings, grant_cache_seconds=3600, policy=str(BENCH_POLICY))
         container = Container(settings=settings)
-        container.__dict__["dynamodb"] = client  # one client for ours, the naive, and counting
-        yield Backend(name, client, settings, container)
+        ours = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            config=CLIENT_CONFIG.merge(Config(max_pool_connections=pool)),
+        )
+        container.__dict__["dynamodb"] = ours
+        yield Backend(name, client, settings, container, ours)
 
 
 @contextmanager
@@ -124,10 +133,11 @@ class NaiveCounter:
 class RequestLog:
     """DynamoDB requests by operation, from botocore's own `before-call` events."""
 
-    def __init__(self, client: DynamoDBClient) -> None:
+    def __init__(self, *clients: DynamoDBClient) -> None:
         self.ops: Counter[str] = Counter()
         self._lock = threading.Lock()
-        client.meta.events.register("before-call.dynamodb", self._seen)
+        for client in clients:
+            client.meta.events.register("before-call.dynamodb", self._seen)
 
     def _seen(self, model: Any, **_: Any) -> None:
         with self._lock:
@@ -188,7 +198,7 @@ def cost_of_ours(b: Backend, endpoint: str | None) -> Cost:
     reader = client_for(endpoint)  # on moto in-process, the same mock answers it
     checks = b.container.checks
     checks.attempt_for(TENANT, read_request("warm"))  # the grant cache: one Query per tenant
-    log = RequestLog(b.client)
+    log = RequestLog(b.ours)
     log.take()
     session = session_id()
     key = f"{TENANT}#{session}"

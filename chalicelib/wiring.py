@@ -47,11 +47,15 @@ if TYPE_CHECKING:
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).
+# No client-side parameter validation: the storage adapters build every request from
+# typed values, DynamoDB validates it again anyway, and botocore's walk over a
+# last-calls list costs about a tenth of a check's client CPU (bench/network.py).
 CLIENT_CONFIG = Config(
     connect_timeout=1,
     read_timeout=2,
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=50,
+    parameter_validation=False,
 )
 
 
