@@ -178,6 +178,16 @@ def table(r: dict[str, Any]) -> str:
         if not b["zae"].get("ok"):
             add(f"| {name} | zae-limiter | n/a | n/a | n/a | n/a | n/a |")
     add("")
+    for name, b in r["backends"].items():
+        split = b["cost"]["ours"].get("requests_per_allowed_by_category", {})
+        add(
+            f"Ours on {name}, requests per allowed check by category: "
+            + ", ".join(f"{category} {value}" for category, value in split.items())
+            + " (the bench policy gives writes a principal and a tenant budget beside the "
+            "session's: one conditional update per budget; reads count against the session "
+            "only)."
+        )
+    add("")
     add("## Emulators only, no network: latency and throughput in-process (allowed reads)")
     add("")
     add(

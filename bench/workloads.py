@@ -163,6 +163,8 @@ class Cost:
     first_block_requests: Counter[str] = field(default_factory=Counter)
     max_item_bytes: int = 0
     calls_in_record: int = 0
+    # category -> [allowed checks, their requests]
+    allowed_by_category: dict[str, list[int]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         def per(requests: Counter[str], n: int) -> float:
@@ -180,6 +182,10 @@ class Cost:
             "first_block_requests_by_op": dict(self.first_block_requests),
             "max_item_bytes": self.max_item_bytes,
             "calls_in_record_at_max": self.calls_in_record,
+            "requests_per_allowed_by_category": {
+                category: round(requests / checks, 3)
+                for category, (checks, requests) in sorted(self.allowed_by_category.items())
+            },
         }
 
 
@@ -221,6 +227,9 @@ def cost_of_ours(b: Backend, endpoint: str | None) -> Cost:
             cost.allowed_checks += 1
             cost.allowed_requests += ops
             cost.allowed_wcu += units
+            tally = cost.allowed_by_category.setdefault(decision.category, [0, 0])
+            tally[0] += 1
+            tally[1] += sum(ops.values())
         elif isinstance(decision, Refused) and decision.first_exhaustion:  # + the audit event
             cost.first_block_requests += ops
         else:
