@@ -9,6 +9,7 @@ never imported: it adds hundreds of milliseconds to every cold start.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +39,14 @@ class LazyLogger:
 
             self._logger = Logger(service=self._service)
             self._logger.set_correlation_id(self._correlation_id)
+            # Chalice named its own `app.log` after the app, which is our service name, and
+            # gave that logger a plain-text handler: Powertools' JSON handler is the one
+            # that writes, so no line goes out twice.
+            own = self._logger.registered_handler
+            shared = logging.getLogger(self._service)
+            for handler in list(shared.handlers):
+                if handler is not own:
+                    shared.removeHandler(handler)
         return self._logger
 
     def set_correlation_id(self, value: str | None) -> None:

@@ -221,7 +221,9 @@ def install(quiet: bool) -> None:
     if quiet:
         local.ChaliceRequestHandler.log_request = _no_log
         _silence_single_metric()
-        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        # The readable log prints refusals itself; the service's JSON lines (a refusal's
+        # warning, audit events) are for VERBOSE=1.
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
         for name in ("botocore", "boto3", "urllib3"):
             logging.getLogger(name).setLevel(logging.WARNING)
         # urllib3 warns per request once more threads than pooled connections talk to

@@ -111,3 +111,38 @@ def test_the_first_refusal_loads_the_audit_the_email_and_powertools() -> None:
     assert "aws_lambda_powertools.logging.logger" in after
     # The email's links render with the link pages' code; the admin services stay out.
     assert after.isdisjoint(ADMIN_SERVICES)
+
+
+LOG_PROBE = """\
+import logging, sys
+import app
+from chalicelib.observability import logger
+logger.set_correlation_id("req-1")
+logger.warning("tool call refused", extra={"tool": "delete_tag"})
+print("handlers", len(logging.getLogger("mcp-quota").handlers), file=sys.stderr)
+"""
+
+
+def test_a_log_line_is_one_json_line_with_the_request_id_and_the_caller() -> None:
+    # Chalice gives the logger named after the app (our service name) a plain-text
+    # handler; once Powertools' logger exists, it alone writes.
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "QUOTA_STAGE": "prod"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOG_PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert line["level"] == "WARNING"
+    assert line["message"] == "tool call refused"
+    assert line["correlation_id"] == "req-1"
+    assert line["tool"] == "delete_tag"
+    assert line["location"].startswith("<module>:")  # the caller's line, not the wrapper's
+    assert "handlers 1" in done.stderr

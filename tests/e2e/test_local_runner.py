@@ -155,6 +155,8 @@ def test_the_log_shows_refusals_admin_actions_and_notifications_and_ctrl_c_exits
     assert "=== notification (email) ===" in lines
     assert not [line for line in lines if "HTTP/1.1" in line]  # no access log, ours or moto's
     assert not [line for line in lines if '"_aws"' in line]  # no EMF metrics line
+    # nor the service's own log lines, JSON or Chalice's plain text: one line per refusal
+    assert not [line for line in lines if '"level"' in line or " - WARNING - " in line]
     assert not [line for line in lines if "Found credentials" in line]  # botocore INFO
     assert "Traceback (most recent call last):" not in lines
     assert lines[-1] == "mcp-quota stopped."
