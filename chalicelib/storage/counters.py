@@ -817,30 +817,59 @@ class CounterStore:
     def uncount(self, attempt: Attempt, started_ms: int) -> None:
         """Take back a counted call that a wider budget refused.
 
+        Where this check's own record still ends the list, it becomes the refusal in place
+        (one write, the list no longer): an agent refused by its principal or tenant, call
+        after call, never grows the item. Otherwise the refusal is appended, and a list a
+        batch past `keep` is trimmed.
+
         Raises:
             StorageError: the store failed.
         """
         record = attempt.record(allowed=False)
         values = self._call_values(attempt, record)
-        values[":cidl"] = {"L": [_s(f"{UNCOUNTED}{record.call_id or ''}{_SEP}{attempt.check_id}")]}
+        entry = f"{UNCOUNTED}{record.call_id or ''}{_SEP}{attempt.check_id}"
+        values[":cidl"] = {"L": [_s(entry)]}
         values.update(
             {":units": _n(attempt.units), ":minus": _n(-attempt.units), ":started": _n(started_ms)}
         )
         key = _key(attempt.session)
         doing = "taking back a counted call"
         names = self._names(attempt)
-        self._tails.put(key, None)
         update = UNCOUNT_UPDATE
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
             update += UNCOUNT_LEASED
+        tail = self._tails.get(key)
+        counted = stored_id(attempt.record(allowed=True))
+        if tail is not None and tail.ids and tail.ids[-1] == counted:
+            new = _Tail(
+                (*tail.texts[:-1], encode_call(record)), (*tail.ids[:-1], entry), tail.raised
+            )
+            try:
+                self._update(
+                    key,
+                    update.replace(_APPEND_CALL, _REWRITE_CALLS),
+                    f"{UNCOUNT_CONDITION} AND {tail.condition()}",
+                    names,
+                    {**values, **tail.values(new)},
+                    doing,
+                    "NONE",
+                )
+            except _ConditionFailed:
+                pass  # another writer came between, or the session was reset: append
+            else:
+                self._tails.put(key, new)
+                return
+        self._tails.put(key, None)
         try:
-            self._update(key, update, UNCOUNT_CONDITION, names, values, doing, "NONE")
+            item = self._update(key, update, UNCOUNT_CONDITION, names, values, doing)
         except _ConditionFailed:
             try:
-                self._update(key, UNCOUNT_RECORD_ONLY, _EXISTS, names, values, doing, "NONE")
+                item = self._update(key, UNCOUNT_RECORD_ONLY, _EXISTS, names, values, doing)
             except _ConditionFailed:
                 return
+        self._tails.learn(key, item)
+        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
 
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int
@@ -887,16 +916,18 @@ class CounterStore:
         return snapshot_from_item(item) if item else None
 
     def _maybe_trim(self, key: str, length: int) -> None:
-        """Drop the oldest batch of last calls once the list is a batch past `keep`.
+        """Drop the oldest entries of the last calls once the list is a batch or more past
+        `keep`, back to `keep`.
 
-        Each append is atomic, so exactly one writer sees each length: one trim per batch.
-        A failed trim is harmless (the next batch boundary trims again), so it is logged,
-        not raised.
+        The condition (the list is still at least `length` long) lets one of several
+        writers that saw the same or overlapping lengths trim, never below `keep`. A failed
+        trim is harmless (the next append past the batch trims again), so it is logged, not
+        raised.
         """
         over = length - self._keep
-        if over <= 0 or over % self._batch:
+        if over < self._batch:
             return
-        positions = range(self._batch)
+        positions = range(over)
         removals = [f"#calls[{i}]" for i in positions] + [f"#ids[{i}]" for i in positions]
         try:
             self._update(
@@ -909,7 +940,7 @@ class CounterStore:
                 returns="NONE",
             )
         except _ConditionFailed:
-            return  # the session was reset meanwhile: nothing to trim
+            return  # another writer trimmed first, or the session was reset
         except StorageError as exc:
             _log.warning("last-calls trim failed while %s", exc.doing)
         finally:

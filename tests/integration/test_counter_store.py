@@ -18,12 +18,14 @@ from chalicelib.quota import (
     Decision,
     RefusalReason,
     Refused,
+    Scope,
     SessionKey,
     SessionSnapshot,
     Verdict,
     explain_refusal,
 )
 from chalicelib.service import CheckService
+from chalicelib.storage.budgets import BudgetStore
 from chalicelib.storage.counters import CounterStore
 from chalicelib.validation import CheckRequest
 from tests.support import Backend, FixedClock, Stores
@@ -491,3 +493,50 @@ def test_a_check_costs_one_request_and_a_refusal_two(backend: Backend, clock: Fi
         refused(service.check("demo", write()))
     reads = 50 if backend.name == "dynalite" else 0
     assert sent == Counter({"UpdateItem": 100, "GetItem": reads}) + Counter()
+
+
+def test_refusals_by_a_wider_budget_do_not_grow_the_stored_session(
+    backend: Backend, clock: FixedClock
+) -> None:
+    """An agent whose principal budget is spent keeps calling on a session with room
+    left: each call is counted at the session, refused by the principal and taken back.
+    The taken-back call replaces its own record in place, so the item stays one write
+    unit however long the loop runs, and the session's count is back where it was."""
+    document = json.loads((POLICY_DIR / "default.json").read_text())
+    document["categories"]["write"]["principal"] = {"limit": 20, "window": "24h"}
+    document["suspend_after_refusals"] = 1_000_000  # no escalation: every call tries
+    policy = parse_policy(document)
+    counters = CounterStore(
+        backend.client, backend.settings.counters_table, tuple(policy.categories), 10
+    )
+    budgets = BudgetStore(backend.client, backend.settings.counters_table)
+    service = CheckService(policy, counters, clock, 3600, keep_calls=10, budgets=budgets)
+    sent: Counter[str] = Counter()
+    backend.client.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: sent.update([model.name])
+    )
+    for i in range(20):  # 15 in another session, 5 in this one: the principal's 20
+        clock.advance(1)
+        session = "s0" if i < 15 else "s1"
+        allowed(service.check("demo", write(session, principal="bot", call_id=f"c-{i}")))
+    requests: list[int] = []
+    for i in range(200):
+        clock.advance(1)
+        before = Counter(sent)
+        decision = refused(service.check("demo", write(principal="bot", call_id=f"r-{i}")))
+        made = sent - before
+        requests.append(made["UpdateItem"] + made["PutItem"])
+        assert decision.scope is Scope.PRINCIPAL
+    items = backend.client.scan(TableName=backend.settings.counters_table)["Items"]
+    session_item = next(item for item in items if item["pk"]["S"] == "demo#s1")
+    assert item_size(session_item) <= 1024
+    stored = counters.get(S1)
+    assert stored is not None
+    assert stored.counts["write"] == 5
+    assert len(session_item["cids"]["L"]) == 10  # the exact last 10, shown folded:
+    assert [(c.allowed, c.repeats, c.call_id) for c in stored.calls] == [(False, 10, "r-199")]
+    # Writes per refusal, after the first (which also writes its audit events): the
+    # session step, the principal's refusal, the give-back in place and the principal's
+    # refusal streak; never a trim. (The principal's suspension and the tenant's grants
+    # are read again each time their 30-second caches expire.)
+    assert set(requests[1:]) == {4}
