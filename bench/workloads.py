@@ -20,8 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
 from moto import mock_aws
 
 from bench.sizing import item_size, write_units
@@ -67,12 +65,7 @@ def backend(name: str, endpoint: str | None, pool: int = 80) -> Iterator[Backend
         # cost at all, before any request).
         settings = replace(settings, grant_cache_seconds=3600, policy=str(BENCH_POLICY))
         container = Container(settings=settings)
-        ours = boto3.client(
-            "dynamodb",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            config=CLIENT_CONFIG.merge(Config(max_pool_connections=pool)),
-        )
+        ours = client_for(endpoint, pool=pool, base=CLIENT_CONFIG)
         container.__dict__["dynamodb"] = ours
         yield Backend(name, client, settings, container, ours)
 

@@ -23,11 +23,6 @@ class LazyModule:
         self._name = name
         self._module: ModuleType | None = None
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the module has been imported through this stand-in."""
-        return self._module is not None
-
     def __getattr__(self, attribute: str) -> Any:
         module = self._module
         if module is None:

@@ -28,11 +28,6 @@ class LazyLogger:
         self._logger: Logger | None = None
         self._correlation_id: str | None = None
 
-    @property
-    def loaded(self) -> bool:
-        """Whether Powertools' Logger has been built (a log line was written)."""
-        return self._logger is not None
-
     def _get(self) -> Logger:
         if self._logger is None:
             from aws_lambda_powertools import Logger
@@ -53,9 +48,6 @@ class LazyLogger:
         self._correlation_id = value
         if self._logger is not None:
             self._logger.set_correlation_id(value)
-
-    def debug(self, msg: str, **kwargs: Any) -> None:
-        self._get().debug(msg, stacklevel=3, **kwargs)
 
     def info(self, msg: str, **kwargs: Any) -> None:
         self._get().info(msg, stacklevel=3, **kwargs)

@@ -25,8 +25,7 @@ from chalicelib.ports import (
     TroubleIndex,
     TroubleMark,
 )
-from chalicelib.quota import Attempt, Refused
-from chalicelib.service import BlockListener, CheckService, PrincipalGate
+from chalicelib.service import CheckService, PrincipalGate
 from chalicelib.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,6 +43,8 @@ if TYPE_CHECKING:
     from chalicelib.link_actions import LinkDesk, LinkMaker
     from chalicelib.links import LinkSigner
     from chalicelib.notify import Notifier
+    from chalicelib.quota import Attempt, Refused
+    from chalicelib.service import BlockListener
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).

@@ -108,8 +108,12 @@ def dynalite_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def client_for(endpoint: str | None, pool: int = 10) -> DynamoDBClient:
-    config = Config(max_pool_connections=pool, retries={"max_attempts": 2, "mode": "standard"})
+def client_for(endpoint: str | None, pool: int = 10, base: Config | None = None) -> DynamoDBClient:
+    """A DynamoDB client on `endpoint` (None: moto in-process); `base` is a client
+    configuration to start from (the service's `wiring.CLIENT_CONFIG`, say)."""
+    config = (base or Config(retries={"max_attempts": 2, "mode": "standard"})).merge(
+        Config(max_pool_connections=pool)
+    )
     return boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", config=config)
 
 

@@ -448,6 +448,10 @@ class _Tail:
                 return _Tail((*self.texts[:-1], folded), (*self.ids[:-1], entry), self.raised)
         return _Tail((*self.texts, text)[-keep:], (*self.ids, entry)[-keep:], self.raised)
 
+    def replacing_last(self, text: str, entry: str) -> _Tail:
+        """The lists with their last entry replaced (a call taken back, shown refused)."""
+        return _Tail((*self.texts[:-1], text), (*self.ids[:-1], entry), self.raised)
+
     def condition(self) -> str:
         """That the stored lists still end as these do (no other writer came between)."""
         if not self.ids:
@@ -842,9 +846,7 @@ class CounterStore:
         tail = self._tails.get(key)
         counted = stored_id(attempt.record(allowed=True))
         if tail is not None and tail.ids and tail.ids[-1] == counted:
-            new = _Tail(
-                (*tail.texts[:-1], encode_call(record)), (*tail.ids[:-1], entry), tail.raised
-            )
+            new = tail.replacing_last(encode_call(record), entry)
             try:
                 self._update(
                     key,

@@ -15,11 +15,9 @@ def test_a_lazy_module_is_imported_on_first_use_only(monkeypatch: pytest.MonkeyP
 
     module = lazy_module("json.tool")
     assert isinstance(module, LazyModule)
-    assert not module.loaded
     assert "json.tool" not in sys.modules
 
     assert callable(module.main)  # first use: the module is imported
-    assert module.loaded
     assert module.main is sys.modules["json.tool"].main
 
 
