@@ -23,11 +23,13 @@ MAX_REPLAYS = 3
 
 
 class SessionState(enum.StrEnum):
-    """Where a session stands, as the next check would see it."""
+    """Where a session stands, as the next check would see it. Every view (API, listing,
+    console, CLI, email) shows the one derivation: `SessionSnapshot.state`."""
 
     UNSEEN = "unseen"
     ACTIVE = "active"
-    IDLE = "idle"  # the next check starts the counters again
+    BLOCKED = "blocked"  # some category is at its limit: its next call there is refused
+    EXPIRED = "expired"  # idle past the timeout: the next check starts the counters again
     SUSPENDED = "suspended"
 
 
@@ -232,11 +234,20 @@ class SessionSnapshot:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
         return self.last_seen_ms < now_ms - idle_ms
 
-    def state(self, now_ms: int, idle_ms: int) -> SessionState:
-        """The state the next check would see."""
+    def state(
+        self, now_ms: int, idle_ms: int, base_limits: Mapping[str, int] | None = None
+    ) -> SessionState:
+        """The state the next check would see: suspended, else expired, else blocked
+        (some category used up to its limit, given each category's base limit), else
+        active."""
         if self.suspended:
             return SessionState.SUSPENDED
-        return SessionState.IDLE if self.is_idle(now_ms, idle_ms) else SessionState.ACTIVE
+        if self.is_idle(now_ms, idle_ms):
+            return SessionState.EXPIRED
+        for category, base in (base_limits or {}).items():
+            if self.counts.get(category, 0) >= self.limit_for(category, base, now_ms):
+                return SessionState.BLOCKED
+        return SessionState.ACTIVE
 
     def raise_for(self, category: str, now_ms: int) -> int | None:
         """The per-session raise in force at `now_ms`: None if none, or if it has lapsed."""
