@@ -57,6 +57,7 @@ class Verdict(enum.Enum):
     ALREADY_COUNTED = "already_counted"  # this very check was counted (an SDK retry)
     DUPLICATE = "duplicate"  # a client's retry: answer with the original decision
     REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
+    CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     STALE = "stale"  # the session read back no longer fails the condition: try again
 
@@ -271,6 +272,12 @@ class SessionSnapshot:
         key = call_id_key(call_id)
         return any(r.call_id == key and not r.replay for r in self.calls)
 
+    def binds(self, call_id: str, tool: str, category: str) -> bool:
+        """Whether this call id, if counted here, was counted for this tool and category:
+        an id names one call, and is never a pass for another."""
+        original = self.find_call(call_id)
+        return original is None or (original.tool, original.category) == (tool, category)
+
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed (counted) call recorded under this call id, if still in the record."""
         key = call_id_key(call_id)
@@ -365,6 +372,10 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
         return Verdict.SUSPENDED
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
         return Verdict.EXPIRED
+    if attempt.call_id is not None and not snapshot.binds(
+        attempt.call_id, attempt.tool, attempt.category
+    ):
+        return Verdict.CALL_ID_CONFLICT
     call_id = attempt.dedupe_call_id
     if call_id is not None and snapshot.holds_call_id(call_id):
         if snapshot.find_call(call_id) and snapshot.replayable(call_id, attempt.now_ms):
