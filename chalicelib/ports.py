@@ -288,9 +288,31 @@ class BudgetCounters(Protocol):
             StorageError: the store failed.
         """
 
-    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
-        """Record that this budget refused a call: returns the refusals in a row (reset by
-        every call it takes) and whether this is the first refusal at this window and limit.
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
+        """Record that this budget refused a call: whether it is the first refusal at this
+        window and limit (one notification per exhaustion).
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def note_streak(
+        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+    ) -> tuple[int, bool]:
+        """Count one refusal in this principal's streak; returns the streak and, when
+        `spend` says this budget itself refused, whether that is its first refusal at this
+        window and limit (as `note_refusal`, in the same write). The streak starts again
+        at 1 if the principal's last refusal came before `allowed_since_ms` (an allowed
+        call of the refused session since); every call the principal's own budget takes,
+        and an administrator's resume, raise or reset, set it to 0.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
+        """End the principal's streak of refusals: a call of it was allowed at every
+        scope at `now_ms` (a refusal recorded after that keeps its streak).
 
         Raises:
             StorageError: the store failed.

@@ -108,7 +108,7 @@ class BudgetSnapshot:
     counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # by window start
     raised: Mapping[str, int] = field(default_factory=dict)
     suspended_reason: str | None = None
-    refusals_in_a_row: int = 0
+    refusals_in_a_row: int = 0  # a principal's streak (escalation); 0 on other budgets
 
     @property
     def suspended(self) -> bool:
@@ -271,6 +271,23 @@ class SessionSnapshot:
         """Whether any call (not a replay) in the record carries this call id."""
         key = call_id_key(call_id)
         return any(r.call_id == key and not r.replay for r in self.calls)
+
+    def last_allowed_ms(self, besides: Attempt | None = None) -> int:
+        """When the last call counted in this session (other than the attempt `besides`)
+        was made, as far as the last calls show; 0 if none is there. A refusal in a
+        session with an allowed call since its principal's last refusal starts the
+        principal's streak again. When the record holds only refusals, every one of them
+        came after the last allowed call, so the streak goes on, as it should."""
+        own = None if besides is None else besides.record(allowed=True)
+        times = [
+            r.at_ms
+            for r in self.calls
+            if r.allowed
+            and not r.replay
+            and not (own is not None and own.check_id == r.check_id)
+            and not (own is not None and own.call_id is not None and own.call_id == r.call_id)
+        ]
+        return max(times, default=0)
 
     def binds(self, call_id: str, tool: str, category: str) -> bool:
         """Whether this call id, if counted here, was counted for this tool and category:

@@ -1,23 +1,41 @@
 """The check: classify the call, count it against every budget that applies (session,
-then principal, then tenant), all or nothing, and explain a refusal.
+principal, tenant), all or nothing, and explain a refusal.
 
-Counting order and compensation: the session first (one conditional update; a runaway
-session is refused there and never touches the wider budgets), then each wider budget.
-When a wider budget refuses, what the earlier steps took is given back. Every step is a
-conditional increment that can never pass its limit, so no budget is over-admitted; a
-crash between steps leaves a call counted that did not run (under-admission, never over).
+Counting order: the session first (one conditional update; a runaway session is refused
+there and never touches the wider budgets), then the wider budgets at once. When a wider
+budget refuses, what the others took is given back and the session's count is taken
+back; when one fails (throttled, down), the same happens before the 503 is answered, so
+a retry with the same call id is counted anew at every scope, never answered from a
+half-counted original. Every step is a conditional increment that can never pass its
+limit, so no budget is over-admitted; a crash between steps leaves a call counted that
+did not run (under-admission, never over).
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
 from chalicelib.policy import Category, Policy, WindowLimit
-from chalicelib.ports import BudgetCounters, Consumed, RecordChanged, SessionCounters, Taken
+from chalicelib.ports import (
+    BudgetCounters,
+    Consumed,
+    NotTaken,
+    RecordChanged,
+    SessionCounters,
+    StorageError,
+    StoreMisconfigured,
+    StoreRejected,
+    StoreUnavailable,
+    Taken,
+)
 from chalicelib.quota import (
     Allowed,
     Attempt,
@@ -43,6 +61,43 @@ from chalicelib.validation import CheckRequest, LeaseReturn
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
 MAX_ROUNDS = 4
+_T = TypeVar("_T")
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
+    """Run independent store requests at once (one round trip for all); the first
+    exception is raised once every call has finished, so none is left half-seen."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=8, thread_name_prefix="quota-step"))
+    futures = [_POOL[0].submit(call) for call in calls[1:]]
+    first: list[_T] = []
+    error: BaseException | None = None
+    try:
+        first.append(calls[0]())
+    except BaseException as exc:  # re-raised below, after the others finish
+        error = exc
+    results: list[_T] = []
+    for future in futures:
+        try:
+            results.append(future.result())
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return first + results
+
+
+def surely_not_written(exc: StorageError) -> bool:
+    """Whether a failed write certainly changed nothing (throttled, refused outright), as
+    opposed to a timeout or server error, after which it may have been applied."""
+    if isinstance(exc, StoreUnavailable):
+        return exc.throttled
+    return isinstance(exc, StoreMisconfigured | StoreRejected)
 
 
 class BlockListener(Protocol):
@@ -159,6 +214,9 @@ class CheckService:
         self._keep = keep_calls
         self._budgets = budgets
         self._gate = gate or (PrincipalGate(budgets, clock) if budgets else None)
+        # Wider budgets this container last saw refusing (category, window, limit): a
+        # hint for the order of the steps, never a decision.
+        self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -190,7 +248,9 @@ class CheckService:
         """Count the call against every budget that applies, or refuse it.
 
         Raises:
-            StorageError: the store failed, or the session kept changing under us.
+            CallIdConflict: the call id was counted for another tool or category.
+            StorageError: the store failed, or the session kept changing under us. What
+                this check had counted was given back first.
         """
         attempt = self.attempt_for(tenant, request)
         category = self._policy.categories[attempt.category]
@@ -206,11 +266,85 @@ class CheckService:
         steps = self._steps(attempt, category)
         if allowed.duplicate or not steps:
             return allowed
-        decision = self._count_wider(attempt, allowed, snapshot, steps)
-        if decision is None:
+        try:
+            taken, refusal = self._take_all(steps)
+        except StorageError:
+            # Nothing may stay counted for a call answered 503: its retry counts anew.
+            self._store.uncount(attempt, snapshot.started_ms)
+            raise
+        if refusal is None:
+            self._end_streaks(attempt, taken)
+            return replace(allowed, scopes=tuple(_use(s, b) for s, b in taken))
+        self._give_back(s for s, _ in taken)
+        self._store.uncount(attempt, snapshot.started_ms)
+        step, seen = refusal
+        suspended = seen is not None and seen.suspended
+        if attempt.units > 1 and not suspended and _use(step, seen or BudgetSnapshot()).remaining:
             # A wider budget had room for fewer calls than the lease: this call alone.
             return self.check(tenant, replace(request, lease=1))
-        return decision
+        since = snapshot.last_allowed_ms(besides=attempt)
+        return self._refuse_wider(attempt, snapshot, refusal, taken, since)
+
+    def _take_all(
+        self, steps: list[_Step]
+    ) -> tuple[list[tuple[_Step, BudgetSnapshot]], tuple[_Step, BudgetSnapshot | None] | None]:
+        """Take from every wider budget at once: the steps that took, and the first that
+        refused (with the budget as it was), if any.
+
+        Raises:
+            StorageError: a step failed; what the others took was given back first.
+        """
+        assert self._budgets is not None
+        budgets = self._budgets
+        if any(self._refusing.get(step.key) == _seen_as(step) for step in steps):
+            # A budget this container saw refusing in this window: one step at a time,
+            # so a loop against it stops at its refusal and touches nothing else.
+            results: list[Taken | NotTaken | StorageError] = []
+            for step in steps:
+                results.append(_attempt_take(budgets, step))
+                if not isinstance(results[-1], Taken):
+                    break
+            steps = steps[: len(results)]
+        else:
+            results = in_parallel([partial(_attempt_take, budgets, step) for step in steps])
+        for step, result in zip(steps, results, strict=True):
+            if isinstance(result, NotTaken):
+                if len(self._refusing) > 10_000:
+                    self._refusing.clear()
+                self._refusing[step.key] = _seen_as(step)
+            elif isinstance(result, Taken):
+                self._refusing.pop(step.key, None)
+        taken = [
+            (step, result.snapshot)
+            for step, result in zip(steps, results, strict=True)
+            if isinstance(result, Taken)
+        ]
+        for result in results:
+            if isinstance(result, StorageError):
+                self._give_back(s for s, _ in taken)
+                raise result
+        for step, result in zip(steps, results, strict=True):
+            if isinstance(result, NotTaken):
+                return taken, (step, result.snapshot)
+        return taken, None
+
+    def _end_streaks(self, attempt: Attempt, taken: list[tuple[_Step, BudgetSnapshot]]) -> None:
+        """A call allowed at every scope ends its principal's streak of refusals: one
+        more write, only when the principal's budget showed a streak."""
+        assert self._budgets is not None
+        for step, budget in taken:
+            if step.window.scope is Scope.PRINCIPAL and budget.refusals_in_a_row > 0:
+                self._budgets.end_streak(step.key, attempt.now_ms)
+
+    def _give_back(self, steps: Iterable[_Step]) -> None:
+        """Undo what these steps took, at once.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        assert self._budgets is not None
+        budgets = self._budgets
+        in_parallel([partial(budgets.give_back, step.key, step.spend) for step in steps])
 
     # -- the session -------------------------------------------------------------------
 
@@ -244,9 +378,7 @@ class CheckService:
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None:
-                refusals = snapshot.refused.get(attempt.category, 0) + 1
-                if verdict is Verdict.OVER_LIMIT and refusals >= self._escalate_after:
-                    decision = replace(decision, escalated=self._escalate(attempt, refusals))
+                decision = self._escalation(attempt, snapshot.last_allowed_ms(), decision)
                 self._listener.on_block(attempt.tenant, attempt, decision)
                 return decision
         raise RecordChanged("counting a call")
@@ -336,51 +468,33 @@ class CheckService:
             steps.append(_Step(key, window, spend))
         return steps
 
-    def _count_wider(
-        self,
-        attempt: Attempt,
-        allowed: Allowed,
-        session: SessionSnapshot,
-        steps: list[_Step],
-    ) -> Decision | None:
-        """The decision, or None when a lease of several calls did not fit a wider budget
-        (all given back: the caller asks again for this call alone)."""
-        assert self._budgets is not None
-        taken: list[_Step] = []
-        uses: list[ScopeUse] = []
-        for step in steps:
-            result = self._budgets.take(step.key, step.spend)
-            if isinstance(result, Taken):
-                taken.append(step)
-                uses.append(_use(step, result.snapshot))
-                continue
-            for done in reversed(taken):
-                self._budgets.give_back(done.key, done.spend)
-            self._store.uncount(attempt, session.started_ms)
-            seen = result.snapshot
-            shrink = attempt.units > 1 and seen is not None and not seen.suspended
-            if shrink and seen is not None and _use(step, seen).remaining > 0:
-                return None
-            return self._refuse_wider(attempt, session, step, result.snapshot, uses)
-        return replace(allowed, scopes=tuple(uses))
-
     def _refuse_wider(
         self,
         attempt: Attempt,
-        session: SessionSnapshot,
-        step: _Step,
-        snapshot: BudgetSnapshot | None,
-        uses: list[ScopeUse],
+        session: SessionSnapshot | None,
+        refusal: tuple[_Step, BudgetSnapshot | None],
+        taken: list[tuple[_Step, BudgetSnapshot]],
+        allowed_since_ms: int,
     ) -> Refused:
+        """The refusal of a wider budget: nothing stays counted anywhere."""
         assert self._budgets is not None
+        step, snapshot = refusal
         use = _use(step, snapshot or BudgetSnapshot())
         suspended = snapshot is not None and snapshot.suspended
         if suspended and self._gate is not None:
             self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
-        streak, first = self._budgets.note_refusal(step.key, step.spend)
-        calls = fold_repeats(
-            [c for c in session.calls if c.check_id != attempt.check_id or not c.allowed]
-        )
+        first, streak = False, None
+        own = step.window.scope is Scope.PRINCIPAL
+        if own and not suspended:
+            # The principal's own budget refused: its mark and its streak in one write.
+            streak, first = self._budgets.note_streak(
+                step.key, attempt.now_ms, allowed_since_ms, step.spend
+            )
+        elif not suspended:
+            first = self._budgets.note_refusal(step.key, step.spend)
+        calls = () if session is None else session.calls
+        calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
+        uses = [_use(s, b) for s, b in taken if s.window.scope is not step.window.scope]
         decision = Refused(
             session_id=attempt.session_id,
             tool=attempt.tool,
@@ -391,20 +505,43 @@ class CheckService:
             resets_at_ms=step.spend.window_end_ms,
             reason=RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
             scope=step.window.scope,
-            first_exhaustion=first and not suspended,
+            first_exhaustion=first,
             last_calls=with_call(calls, attempt.record(allowed=False))[-self._keep :],
             scopes=(*uses, use),
             principal=attempt.principal,
-            started_ms=session.started_ms,
+            started_ms=None if session is None else session.started_ms,
         )
-        if not suspended and streak >= self._escalate_after:
-            decision = replace(decision, escalated=self._escalate(attempt, streak))
+        decision = self._escalation(attempt, allowed_since_ms, decision, streak)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
+    def _escalation(
+        self,
+        attempt: Attempt,
+        allowed_since_ms: int,
+        decision: Refused,
+        streak: int | None = None,
+    ) -> Refused:
+        """Count the refusal in its principal's streak; suspend the principal when the
+        streak reaches `suspend_after_refusals`. Only the refused principal's own run of
+        refusals counts: other principals' refusals, and the tenant ceiling's as such,
+        never suspend anyone."""
+        if (
+            self._budgets is None
+            or attempt.principal is None
+            or decision.reason is RefusalReason.PRINCIPAL_SUSPENDED
+        ):
+            return decision
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        if streak is None:
+            streak, _ = self._budgets.note_streak(key, attempt.now_ms, allowed_since_ms)
+        if streak < self._escalate_after:
+            return decision
+        return replace(decision, escalated=self._escalate(attempt, streak))
+
     def _escalate(self, attempt: Attempt, refusals: int) -> bool:
         """Suspend the principal of a caller that keeps ignoring refusals; whether this
-        check is the one that suspended it."""
+        check is the one that suspended it (one email per suspension)."""
         if self._budgets is None or attempt.principal is None:
             return False
         key = BudgetKey.principal(attempt.tenant, attempt.principal)
@@ -489,6 +626,20 @@ def _conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
         f"counted in session '{attempt.session_id}'{was}. A call id names one call; a "
         "retry must repeat that call exactly, and a new call needs a new id."
     )
+
+
+def _attempt_take(budgets: BudgetCounters, step: _Step) -> Taken | NotTaken | StorageError:
+    """One wider step, its failure returned rather than raised: the steps run at once,
+    and what the others took must be given back before a failure is answered."""
+    try:
+        return budgets.take(step.key, step.spend)
+    except StorageError as exc:
+        return exc
+
+
+def _seen_as(step: _Step) -> tuple[str, int, int]:
+    """What a refusal of a wider budget was seen at: its category, window and limit."""
+    return step.spend.category, step.spend.window_start_ms, step.spend.limit
 
 
 def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:

@@ -7,7 +7,10 @@ Item layout (every attribute aliased in expressions):
                    each take removes the two windows before, so old counts never pile up
     r_<cat>        a raised limit (admin)
     z_<cat>        "<ws>|<limit>": the window and limit of the last first-refusal (one event)
-    rf             refusals in a row (escalation); every counted call sets it back to 0
+    rf             a principal's refusals in a row (escalation); a call of it allowed at
+                   every scope, and a resume, raise or reset, set it back to 0
+    rl             when the principal was last refused, epoch ms: a refusal in a session
+                   with an allowed call since then starts the streak again
     suspended      the reason, while suspended (no TTL then)
     expires_at     TTL, epoch s: a day past the current window; clean-up only
 """
@@ -30,6 +33,7 @@ COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
 STREAK = "rf"
+LAST_REFUSAL = "rl"
 SUSPENDED = "suspended"
 EXPIRES = "expires_at"
 _KEEP_AFTER_WINDOW_S = 86_400
@@ -42,14 +46,20 @@ TAKE_CONDITION = f"{_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
 # allowed in a condition, so a raise is met by a second try tied to its value.
 TAKE_UNITS_CONDITION = f"{_NOT_SUSPENDED} AND (attribute_not_exists(#nw) OR #nw < :limit)"
 TAKE_RAISED_CONDITION = f"{_NOT_SUSPENDED} AND #r = :r AND #nw < :rlimit"
-TAKE_UPDATE = (
-    "SET #nw = if_not_exists(#nw, :zero) + :units, #rf = :zero, #exp = :exp REMOVE #p1, #p2"
-)
+TAKE_UPDATE = "SET #nw = if_not_exists(#nw, :zero) + :units, #exp = :exp REMOVE #p1, #p2"
 GIVE_BACK_CONDITION = "#nw >= :units"
 GIVE_BACK_UPDATE = "SET #nw = #nw - :units"
-NOTE_REFUSAL_UPDATE = "SET #z = :mark ADD #rf :one"
+NOTE_REFUSAL_UPDATE = "SET #z = :mark"
+# A comparison with a missing attribute is false: with no refusal yet, the streak goes on.
+STREAK_GOES_ON = "NOT #rl < :since"
+# A call allowed at every scope ends the streak, unless a later refusal started another.
+END_STREAK_CONDITION = "#rl <= :now"
+END_STREAK_UPDATE = "SET #rf = :zero"
+STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :one"  # {mark}: `, #z = :mark`, or nothing
+STREAK_RESTART = "SET #rl = :now, #rf = :one{mark}"
+MARK_TOO = ", #z = :mark"
 RAISE_CONDITION = "attribute_not_exists(#r) OR #r <= :new"
-RAISE_UPDATE = "SET #r = :new"
+RAISE_UPDATE = "SET #r = :new, #rf = :zero"
 SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
 EXISTS = "attribute_exists(#pk)"
 RESUME_UPDATE = "SET #rf = :zero REMOVE #sus"
@@ -171,20 +181,73 @@ class BudgetStore:
         except ConditionFailed:
             return
 
-    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
-        """Count a refusal in a row; whether it is the first at this window and limit.
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
+        """Whether this is the first refusal at this window and limit.
 
         Raises:
             StorageError: the store failed.
         """
         mark = f"{spend.window_start_ms}|{spend.limit}"
         names = {"#z": NOTIFIED_PREFIX + spend.category}
-        values = {":mark": s(mark), ":one": n(1)}
+        values = {":mark": s(mark)}
         doing = f"recording a refusal of the {key.scope.value} budget"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         old = self._update(key, NOTE_REFUSAL_UPDATE, "", names, values, doing, "ALL_OLD")
-        streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
-        return streak, old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark
+        return bool(old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark)
+
+    def note_streak(
+        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+    ) -> tuple[int, bool]:
+        """Count a refusal in the principal's streak, marking this budget's own refusal
+        too if `spend` is given; the streak starts again after an allowed call of the
+        refused session. Returns the streak and whether the refusal is the first at
+        `spend`'s window and limit.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        names = {"#rl": LAST_REFUSAL}
+        values = {":now": n(now_ms), ":one": n(1), ":since": n(allowed_since_ms)}
+        mark, marking = "", ""
+        if spend is not None:
+            mark = f"{spend.window_start_ms}|{spend.limit}"
+            names["#z"] = NOTIFIED_PREFIX + spend.category
+            values[":mark"] = s(mark)
+            marking = MARK_TOO
+        doing = f"counting a refusal in the {key.scope.value}'s streak"
+        # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
+        try:
+            old = self._update(
+                key,
+                STREAK_UPDATE.format(mark=marking),
+                STREAK_GOES_ON,
+                names,
+                values,
+                doing,
+                "ALL_OLD",
+            )
+            streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
+        except ConditionFailed:
+            del values[":since"]
+            restart = STREAK_RESTART.format(mark=marking)
+            old = self._update(key, restart, "", names, values, doing, "ALL_OLD")
+            streak = 1
+        first = spend is not None and old.get(names.get("#z", ""), {}).get("S") != mark
+        return streak, first
+
+    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
+        """A call of this principal was allowed at every scope: its streak ends.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        names = {"#rl": LAST_REFUSAL}
+        values = {":zero": n(0), ":now": n(now_ms)}
+        doing = f"ending the {key.scope.value}'s streak of refusals"
+        try:
+            self._update(key, END_STREAK_UPDATE, END_STREAK_CONDITION, names, values, doing, "NONE")
+        except ConditionFailed:
+            return  # refused again since: that refusal's streak stands
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:
         """The budget as stored, or None.
@@ -207,7 +270,12 @@ class BudgetStore:
         doing = f"raising the {key.scope.value} budget"
         try:
             item = self._update(
-                key, RAISE_UPDATE, RAISE_CONDITION, names, {":new": n(new_limit)}, doing
+                key,
+                RAISE_UPDATE,
+                RAISE_CONDITION,
+                names,
+                {":new": n(new_limit), ":zero": n(0)},
+                doing,
             )
         except ConditionFailed as exc:
             raise RecordChanged(doing) from exc

@@ -513,6 +513,7 @@ class _Budget:
     raised: dict[str, int] = field(default_factory=dict)
     notified: dict[str, tuple[int, int]] = field(default_factory=dict)
     streak: int = 0
+    last_refusal_ms: int = 0
     suspended_reason: str | None = None
 
     def snapshot(self) -> BudgetSnapshot:
@@ -542,7 +543,6 @@ class MemoryBudgets:
             for back in (1, 2):  # as the DynamoDB item drops the two windows before
                 budget.counts.pop((spend.category, spend.window_start_ms - back * window), None)
             budget.counts[slot] = used + spend.units
-            budget.streak = 0
             return Taken(budget.snapshot())
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
@@ -553,15 +553,34 @@ class MemoryBudgets:
             if budget is not None and budget.counts.get(slot, 0) >= spend.units:
                 budget.counts[slot] -= spend.units
 
-    def note_refusal(self, key: BudgetKey, spend: Spend) -> tuple[int, bool]:
-        """Count a refusal in a row; whether it is the first at this window and limit."""
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
+        """Whether this is the first refusal at this window and limit."""
         mark = (spend.window_start_ms, spend.limit)
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
-            budget.streak += 1
             first = budget.notified.get(spend.category) != mark
             budget.notified[spend.category] = mark
+            return first
+
+    def note_streak(
+        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+    ) -> tuple[int, bool]:
+        """Count a refusal in the principal's streak (it starts again after an allowed
+        call of the refused session), marking this budget's own refusal if `spend`."""
+        first = spend is not None and self.note_refusal(key, spend)
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            fresh = budget.last_refusal_ms < allowed_since_ms
+            budget.streak = 1 if fresh else budget.streak + 1
+            budget.last_refusal_ms = now_ms
             return budget.streak, first
+
+    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
+        """A call of this principal was allowed at every scope: its streak ends."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is not None and budget.last_refusal_ms <= now_ms:
+                budget.streak = 0
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:
         """The budget as stored, or None."""
@@ -580,6 +599,7 @@ class MemoryBudgets:
             if budget.raised.get(category, 0) > new_limit:
                 raise RecordChanged("raising a budget")
             budget.raised[category] = new_limit
+            budget.streak = 0
             return budget.snapshot()
 
     def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:

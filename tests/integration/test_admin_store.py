@@ -63,7 +63,7 @@ def test_raise_on_an_idle_session_starts_fresh_counters(stores: Stores, clock: F
     counters.raise_limit(S1, change(clock, 100, "read"), counters.get(S1))
     clock.advance(IDLE + 5)
     seen = counters.get(S1)
-    assert seen is not None and seen.state(clock(), IDLE_MS) is SessionState.IDLE
+    assert seen is not None and seen.state(clock(), IDLE_MS) is SessionState.EXPIRED
     after = counters.raise_limit(S1, change(clock, 30), seen)
     assert after.counts == {} and after.raised == {"write": 30} and after.refused == {}
     assert after.state(clock(), IDLE_MS) is SessionState.ACTIVE
@@ -153,7 +153,7 @@ def test_resume_keeps_the_idle_clock_so_stale_counters_start_again(
     counters.suspend(S1, "looping", clock())
     clock.advance(IDLE + 10)
     resumed = counters.resume(S1, clock(), IDLE_MS)
-    assert resumed.state(clock(), IDLE_MS) is SessionState.IDLE
+    assert resumed.state(clock(), IDLE_MS) is SessionState.EXPIRED
     assert service.check("demo", write()).used == 1
 
 

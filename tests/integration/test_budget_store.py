@@ -11,6 +11,7 @@ from tests.support import T0, Stores
 
 DAY = 86_400_000
 BOT = BudgetKey.principal("demo", "bot")
+TENANT = BudgetKey.whole_tenant("demo")
 
 
 def spend(limit: int = 3, day: int = 0) -> Spend:
@@ -51,14 +52,35 @@ def test_give_back_undoes_one_take_and_never_goes_below_zero(stores: Stores) -> 
     assert snapshot is not None and snapshot.used("write", spend().window_start_ms) == 0
 
 
-def test_refusal_streaks_and_the_first_refusal_per_window_and_limit(stores: Stores) -> None:
+def test_the_first_refusal_per_window_and_limit(stores: Stores) -> None:
     budgets = stores.budgets
-    assert budgets.note_refusal(BOT, spend()) == (1, True)
-    assert budgets.note_refusal(BOT, spend()) == (2, False)
-    assert budgets.note_refusal(BOT, spend(limit=5)) == (3, True)  # a new limit
-    assert budgets.note_refusal(BOT, spend(limit=5, day=1)) == (4, True)  # a new window
-    budgets.take(BOT, spend(limit=5, day=1))  # a counted call ends the streak
-    assert budgets.note_refusal(BOT, spend(limit=5, day=1))[0] == 1
+    assert budgets.note_refusal(TENANT, spend()) is True
+    assert budgets.note_refusal(TENANT, spend()) is False
+    assert budgets.note_refusal(TENANT, spend(limit=5)) is True  # a new limit
+    assert budgets.note_refusal(TENANT, spend(limit=5, day=1)) is True  # a new window
+
+
+def test_a_principal_streak_runs_until_an_allowed_call_or_an_admin_action(
+    stores: Stores,
+) -> None:
+    budgets = stores.budgets
+    assert budgets.note_streak(BOT, T0 + 1, 0, spend()) == (1, True)
+    assert budgets.note_streak(BOT, T0 + 2, 0, spend()) == (2, False)
+    assert budgets.note_streak(BOT, T0 + 3, 0) == (3, False)  # refused by another scope
+    # The refused session made an allowed call after the last refusal: a new streak.
+    assert budgets.note_streak(BOT, T0 + 5, T0 + 4) == (1, False)
+    assert budgets.note_streak(BOT, T0 + 6, T0 + 4)[0] == 2
+    budgets.take(BOT, spend(limit=5, day=1))  # taken, but not yet allowed everywhere
+    assert budgets.note_streak(BOT, T0 + 7, 0)[0] == 3
+    budgets.end_streak(BOT, T0 + 6)  # allowed before that refusal: it stands
+    assert budgets.note_streak(BOT, T0 + 8, 0)[0] == 4
+    budgets.end_streak(BOT, T0 + 8)  # a call allowed at every scope
+    assert budgets.note_streak(BOT, T0 + 9, 0)[0] == 1
+    budgets.suspend(BOT, "loop")
+    budgets.resume(BOT)
+    assert budgets.note_streak(BOT, T0 + 10, 0)[0] == 1
+    budgets.raise_limit(BOT, "write", 9)
+    assert budgets.note_streak(BOT, T0 + 11, 0)[0] == 1
 
 
 def test_a_raise_lifts_the_limit_and_never_lowers_it(stores: Stores) -> None:
