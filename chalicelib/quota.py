@@ -310,11 +310,15 @@ class SessionSnapshot:
         as long as its entries are in the record."""
         key = call_id_key(call_id)
         seen = [r for r in self.calls if r.call_id == key]
-        counted = [r for r in seen if r.allowed and not r.replay]
-        if len(counted) != 1 or any(not r.allowed for r in seen):
+        counted = [i for i, r in enumerate(seen) if r.allowed and not r.replay]
+        if len(counted) != 1:
             return False
-        replays = len(seen) - 1
-        return replays < MAX_REPLAYS and now_ms - counted[0].at_ms <= REPLAY_WINDOW_MS
+        # Attempts before the original (refused, or taken back when a wider budget
+        # failed) do not matter; after it, only replays may follow.
+        original, after = seen[counted[0]], seen[counted[0] + 1 :]
+        if any(not r.allowed for r in after):
+            return False
+        return len(after) < MAX_REPLAYS and now_ms - original.at_ms <= REPLAY_WINDOW_MS
 
 
 @dataclass(frozen=True)

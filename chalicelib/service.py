@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from typing import Protocol, TypeVar
 
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
+from chalicelib.observability import count, logger
 from chalicelib.policy import Category, Policy, WindowLimit
 from chalicelib.ports import (
     BudgetCounters,
@@ -90,6 +92,37 @@ def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
     if error is not None:
         raise error
     return first + results
+
+
+COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
+
+
+def compensate(undo: Callable[[], object], attempt: Attempt) -> None:
+    """Undo what a failed check counted, trying again over a throttle. If the store stays
+    down, the count stays one too high (under-admission, never over) and says so: an
+    error log line and the CompensationFailed metric, never a silent miscount.
+
+    Raises:
+        StorageError: the store kept failing.
+    """
+    for pause in (*COMPENSATION_PAUSES_S, None):
+        try:
+            undo()
+            return
+        except StorageError as exc:
+            if pause is None:
+                logger.error(
+                    "could not give back a call answered 503; its count stays",
+                    extra={
+                        "tenant": attempt.tenant,
+                        "session_id": attempt.session_id,
+                        "category": attempt.category,
+                        "error": exc.doing,
+                    },
+                )
+                count("CompensationFailed", attempt.category)
+                raise
+            time.sleep(pause)
 
 
 def surely_not_written(exc: StorageError) -> bool:
@@ -267,10 +300,10 @@ class CheckService:
         if allowed.duplicate or not steps:
             return allowed
         try:
-            taken, refusal = self._take_all(steps)
+            taken, refusal = self._take_all(attempt, steps)
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
-            self._store.uncount(attempt, snapshot.started_ms)
+            compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
             raise
         if refusal is None:
             self._end_streaks(attempt, taken)
@@ -286,7 +319,7 @@ class CheckService:
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
 
     def _take_all(
-        self, steps: list[_Step]
+        self, attempt: Attempt, steps: list[_Step]
     ) -> tuple[list[tuple[_Step, BudgetSnapshot]], tuple[_Step, BudgetSnapshot | None] | None]:
         """Take from every wider budget at once: the steps that took, and the first that
         refused (with the budget as it was), if any.
@@ -321,7 +354,8 @@ class CheckService:
         ]
         for result in results:
             if isinstance(result, StorageError):
-                self._give_back(s for s, _ in taken)
+                undo = partial(self._give_back, [s for s, _ in taken])
+                compensate(undo, attempt)
                 raise result
         for step, result in zip(steps, results, strict=True):
             if isinstance(result, NotTaken):
