@@ -360,6 +360,11 @@ class Attempt:
         return self.now_ms + self.idle_ms
 
     @property
+    def lease_grant(self) -> str:
+        """How the session keeps the lease this attempt grants, to check a return by."""
+        return grant_of(self.check_id, self.now_ms, self.units)
+
+    @property
     def dedupe_call_id(self) -> str | None:
         """The client's call id, if this check must not count a call counted under it."""
         return self.call_id if self.dedupe else None
@@ -465,6 +470,13 @@ class LeaseId:
     granted_ms: int
     started_ms: int
 
+    @property
+    def grant(self) -> str:
+        """The grant this id claims, in the form the session keeps its last lease in: a
+        return is applied only if the two are equal, so a forged or altered id (another
+        size, time or check) gives nothing back."""
+        return grant_of(self.check_id, self.granted_ms, self.granted)
+
     @classmethod
     def parse(cls, text: str) -> LeaseId | None:
         """The lease id's parts, or None if it is not one this service issues."""
@@ -478,6 +490,11 @@ class LeaseId:
             int(match["granted"], 36),
             int(match["started"], 36),
         )
+
+
+def grant_of(check_id: str, granted_ms: int, units: int) -> str:
+    """A lease as the session keeps it: which check granted it, when, how many calls."""
+    return f"{check_id}|{granted_ms}|{units}"
 
 
 def _base36(value: int) -> str:

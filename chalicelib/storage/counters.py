@@ -11,7 +11,9 @@ Item layout (one item per tenant + session; every attribute aliased in expressio
     z_<cat>      "<limit>|<check id>": the refusal that first met that limit (one event)
     b_<cat>      refused attempts since the counters started
     l_<cat>      calls counted through leases (granted at once, spent by the client locally)
-    lr           the check id of the lease last given back: a retried return (botocore's
+    g_<cat>      the category's last lease granted, "<check id>|<ms>|<calls>": a return
+                 must name exactly it, once (the id a client sends back is not trusted)
+    lr           (before leases were kept in g_: the check id of the lease last given back)
                  own retry of a timed-out write included) applies once. One id, not a set,
                  so the item stays small; an older return sent again is still capped by l_
     suspended    present while an administrator has suspended the session (its reason)
@@ -83,7 +85,7 @@ RAISED_UNTIL_PREFIX = "rx_"
 NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
 LEASED_PREFIX = "l_"
-RETURNED = "lr"
+GRANT_PREFIX = "g_"
 # Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
 # that the condition can test it with `contains`; every other entry ends in "|<check id>".
 COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is matched on
@@ -144,6 +146,7 @@ CONSUME_RAISED_CONDITION = (
     f"{_EXISTS} AND {_ACTIVE} AND {_NOT_SUSPENDED} AND {_UNDER_RAISE} AND {_NOT_SEEN}"
 )
 ADD_LEASED = " ADD #l :units"
+SET_GRANT = ", #g = :grant"
 
 _TOUCH = "#ls = :now, #exp = :exp"
 _APPEND_CALL = (
@@ -188,14 +191,12 @@ TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 # to take back from the count, and the call still shows as refused.
 UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n >= :units"
 UNCOUNT_UPDATE = f"SET #n = #n - :units, {_APPEND_CALL}"
-UNCOUNT_LEASED = " ADD #l :minus"
+UNCOUNT_LEASED = " ADD #l :minus REMOVE #g"
 # Unspent calls of a lease come back to the generation that granted them, never more than
-# the leases counted, and not twice in a row (`#lr`: the last lease given back).
-RETURN_CONDITION = (
-    f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused"
-    " AND (attribute_not_exists(#lr) OR #lr <> :ret)"
-)
-RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused, #lr = :ret"
+# the leases counted, only for the lease last granted in the category, exactly as it was
+# granted (`#g`), and once (`#g` goes).
+RETURN_CONDITION = f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused AND #g = :grant"
+RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused REMOVE #g"
 UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 
 # Administrator actions. None of them compares the idle clock or the counters, which
@@ -387,11 +388,12 @@ def _reset_expression(
     """SET/REMOVE for an idle reset, and its extra names: clears every other counter."""
     removed = [COUNT_PREFIX + c for c in all_categories if c != category]
     removed += [LEASED_PREFIX + c for c in all_categories if c != category or not leased]
+    removed += [GRANT_PREFIX + c for c in all_categories if c != category or not leased]
     removed += _counter_names(
         (RAISED_PREFIX, RAISED_UNTIL_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX), all_categories
     )
     clause, names = _remove_clause(removed)
-    leased_set = ", #l = :units" if leased else ""
+    leased_set = ", #l = :units, #g = :grant" if leased else ""
     return f"SET {_RESET_SET}{leased_set}{clause}", tuple(names.items())
 
 
@@ -616,7 +618,9 @@ class CounterStore:
             update += CONSUME_SERVER
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
-            update += ADD_LEASED
+            names["#g"] = GRANT_PREFIX + attempt.category
+            values[":grant"] = _s(attempt.lease_grant)
+            update = update.replace(CONSUME_UPDATE, CONSUME_UPDATE + SET_GRANT, 1) + ADD_LEASED
         key = _key(attempt.session)
         doing = "counting a call"
         tail = self._tails.get(key)
@@ -698,9 +702,11 @@ class CounterStore:
         if attempt.server is not None:
             update = update.replace("SET ", "SET #srv = :srv, ", 1)
         names = {**self._names(attempt), **dict(removed)}
+        values = self._call_values(attempt, attempt.record(allowed=True))
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
-        values = self._call_values(attempt, attempt.record(allowed=True))
+            names["#g"] = GRANT_PREFIX + attempt.category
+            values[":grant"] = _s(attempt.lease_grant)
         values.update({":units": _n(attempt.units), ":old_ls": _n(old_last_seen_ms)})
         try:
             item = self._update(
@@ -842,6 +848,7 @@ class CounterStore:
         update = UNCOUNT_UPDATE
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
+            names["#g"] = GRANT_PREFIX + attempt.category
             update += UNCOUNT_LEASED
         tail = self._tails.get(key)
         counted = stored_id(attempt.record(allowed=True))
@@ -886,12 +893,12 @@ class CounterStore:
             "#started": STARTED,
             "#n": COUNT_PREFIX + lease.category,
             "#l": LEASED_PREFIX + lease.category,
-            "#lr": RETURNED,
+            "#g": GRANT_PREFIX + lease.category,
         }
         values = {
             ":started": _n(lease.started_ms),
             ":unused": _n(unused),
-            ":ret": _s(lease.check_id),
+            ":grant": _s(lease.grant),
         }
         try:
             item = self._update(

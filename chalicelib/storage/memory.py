@@ -64,7 +64,7 @@ class _Session:
     raised_until: dict[str, int] = field(default_factory=dict)
     server: str | None = None
     leased: dict[str, int] = field(default_factory=dict)
-    last_returned: str | None = None  # the check id of the lease last given back
+    grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -94,12 +94,14 @@ class _Session:
         self.notified.clear()
         self.refused.clear()
         self.leased.clear()
+        self.grants.clear()
 
     def count(self, attempt: Attempt) -> None:
         category = attempt.category
         self.counts[category] = self.counts.get(category, 0) + attempt.units
         if attempt.leased:
             self.leased[category] = self.leased.get(category, 0) + attempt.units
+            self.grants[category] = attempt.lease_grant
 
 
 class MemoryCounters:
@@ -237,25 +239,26 @@ class MemoryCounters:
                 session.counts[category] -= units
                 if attempt.leased:
                     session.leased[category] = session.leased.get(category, 0) - units
+                    session.grants.pop(category, None)
             self._append(session, attempt.record(allowed=False))
 
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int
     ) -> SessionSnapshot | None:
-        """Give back unspent leased calls to the counters that granted them, not twice in
-        a row."""
+        """Give back unspent leased calls of the category's last lease, exactly as it was
+        granted, once."""
         with self._lock:
             found = self._sessions.get(session)
             category = lease.category
             if (
                 found is None
                 or found.started_ms != lease.started_ms
-                or lease.check_id == found.last_returned
+                or found.grants.get(category) != lease.grant
                 or found.leased.get(category, 0) < unused
                 or found.counts.get(category, 0) < unused
             ):
                 return None
-            found.last_returned = lease.check_id
+            del found.grants[category]
             found.counts[category] -= unused
             found.leased[category] -= unused
             return found.snapshot()

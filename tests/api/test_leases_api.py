@@ -92,3 +92,20 @@ def test_a_leased_check_on_dynamodb_counts_and_returns_the_same(dynamo_api: Api)
     assert body(ret(dynamo_api, lease["id"], 4)) == {"returned": 4}
     view = body(dynamo_api.get("/v1/sessions/s1"))["categories"]["read"]
     assert (view["used"], view["leased"]) == (1, 1)
+
+
+def test_a_forged_lease_id_gives_nothing_back(api: Api) -> None:
+    lease = body(api.check(**READ, lease=10))["lease"]
+    category, check, granted, at, started = lease["id"].split(".")
+    forged = [
+        ".".join((category, check, "20", at, started)),  # claims more calls
+        ".".join((category, check, granted, "1", started)),  # another grant time
+        ".".join((category, "AAAAAA", granted, at, started)),  # another check
+    ]
+    for _ in range(3):
+        for lease_id in forged:
+            assert body(ret(api, lease_id, 10)) == {"returned": 0}
+    view = body(api.get("/v1/sessions/s1"))["categories"]["read"]
+    assert (view["used"], view["leased"]) == (10, 10)
+    assert body(ret(api, lease["id"], 10)) == {"returned": 10}  # the real one, once
+    assert body(ret(api, lease["id"], 10)) == {"returned": 0}

@@ -10,6 +10,7 @@ import json
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -133,20 +134,20 @@ def test_unspent_calls_come_back_once(stores: Stores, clock: FixedClock) -> None
     assert counted(stores) == (13, 13)
 
 
-def test_a_return_sent_again_later_is_still_capped_by_the_leases_counted(
+def test_only_the_last_lease_granted_comes_back_exactly_as_granted_once(
     stores: Stores, clock: FixedClock
 ) -> None:
     checks = service(stores, clock)
     first = granted(checks.check("demo", read(5)))
     second = granted(checks.check("demo", read(5)))
-    assert checks.return_lease("demo", back(first, 4)) == 4
-    assert checks.return_lease("demo", back(second, 4)) == 4
-    assert counted(stores) == (2, 2)
-    # The session keeps only the last lease taken back: an older one sent again is
-    # bounded by what was counted through leases, never below it.
+    # The session keeps the last lease it granted in the category: an older one, or any
+    # id altered to claim more calls or another time, gives nothing back.
     assert checks.return_lease("demo", back(first, 4)) == 0
-    assert checks.return_lease("demo", back(first, 2)) == 2
-    assert counted(stores) == (0, 0)
+    assert checks.return_lease("demo", back(replace(second, granted=10), 9)) == 0
+    assert checks.return_lease("demo", back(replace(second, granted_ms=clock() - 1), 4)) == 0
+    assert checks.return_lease("demo", back(second, 4)) == 4
+    assert checks.return_lease("demo", back(second, 4)) == 0  # once
+    assert counted(stores) == (6, 6)
 
 
 def test_a_return_never_takes_back_more_than_the_leases_counted(
