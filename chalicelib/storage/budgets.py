@@ -3,8 +3,11 @@ counters table: one conditional UpdateItem per call counted.
 
 Item layout (every attribute aliased in expressions):
     pk             "<tenant> <scope> <subject>": a space, which no session key holds
-    n_<cat>_<ws>   calls counted in a category in the window starting at <ws> (epoch ms);
-                   each take removes the two windows before, so old counts never pile up
+    c_<cat>        calls counted in a category in its current window
+    w_<cat>        when that window started, epoch ms: the first take in a later window
+                   starts the count again, so an item holds one count per category,
+                   whatever the gaps between windows (items written before kept
+                   n_<cat>_<ws> names: read as they are, removed by a reset or the TTL)
     r_<cat>        a raised limit (admin)
     z_<cat>        "<ws>|<limit>": the window and limit of the last first-refusal (one event)
     rf             a principal's refusals in a row (escalation); a call of it allowed at
@@ -29,7 +32,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 PK = "pk"
-COUNT_PREFIX = "n_"
+COUNT_PREFIX = "c_"
+WINDOW_PREFIX = "w_"
+OLD_COUNT_PREFIX = "n_"  # the per-window names items were written with before
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
 STREAK = "rf"
@@ -40,15 +45,22 @@ _KEEP_AFTER_WINDOW_S = 86_400
 
 _NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
 _NOT_SUSPENDED = "attribute_not_exists(#sus)"
-_UNDER_LIMIT = "(attribute_not_exists(#nw) OR #nw < :limit OR #nw < #r)"
-TAKE_CONDITION = f"{_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
+_THIS_WINDOW = "#w = :ws"
+_LATER_WINDOW = "(attribute_not_exists(#w) OR #w < :ws)"
+_UNDER_LIMIT = "(#n < :limit OR #n < #r)"
+# A take in the window the item counts: under the limit (or a raise of it).
+TAKE_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
 # Several calls at once (a lease): `:limit` is `limit - units + 1`; no arithmetic is
 # allowed in a condition, so a raise is met by a second try tied to its value.
-TAKE_UNITS_CONDITION = f"{_NOT_SUSPENDED} AND (attribute_not_exists(#nw) OR #nw < :limit)"
-TAKE_RAISED_CONDITION = f"{_NOT_SUSPENDED} AND #r = :r AND #nw < :rlimit"
-TAKE_UPDATE = "SET #nw = if_not_exists(#nw, :zero) + :units, #exp = :exp REMOVE #p1, #p2"
-GIVE_BACK_CONDITION = "#nw >= :units"
-GIVE_BACK_UPDATE = "SET #nw = #nw - :units"
+TAKE_UNITS_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #n < :limit"
+TAKE_RAISED_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #r = :r AND #n < :rlimit"
+TAKE_UPDATE = "SET #n = #n + :units, #exp = :exp"
+# The first take of a later window starts the count again (the units fit: the caller
+# asks only for what the limit or the raise it saw allows).
+TAKE_FRESH_CONDITION = f"{_LATER_WINDOW} AND {_NOT_SUSPENDED}"
+TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
+GIVE_BACK_CONDITION = "#w = :ws AND #n >= :units"
+GIVE_BACK_UPDATE = "SET #n = #n - :units"
 NOTE_REFUSAL_UPDATE = "SET #z = :mark"
 # A comparison with a missing attribute is false: with no refusal yet, the streak goes on.
 STREAK_GOES_ON = "NOT #rl < :since"
@@ -69,8 +81,14 @@ def _key(key: BudgetKey) -> dict[str, Any]:
     return {PK: s(f"{key.tenant} {key.scope.value} {key.subject}")}
 
 
-def _count_name(category: str, window_start_ms: int) -> str:
-    return f"{COUNT_PREFIX}{category}_{window_start_ms}"
+def _count_names(category: str) -> dict[str, str]:
+    return {"#n": COUNT_PREFIX + category, "#w": WINDOW_PREFIX + category}
+
+
+def _window_of(item: Mapping[str, Any] | None, category: str) -> int | None:
+    """The window start an item counts a category in (None: not counted yet)."""
+    value = (item or {}).get(WINDOW_PREFIX + category, {}).get("N")
+    return None if value is None else int(value)
 
 
 def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
@@ -79,8 +97,13 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
     raised: dict[str, int] = {}
     for name, value in item.items():
         if name.startswith(COUNT_PREFIX) and "N" in value:
-            category, _, start = name[len(COUNT_PREFIX) :].rpartition("_")
-            counts.setdefault(int(start), {})[category] = int(value["N"])
+            category = name[len(COUNT_PREFIX) :]
+            start = item.get(WINDOW_PREFIX + category, {}).get("N")
+            if start is not None:
+                counts.setdefault(int(start), {})[category] = int(value["N"])
+        elif name.startswith(OLD_COUNT_PREFIX) and "N" in value:
+            category, _, old_start = name[len(OLD_COUNT_PREFIX) :].rpartition("_")
+            counts.setdefault(int(old_start), {}).setdefault(category, int(value["N"]))
         elif name.startswith(RAISED_PREFIX) and "N" in value:
             raised[name[len(RAISED_PREFIX) :]] = int(value["N"])
     suspended = item.get(SUSPENDED)
@@ -98,6 +121,9 @@ class BudgetStore:
     def __init__(self, client: DynamoDBClient, table_name: str) -> None:
         self._client = client
         self._table = table_name
+        # The window each budget and category counted when this container last took
+        # from it: which of the two take forms to try first. A hint, never a decision.
+        self._windows: dict[tuple[BudgetKey, str], int] = {}
 
     def _update(
         self,
@@ -129,43 +155,90 @@ class BudgetStore:
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count `spend.units` calls if not suspended and they fit under the limit in the
-        current window.
+        current window. The item counts one window per category: the first take of a
+        later window starts it again (a second request, once per window, unless this
+        container saw the item in an earlier window last).
 
         Raises:
             StorageError: the store failed.
         """
-        window = spend.window_end_ms - spend.window_start_ms
-        names = {
-            "#nw": _count_name(spend.category, spend.window_start_ms),
-            "#p1": _count_name(spend.category, spend.window_start_ms - window),
-            "#p2": _count_name(spend.category, spend.window_start_ms - 2 * window),
-            "#r": RAISED_PREFIX + spend.category,
-        }
+        names = {**_count_names(spend.category), "#r": RAISED_PREFIX + spend.category}
         values = {
-            ":zero": n(0),
+            ":ws": n(spend.window_start_ms),
             ":units": n(spend.units),
             ":limit": n(spend.limit - spend.units + 1),
             ":exp": n(spend.window_end_ms // 1000 + _KEEP_AFTER_WINDOW_S),
         }
         doing = f"counting a call against the {key.scope.value} budget"
+        fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
+        seen: BudgetSnapshot | None = None
+        for _ in range(3):
+            try:
+                if fresh:
+                    item = self._fresh(key, spend, names, values, doing, seen)
+                else:
+                    item = self._same(key, spend, names, values, doing)
+            except ConditionFailed as failed:
+                old = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
+                seen = snapshot_from_item(old) if old else None
+                window = _window_of(old, spend.category)
+                later = window is None or window < spend.window_start_ms
+                if (seen is not None and seen.suspended) or fresh == later:
+                    return NotTaken(seen)  # suspended, spent, or the units do not fit
+                fresh = later  # the other form: the item counts another window than thought
+                continue
+            self._windows[(key, spend.category)] = spend.window_start_ms
+            return Taken(snapshot_from_item(item))
+        return NotTaken(seen)
+
+    def _same(
+        self,
+        key: BudgetKey,
+        spend: Spend,
+        names: dict[str, str],
+        values: dict[str, Any],
+        doing: str,
+    ) -> dict[str, Any]:
+        """A take in the window the item counts (a lease under a raise: a second try).
+
+        Raises:
+            ConditionFailed: spent, suspended, or the item counts another window.
+        """
         condition = TAKE_CONDITION if spend.units == 1 else TAKE_UNITS_CONDITION
         try:
-            item = self._update(
+            return self._update(
                 key, TAKE_UPDATE, condition, names, values, doing, old_on_failure=True
             )
         except ConditionFailed as failed:
-            seen = self._old(failed, key, doing)
+            seen = snapshot_from_item(failed.old_item) if failed.old_item else None
             raised = seen.raised.get(spend.category, 0) if seen else 0
             if spend.units == 1 or raised <= spend.limit:
-                return NotTaken(seen)
-            values.update({":r": n(raised), ":rlimit": n(raised - spend.units + 1)})
-            try:
-                item = self._update(
-                    key, TAKE_UPDATE, TAKE_RAISED_CONDITION, names, values, doing, "ALL_NEW", True
-                )
-            except ConditionFailed as again:
-                return NotTaken(self._old(again, key, doing))
-        return Taken(snapshot_from_item(item))
+                raise
+            tied = {**values, ":r": n(raised), ":rlimit": n(raised - spend.units + 1)}
+            return self._update(
+                key, TAKE_UPDATE, TAKE_RAISED_CONDITION, names, tied, doing, "ALL_NEW", True
+            )
+
+    def _fresh(
+        self,
+        key: BudgetKey,
+        spend: Spend,
+        names: dict[str, str],
+        values: dict[str, Any],
+        doing: str,
+        seen: BudgetSnapshot | None,
+    ) -> dict[str, Any]:
+        """The first take of a window, starting the count again.
+
+        Raises:
+            ConditionFailed: suspended, or a take of this window came first.
+        """
+        raised = seen.raised.get(spend.category, 0) if seen else 0
+        if spend.units > max(spend.limit, raised):
+            raise ConditionFailed(None)  # a lease larger than the whole budget
+        return self._update(
+            key, TAKE_FRESH_UPDATE, TAKE_FRESH_CONDITION, names, values, doing, "ALL_NEW", True
+        )
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
         """Undo `spend.units` calls of this window; nothing if it was reset meanwhile.
@@ -173,8 +246,8 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = {"#nw": _count_name(spend.category, spend.window_start_ms)}
-        values = {":units": n(spend.units)}
+        names = _count_names(spend.category)
+        values = {":units": n(spend.units), ":ws": n(spend.window_start_ms)}
         doing = f"giving back calls to the {key.scope.value} budget"
         try:
             self._update(key, GIVE_BACK_UPDATE, GIVE_BACK_CONDITION, names, values, doing, "NONE")
@@ -318,7 +391,8 @@ class BudgetStore:
         item = updates.get(self._client, self._table, _key(key), doing)
         if item is None:
             raise RecordNotFound(doing)
-        counts = [name for name in item if name.startswith(COUNT_PREFIX)]
+        prefixes = (COUNT_PREFIX, WINDOW_PREFIX, OLD_COUNT_PREFIX)
+        counts = [name for name in item if name.startswith(prefixes)]
         names = {f"#c{i}": name for i, name in enumerate(counts)}
         remove = f" REMOVE {', '.join(names)}" if names else ""
         try:

@@ -542,9 +542,9 @@ class MemoryBudgets:
             limit = max(spend.limit, budget.raised.get(spend.category, 0))
             if budget.suspended_reason is not None or used + spend.units > limit:
                 return NotTaken(budget.snapshot())
-            window = spend.window_end_ms - spend.window_start_ms
-            for back in (1, 2):  # as the DynamoDB item drops the two windows before
-                budget.counts.pop((spend.category, spend.window_start_ms - back * window), None)
+            # As the DynamoDB item: one window counted per category, the current one.
+            for other in [s for s in budget.counts if s[0] == spend.category and s != slot]:
+                del budget.counts[other]
             budget.counts[slot] = used + spend.units
             return Taken(budget.snapshot())
 

@@ -3,11 +3,15 @@ memory, moto and dynalite, through the port only."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from bench.sizing import item_size
 from chalicelib.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 from chalicelib.quota import BudgetKey, Spend
-from tests.support import T0, Stores
+from chalicelib.storage.budgets import BudgetStore
+from tests.support import T0, Backend, Stores
 
 DAY = 86_400_000
 BOT = BudgetKey.principal("demo", "bot")
@@ -124,3 +128,27 @@ def test_resume_and_reset_of_an_unseen_budget_are_not_found(stores: Stores) -> N
         stores.budgets.resume(unseen)
     with pytest.raises(RecordNotFound):
         stores.budgets.reset(unseen)
+
+
+def test_a_budget_item_stays_small_after_a_year_of_gappy_traffic(backend: Backend) -> None:
+    """A principal's item counts one window per category, whatever the gaps: a year of
+    bursts on a 15-minute window, each burst through a new container (a cold adapter)
+    or the same one, leaves it under 2 KB, with exactly the current window's count."""
+    rng = random.Random(7)
+    window = 15 * 60_000
+    table = backend.settings.counters_table
+    adapter = BudgetStore(backend.client, table)
+    now = T0
+    while now - T0 <= 366 * 86_400_000:
+        now += rng.choice([window // 3, 2 * window, 7 * window, 26 * window, 97 * window])
+        if rng.random() < 0.5:
+            adapter = BudgetStore(backend.client, table)  # another Lambda container
+        for category in ("write", "delete"):
+            start = now - now % window
+            for _ in range(rng.randint(1, 3)):
+                adapter.take(BOT, Spend(category, 50, start, start + window, now))
+    assert now - T0 > 365 * 86_400_000
+    items = backend.client.scan(TableName=table)["Items"]
+    assert len(items) == 1 and item_size(items[0]) < 2048
+    snapshot = adapter.get(BOT)
+    assert snapshot is not None and set(snapshot.counts) == {now - now % window}
