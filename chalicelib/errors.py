@@ -122,6 +122,18 @@ class StoreMisconfigured(QuotaServiceError):
         return {"Retry-After": "30"}
 
 
+class Misconfigured(QuotaServiceError):
+    """The deployment's configuration (its quota policy) cannot work; the log names the
+    problem. Nothing is decided until an operator fixes it, so the caller retries."""
+
+    STATUS_CODE = 503
+    CODE = "misconfigured"
+    RETRY_AFTER_SECONDS = 60
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER_SECONDS)}
+
+
 class ConfigurationError(Exception):
     """Settings or the policy document are invalid; raised at start-up, never per request."""
 
