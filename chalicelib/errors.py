@@ -45,6 +45,19 @@ class InvalidRequest(QuotaServiceError):
         return {"error": error}
 
 
+class InvalidPageToken(InvalidRequest):
+    """A page token this listing did not issue (or issued for another scope)."""
+
+    CODE = "bad_page_token"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Parameter 'next' is not a page token this listing issued: send the 'next' of "
+            "the previous page of the same listing, unchanged, or none for the first page.",
+            "next",
+        )
+
+
 class PayloadTooLarge(QuotaServiceError):
     """The request body is larger than the service accepts."""
 
@@ -154,6 +167,6 @@ def from_storage(exc: ports.StorageError) -> QuotaServiceError:
     if isinstance(exc, ports.RecordNotFound):
         return NotFound(f"Nothing to act on while {doing}: it does not exist.")
     if isinstance(exc, ports.BadPageToken):
-        return InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+        return InvalidPageToken()
     code = exc.code if isinstance(exc, ports.StoreRejected) else type(exc).__name__
     return QuotaServiceError(f"The quota store rejected a request ({code}) while {doing}.")
