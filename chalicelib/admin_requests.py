@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.errors import InvalidRequest, NotFound
+from chalicelib.errors import InvalidPageToken, InvalidRequest, NotFound
 from chalicelib.policy import Policy
 from chalicelib.quota import SessionState
 from chalicelib.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
@@ -140,7 +140,7 @@ def parse_sessions_query(params: Mapping[str, str], now_ms: int) -> SessionsQuer
         raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 100.", "limit")
     token = params.get("next", "0")
     if not NEXT_OFFSET.fullmatch(token):
-        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+        raise InvalidPageToken()
     return SessionsQuery(state, since, int(raw_limit), int(token))
 
 
@@ -271,7 +271,7 @@ def parse_audit_query(params: Mapping[str, str]) -> AuditQuery:
         raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 500.", "limit")
     token = params.get("next")
     if token is not None and not (len(token) <= MAX_PAGE_TOKEN and VISIBLE_ASCII.fullmatch(token)):
-        raise InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+        raise InvalidPageToken()
     return AuditQuery(
         session_id=None if session_id is None else session_id_param(session_id),
         since_ms=since,

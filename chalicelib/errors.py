@@ -45,6 +45,19 @@ class InvalidRequest(QuotaServiceError):
         return {"error": error}
 
 
+class InvalidPageToken(InvalidRequest):
+    """A page token this listing did not issue (or issued for another scope)."""
+
+    CODE = "bad_page_token"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Parameter 'next' is not a page token this listing issued: send the 'next' of "
+            "the previous page of the same listing, unchanged, or none for the first page.",
+            "next",
+        )
+
+
 class PayloadTooLarge(QuotaServiceError):
     """The request body is larger than the service accepts."""
 
@@ -129,6 +142,18 @@ class StoreMisconfigured(QuotaServiceError):
         return {"Retry-After": "30"}
 
 
+class Misconfigured(QuotaServiceError):
+    """The deployment's configuration (its quota policy) cannot work; the log names the
+    problem. Nothing is decided until an operator fixes it, so the caller retries."""
+
+    STATUS_CODE = 503
+    CODE = "misconfigured"
+    RETRY_AFTER_SECONDS = 60
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER_SECONDS)}
+
+
 class ConfigurationError(Exception):
     """Settings or the policy document are invalid; raised at start-up, never per request."""
 
@@ -149,6 +174,6 @@ def from_storage(exc: ports.StorageError) -> QuotaServiceError:
     if isinstance(exc, ports.RecordNotFound):
         return NotFound(f"Nothing to act on while {doing}: it does not exist.")
     if isinstance(exc, ports.BadPageToken):
-        return InvalidRequest("Parameter 'next' is not a valid page token.", "next")
+        return InvalidPageToken()
     code = exc.code if isinstance(exc, ports.StoreRejected) else type(exc).__name__
     return QuotaServiceError(f"The quota store rejected a request ({code}) while {doing}.")

@@ -31,6 +31,13 @@ DEFAULT_LEASE_MAX = 10
 DEFAULT_LEASE_SECONDS = 30
 MAX_LEASE = 100  # the most calls one check may ask for; a category's lease_max is capped too
 MAX_LEASE_SECONDS = 300
+# The largest limit a policy may set: what the admin API lets a raise reach, well inside
+# what DynamoDB stores exactly (38 digits) and JSON clients read back exactly (2**53).
+MAX_LIMIT = 10**9
+# Starting a session clears every other category's counters in one update expression,
+# about 42 bytes each: past about 95 categories it outgrows DynamoDB's 4 KB expression
+# limit and every new session fails. Far fewer are ever useful.
+MAX_CATEGORIES = 32
 
 
 @dataclass(frozen=True)
@@ -133,10 +140,14 @@ class Policy:
         return Classification(self.most_restrictive, "default")
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive_int(where: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"{where} must be an integer >= 1")
-    return value
+    if not _is_int(value) or not 1 <= value <= MAX_LIMIT:
+        raise ConfigurationError(f"{where} must be an integer >= 1 and <= {MAX_LIMIT}")
+    return int(value)
 
 
 def _window_seconds(where: str, raw: Any) -> int:
@@ -144,13 +155,13 @@ def _window_seconds(where: str, raw: Any) -> int:
     and either dividing a day or a whole number of days, so windows align to UTC days."""
     match = _WINDOW.fullmatch(raw) if isinstance(raw, str) else None
     if match is None:
-        raise ConfigurationError(f"{where} must look like 15m, 1h, 24h or 7d, got {raw!r}")
+        raise ConfigurationError(f"{where} must look like 15m, 1h, 24h or 7d, got {raw!r:.40}")
     seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not 60 <= seconds <= 31 * DAY_SECONDS:
-        raise ConfigurationError(f"{where} must be from 1m to 31d, got {raw!r}")
+        raise ConfigurationError(f"{where} must be from 1m to 31d, got {raw!r:.40}")
     if DAY_SECONDS % seconds and seconds % DAY_SECONDS:
         raise ConfigurationError(
-            f"{where} must divide a day (like 1h, 6h, 24h) or be whole days, got {raw!r}"
+            f"{where} must divide a day (like 1h, 6h, 24h) or be whole days, got {raw!r:.40}"
         )
     return seconds
 
@@ -188,12 +199,12 @@ def _category(name: str, raw: Any) -> Category:
     }
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
-    limit = raw.get("limit")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise ConfigurationError(f"category {name!r}: limit must be an integer >= 1")
-    max_limit = raw.get("max_limit", limit * 10)
-    if not isinstance(max_limit, int) or isinstance(max_limit, bool) or max_limit < limit:
-        raise ConfigurationError(f"category {name!r}: max_limit must be an integer >= limit")
+    limit = _positive_int(f"category {name!r}: limit", raw.get("limit"))
+    max_limit = raw.get("max_limit", min(limit * 10, MAX_LIMIT))
+    if not _is_int(max_limit) or not limit <= max_limit <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"category {name!r}: max_limit must be an integer from limit to {MAX_LIMIT}"
+        )
     notify = raw.get("notify", False)
     if not isinstance(notify, bool):
         raise ConfigurationError(f"category {name!r}: notify must be true or false")
@@ -250,7 +261,7 @@ def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
     if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category"}:
         raise ConfigurationError(f"{where} must be an object of tools|pattern and category")
     category = raw.get("category")
-    if category not in categories:
+    if not isinstance(category, str) or category not in categories:
         raise ConfigurationError(f"{where}: unknown category {category!r}")
     tools = raw.get("tools", [])
     pattern = raw.get("pattern")
@@ -269,7 +280,8 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     Raises:
         ConfigurationError: the document is not a valid policy.
     """
-    if document.get("version") != 1:
+    version = document.get("version")
+    if not _is_int(version) or version != 1:
         raise ConfigurationError("policy version must be 1")
     unknown = set(document) - {"version", "categories", "rules", "suspend_after_refusals"}
     if unknown:
@@ -277,6 +289,10 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     raw_categories = document.get("categories")
     if not isinstance(raw_categories, dict) or not raw_categories:
         raise ConfigurationError("policy must define categories")
+    if len(raw_categories) > MAX_CATEGORIES:
+        raise ConfigurationError(
+            f"policy defines {len(raw_categories)} categories; at most {MAX_CATEGORIES}"
+        )
     categories = {name: _category(name, raw) for name, raw in raw_categories.items()}
     for required in (READ, WRITE):
         if required not in categories:
@@ -306,8 +322,13 @@ def load_policy(name: str) -> Policy:
     path = Path(name) if "/" in name else POLICY_DIR / name
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigurationError(f"cannot read policy {path}: {exc}") from exc
+    # ValueError: not JSON, or not UTF-8; RecursionError: nested past the parser's depth.
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ConfigurationError(f"cannot read policy {path}: {reason}") from exc
     if not isinstance(document, dict):
         raise ConfigurationError(f"policy {path} must be a JSON object")
-    return parse_policy(document)
+    try:
+        return parse_policy(document)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"policy {path}: {exc}") from exc

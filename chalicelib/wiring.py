@@ -13,7 +13,9 @@ import boto3
 from botocore.config import Config
 
 from chalicelib.clock import Clock, system_clock
+from chalicelib.errors import ConfigurationError, Misconfigured
 from chalicelib.grants import GrantLimits
+from chalicelib.observability import count, logger
 from chalicelib.policy import Policy, load_policy
 from chalicelib.ports import (
     AuditLog,
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
     from chalicelib.notify import Notifier
     from chalicelib.quota import Attempt, Refused
     from chalicelib.service import BlockListener
+
+# Counted once per request answered 503 `misconfigured` (an invalid policy).
+MISCONFIGURED_METRIC = "Misconfigured"
 
 # A check must answer fast or fail clearly: short timeouts, one retry inside botocore
 # (the counter store's writes are idempotent per check, so a retry never counts twice).
@@ -90,7 +95,22 @@ class Container:
 
     @cached_property
     def policy(self) -> Policy:
-        return load_policy(self.settings.policy)
+        """The stage's quota policy, loaded on first use.
+
+        Raises:
+            Misconfigured: the policy cannot work (`make run` and `make package` refuse
+                one, so only a hand-deployed one gets here); every request that needs
+                it says so, with a metric, until it is fixed.
+        """
+        try:
+            return load_policy(self.settings.policy)
+        except ConfigurationError as exc:
+            count(MISCONFIGURED_METRIC)
+            logger.error("the quota policy cannot work", extra={"error": str(exc)})
+            raise Misconfigured(
+                "The quota service is misconfigured; nothing was counted. Its operators "
+                "are alerted; retry later."
+            ) from exc
 
     @property
     def in_memory(self) -> bool:

@@ -12,15 +12,19 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from chalicelib.errors import ConfigurationError  # noqa: E402
+from chalicelib.policy import load_policy  # noqa: E402
 from deploy.build_template import (  # noqa: E402
     app_function_names,
     build_merge_template,
     load_config,
+    stage_environments,
 )
 
 DEFAULT_REGION = "us-east-1"
@@ -54,15 +58,38 @@ def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> l
     return gone
 
 
+def check_policy(config: dict[str, Any], stage: str) -> None:
+    """Refuse a stage whose quota policy cannot work, or would not be in the zip.
+
+    Raises:
+        SystemExit: one line naming the problem.
+    """
+    if stage not in config.get("stages", {}):
+        return  # build_merge_template names the stages
+    name = stage_environments(config, stage)[0].get("QUOTA_POLICY", "default.json")
+    if "/" in name:
+        raise SystemExit(
+            f"stage {stage!r}: QUOTA_POLICY {name!r} must name a file in "
+            "chalicelib/policies/: only those are in the zip"
+        )
+    try:
+        load_policy(name)
+    except ConfigurationError as exc:
+        raise SystemExit(f"stage {stage!r}: {' '.join(str(exc).split())}") from exc
+
+
 def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     """Package `stage` into `outdir` (replaced); returns the path of the SAM template.
 
     Raises:
         subprocess.CalledProcessError: `chalice package` failed.
         SystemExit: the stage cannot be packaged, e.g. it would accept the development
-            tokens (QUOTA_DEV_TOKENS or QUOTA_STAGE=local in its environment).
+            tokens (QUOTA_DEV_TOKENS or QUOTA_STAGE=local in its environment), or its
+            quota policy cannot work.
     """
-    template = build_merge_template(stage, load_config(project_dir), app_function_names())
+    config = load_config(project_dir)
+    check_policy(config, stage)
+    template = build_merge_template(stage, config, app_function_names())
     outdir = outdir.resolve()
     if outdir.exists():
         shutil.rmtree(outdir)

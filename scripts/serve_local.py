@@ -9,7 +9,8 @@ itself) and creates the tables if missing.
 
 The log shows one line per refused check and per admin action, and the notifications;
 `VERBOSE=1` adds every access log line, the metrics and botocore's messages. Ctrl-C (or
-SIGTERM) stops it with status 0.
+SIGTERM) stops it with status 0. Invalid settings or an impossible policy stop it before
+anything starts: one line on stderr naming the problem, status 2.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def _stopped_early(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def configuration_problem() -> str | None:
+    """What makes the settings or the policy unusable, in one line; None if nothing."""
+    from chalicelib.errors import ConfigurationError
+    from chalicelib.policy import load_policy
+    from chalicelib.settings import Settings
+
+    try:
+        load_policy(Settings.from_env().policy)
+    except ConfigurationError as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
 def main() -> int:
     # Until the child runs, Ctrl-C ends the set-up quietly too.
     signal.signal(signal.SIGTERM, _stopped_early)
@@ -86,6 +100,11 @@ def main() -> int:
     # The email's one-click links: signed with a secret of this run, pointing here.
     env.setdefault("QUOTA_LINK_SECRET", secrets.token_urlsafe(32))
     env.setdefault("QUOTA_PUBLIC_URL", f"http://127.0.0.1:{port}")
+    # Before anything starts: a service that would answer every call 503 is no service.
+    problem = configuration_problem()
+    if problem is not None:
+        print(f"mcp-quota: not started: {problem}", file=sys.stderr, flush=True)
+        return 2
     if not env.get("AWS_ENDPOINT_URL"):
         env["AWS_ENDPOINT_URL"] = start_embedded_backend()
         backend = f"embedded moto at {env['AWS_ENDPOINT_URL']}"

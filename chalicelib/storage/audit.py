@@ -3,16 +3,14 @@ key, long TTL."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.audit import AuditEvent, EventType
-from chalicelib.ports import AuditPage, BadPageToken
+from chalicelib.ports import AuditPage
+from chalicelib.storage import page_tokens
 from chalicelib.storage.faults import translate
 
 if TYPE_CHECKING:
@@ -21,7 +19,6 @@ if TYPE_CHECKING:
 _NEW_EVENT = "attribute_not_exists(#pk)"
 _SINCE = "#pk = :pk AND #sk >= :since"
 _JSON_FIELDS = ("before", "after", "detail")
-_SORT_KEY = re.compile(r"[0-9]{13}#[0-9a-f]{12}")
 
 
 def _key(tenant: str, session_id: str) -> str:
@@ -60,29 +57,6 @@ def _event(item: dict[str, Any]) -> AuditEvent:
         event_id=item["sk"]["S"].split("#", 1)[1],
         **extra,
     )
-
-
-def _encode_token(key: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
-
-
-def _decode_token(token: str, pk: str) -> dict[str, Any]:
-    try:
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (binascii.Error, ValueError) as exc:
-        raise BadPageToken("reading the audit trail") from exc
-    if not isinstance(key, dict) or key.get("pk") != {"S": pk}:
-        raise BadPageToken("reading the audit trail")
-    sort_key = key.get("sk")
-    valid = (
-        set(key) == {"pk", "sk"}
-        and isinstance(sort_key, dict)
-        and isinstance(sort_key.get("S"), str)
-        and _SORT_KEY.fullmatch(sort_key["S"])
-    )
-    if not valid:
-        raise BadPageToken("reading the audit trail")
-    return key
 
 
 class AuditStore:
@@ -124,16 +98,20 @@ class AuditStore:
             StorageError: the store failed.
         """
         pk = _key(tenant, session_id)
+        since = f"{since_ms:013d}"
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": _SINCE,
             "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": f"{since_ms:013d}"}},
+            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": since}},
             # One more than asked, so that the last page says there is no next one.
             "Limit": limit + 1,
         }
-        if next_token is not None:
-            kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk)
+        after = None if next_token is None else page_tokens.decode(next_token, tenant, session_id)
+        # A start key before `since` is outside the key condition, which DynamoDB refuses
+        # (ValidationException): the page then starts at `since`, as it would anyway.
+        if after is not None and after >= since:
+            kwargs["ExclusiveStartKey"] = {"pk": {"S": pk}, "sk": {"S": after}}
         try:
             response = self._client.query(**kwargs)
         except (ClientError, BotoCoreError) as exc:
@@ -141,8 +119,7 @@ class AuditStore:
         items = response.get("Items", [])
         kept = items[:limit]
         more = len(items) > limit or "LastEvaluatedKey" in response
-        last = {"pk": kept[-1]["pk"], "sk": kept[-1]["sk"]} if more and kept else None
-        return AuditPage(
-            events=[_event(item) for item in kept],
-            next_token=_encode_token(last) if last else None,
-        )
+        token = None
+        if more and kept:
+            token = page_tokens.encode(tenant, session_id, kept[-1]["sk"]["S"])
+        return AuditPage(events=[_event(item) for item in kept], next_token=token)

@@ -7,9 +7,6 @@ lives in one process: a deployment with more than one Lambda container needs Dyn
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -18,7 +15,6 @@ from chalicelib.audit import AuditEvent
 from chalicelib.grants import Grant
 from chalicelib.ports import (
     AuditPage,
-    BadPageToken,
     Consumed,
     LimitChange,
     LinkUse,
@@ -43,10 +39,10 @@ from chalicelib.quota import (
     fold_repeats,
     with_call,
 )
+from chalicelib.storage import page_tokens
 from chalicelib.tokens import TokenRecord
 
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
-_SORT_KEY = re.compile(r"[0-9]{13}#[0-9a-f]{12}")  # what an audit event's sort key looks like
 
 
 @dataclass
@@ -370,10 +366,6 @@ class MemoryCounters:
             return found.snapshot()
 
 
-def _page_token(tenant: str, session_id: str, sort_key: str) -> str:
-    return base64.urlsafe_b64encode(f"{tenant}\n{session_id}\n{sort_key}".encode()).decode()
-
-
 class MemoryAuditLog:
     """The audit log port in a dict of time-ordered lists."""
 
@@ -409,21 +401,14 @@ class MemoryAuditLog:
         after = f"{since_ms:013d}"
         inclusive = True
         if next_token is not None:
-            try:
-                raw = base64.urlsafe_b64decode(next_token.encode()).decode()
-            except (binascii.Error, ValueError) as exc:
-                raise BadPageToken("reading the audit trail") from exc
-            parts = raw.split("\n")
-            valid = len(parts) == 3 and _SORT_KEY.fullmatch(parts[2])
-            if not valid or parts[:2] != [tenant, session_id]:
-                raise BadPageToken("reading the audit trail")
-            after, inclusive = max(after, parts[2]), False
+            after = max(after, page_tokens.decode(next_token, tenant, session_id))
+            inclusive = False
         with self._lock:
             events = self._events.get((tenant, session_id), {})
             keys = sorted(k for k in events if k > after or (inclusive and k >= after))
             chosen = [events[k] for k in keys[:limit]]
         more = len(keys) > limit
-        token = _page_token(tenant, session_id, keys[limit - 1]) if more else None
+        token = page_tokens.encode(tenant, session_id, keys[limit - 1]) if more else None
         return AuditPage(events=chosen, next_token=token)
 
 
