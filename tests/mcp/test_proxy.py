@@ -66,7 +66,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def quota_service(logs: Path) -> Iterator[Running]:
+def real_service(logs: Path) -> Iterator[Running]:
     service = spawn_quota_service(logs)
     try:
         start(service)
@@ -76,7 +76,7 @@ def quota_service(logs: Path) -> Iterator[Running]:
 
 
 @pytest.fixture(scope="module", params=["stdio", "http"])
-def stack(request: pytest.FixtureRequest, quota_service: Running, logs: Path) -> Iterator[Stack]:
+def stack(request: pytest.FixtureRequest, real_service: Running, logs: Path) -> Iterator[Stack]:
     """The proxy in front of the tags server, run over stdio or over HTTP."""
     kind: str = request.param
     record = logs / f"deletions-{kind}.jsonl"
@@ -91,7 +91,7 @@ def stack(request: pytest.FixtureRequest, quota_service: Running, logs: Path) ->
             start(tags)
             upstream_url = f"{tags.url}/mcp"
             upstream = ["--upstream-url", upstream_url]
-        proxy = spawn_proxy(upstream, quota_service.url, SERVER_TOKEN, logs, name=f"proxy-{kind}")
+        proxy = spawn_proxy(upstream, real_service.url, SERVER_TOKEN, logs, name=f"proxy-{kind}")
         started.append(proxy)
         start(proxy)
         yield Stack(kind, proxy, record, upstream_url)
