@@ -76,17 +76,20 @@ def spawn_proxy(
     log_dir: Path,
     *extra: str,
     name: str = "proxy",
+    env: Mapping[str, str] | None = None,
 ) -> Running:
     """`python -m mcp_quota_client.proxy` over HTTP in front of `upstream`.
 
-    `upstream` is `["--upstream-command", cmd]` or `["--upstream-url", url]`.
+    `upstream` is `["--upstream-command", cmd]` or `["--upstream-url", url]`; `env`
+    adds to (or overrides) the quota settings given here.
     """
     port = free_port()
-    env = {
+    settings = {
         "MCP_QUOTA_URL": quota_url,
         "MCP_QUOTA_TOKEN": token,
         "MCP_QUOTA_MAX_ATTEMPTS": "2",
         "PYTHONUNBUFFERED": "1",
+        **(env or {}),
     }
     command = [
         sys.executable,
@@ -97,7 +100,7 @@ def spawn_proxy(
         *upstream,
         *extra,
     ]
-    return spawn(name, command, port, log_dir, env)
+    return spawn(name, command, port, log_dir, settings)
 
 
 def deletions(record: Path) -> list[dict[str, Any]]:
