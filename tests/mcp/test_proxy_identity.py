@@ -20,7 +20,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from fastmcp.server.auth.providers.jwt import RSAKeyPair
-from launch import ROOT, Running, free_port, wait_healthy
+from launch import ROOT, Running, free_port, spawn, wait_healthy
 from mcp_quota_client import META_SESSION_KEY
 
 from tests.mcp.conftest import TOKEN, FakeQuotaService
@@ -267,3 +267,29 @@ def test_the_console_script_is_installed() -> None:
 
     assert done.returncode == 0
     assert "--upstream-command" in done.stdout
+
+
+async def test_an_http_upstream_that_restarts_is_reconnected(
+    quota_service: FakeQuotaService, record: Path, tmp_path: Path
+) -> None:
+    # The proxy holds one session with an HTTP upstream; a call made while the
+    # upstream is down fails, and the next call opens a new session.
+    port = free_port()
+    command = tags_command(record, "--port", str(port))
+    upstream = spawn("tags-first", command, port, tmp_path, {})
+    wait_healthy(upstream, timeout=HEALTHY_WITHIN)
+    outcomes: list[bool] = []
+    try:
+        for running in proxy(quota_service, f"{upstream.url}/mcp", tmp_path):
+            url = f"{running.url}/mcp"
+            outcomes.append(await delete(url, None, "before"))
+            upstream.stop()
+            outcomes.append(await delete(url, None, "while-down"))
+            upstream = spawn("tags-second", command, port, tmp_path, {})
+            wait_healthy(upstream, timeout=HEALTHY_WITHIN)
+            outcomes.append(await delete(url, None, "after"))
+    finally:
+        upstream.stop()
+
+    assert outcomes == [True, False, True]
+    assert [e["tag"] for e in deletions(record)] == ["before", "after"]

@@ -71,6 +71,13 @@ class ProxySettings:
             return self.upstream_url
         return shlex.join(self.upstream_command or ())
 
+    @property
+    def probes_at_start(self) -> bool:
+        """Whether the proxy connects to the upstream before serving. Not when each
+        caller's credentials are forwarded and the name is given: such an upstream may
+        refuse a connection without them."""
+        return not (self.forward_authorization and self.name is not None)
+
     def verifier(self) -> TokenVerifier | None:
         """FastMCP's JWT verifier when a key or JWKS URL is set, else None (no auth)."""
         if self.jwt_jwks_url is None and self.jwt_public_key is None:
@@ -90,17 +97,23 @@ def upstream_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class Upstream:
-    """Builds the backend client for each proxied request.
+    """Builds the backend client for each proxied request (the `FastMCPProxy` factory).
 
-    A stdio upstream is one process for the life of the proxy (the transport keeps it
-    alive), shared by every caller. An HTTP upstream gets a fresh connection per
-    request, pinned to the protocol era learnt at start, so no probe is repeated.
+    The proxy holds one session with its upstream, shared by every caller: a stdio
+    upstream is one process for the life of the proxy (FastMCP's transport keeps it
+    alive); an HTTP upstream is one MCP session, opened at start and opened again if it
+    closes. With `--forward-authorization` each request instead gets its own HTTP
+    connection carrying its caller's header: a handshake per call, the price of
+    passing each caller's credentials on.
     """
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.mode = "auto"
+        """The protocol era of new HTTP connections, pinned by `probe`."""
         self._stdio: ProxyClient[Any] | None = None
+        self._shared: ProxyClient[Any] | None = None
+        self._lock = anyio.Lock()
         if settings.upstream_command is not None:
             command, *args = settings.upstream_command
             transport = StdioTransport(
@@ -108,31 +121,45 @@ class Upstream:
             )
             self._stdio = ProxyClient(transport, forward_incoming_headers=False, mode="auto")
 
-    def client(self) -> ProxyClient[Any]:
-        """A disconnected client for one request (the `FastMCPProxy` client factory)."""
+    async def client(self) -> ProxyClient[Any]:
+        """The client one request goes upstream with."""
         if self._stdio is not None:
             return self._stdio.new()
+        if self.settings.forward_authorization:
+            return self._http_client(self._forwarded_headers())
+        async with self._lock:
+            shared = self._shared
+            if shared is None or not shared.is_connected():
+                if shared is not None:
+                    await shared.close()  # type: ignore[no-untyped-call]
+                shared = self._http_client({})
+                # This hold keeps the session open between requests; each request's
+                # own `async with` nests inside it. A closed session gets a new client.
+                await shared.__aenter__()  # type: ignore[no-untyped-call]
+                self._shared = shared
+        return shared
+
+    def _http_client(self, headers: dict[str, str]) -> ProxyClient[Any]:
         url = self.settings.upstream_url
         assert url is not None  # parse_args requires one of the two
-        transport = StreamableHttpTransport(url, headers=self._forwarded_headers())
         # Headers are chosen here, not by FastMCP's forwarding (which copies every
         # eligible inbound header): only Authorization, and only when asked.
+        transport = StreamableHttpTransport(url, headers=headers)
         return ProxyClient(transport, forward_incoming_headers=False, mode=self.mode)
 
     def _forwarded_headers(self) -> dict[str, str]:
-        if not self.settings.forward_authorization:
-            return {}
         value = get_http_headers(include={"authorization"}).get("authorization")
         return {"Authorization": value} if value else {}
 
     async def probe(self) -> str:
-        """Connect once: learn the upstream's name and pin an HTTP upstream's era.
+        """Connect once: learn the upstream's name, and pin the HTTP protocol era so
+        that no later connection pays a `server/discover` probe.
 
         Raises:
             UpstreamUnreachableError: the upstream did not answer the handshake.
         """
-        client = self.client()
         try:
+            client = await self.client()
             async with client:
                 info = client.server_info
                 version = client.protocol_version
@@ -140,9 +167,15 @@ class Upstream:
             raise UpstreamUnreachableError(
                 f"{PROG}: could not connect to the upstream {self.settings.upstream_label}: {exc}"
             ) from exc
-        if self._stdio is None:
+        if self._stdio is None and self._shared is None:
             self.mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
         return info.name if info is not None and info.name else "upstream"
+
+    async def aclose(self) -> None:
+        """Close the shared session (a stdio upstream stops with the proxy's loop)."""
+        if self._shared is not None:
+            await self._shared.close()  # type: ignore[no-untyped-call]
+            self._shared = None
 
 
 def build_proxy(
@@ -194,9 +227,8 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
     if client is None:
         client = QuotaClient.from_env()
     try:
-        name = settings.name or await upstream.probe()
-        if settings.name is not None:
-            await upstream.probe()
+        probed = await upstream.probe() if settings.probes_at_start else None
+        name = settings.name or probed or "upstream"
         proxy = build_proxy(settings, upstream, name, client)
         if settings.stdio:
             await proxy.run_async("stdio", show_banner=False)
@@ -210,6 +242,7 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
                 log_level="warning",
             )
     finally:
+        await upstream.aclose()
         # Gives back unspent leased reads (best effort; a killed proxy leaves them
         # counted, the safe side).
         await client.aclose()
