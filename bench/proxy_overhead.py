@@ -1,6 +1,7 @@
 """What `mcp-quota-proxy` adds to a tool call, beside what the in-process middleware adds.
 
-The quota service runs as `make run` runs it (on dynalite). The upstream is the
+The quota service runs as `make run` runs it (on dynalite). All pairs are measured in
+one interleaved loop, so each pair and the check see the same load. The upstream is the
 TypeScript tags server (official TypeScript SDK); a fastmcp client calls its read-only
 `list_deletions` tool directly and through the proxy, over HTTP and over stdio. The
 middleware's figure is `bench/mcp_overhead.py`'s pair: the example articles server with
@@ -22,13 +23,14 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any
 
 from fastmcp import Client
 from fastmcp.client.transports import ClientTransport, StdioTransport
-from mcp_quota_client import META_SESSION_KEY
+from mcp_quota_client import META_SESSION_KEY, QuotaClient, QuotaClientConfig
+from mcp_quota_client.decision import CheckRequest
 
 from bench import mcp_overhead
 from tests.support import dynalite_server, running_service
@@ -47,21 +49,55 @@ SESSION_CALLS = 150  # a fresh session before the default read budget (200) runs
 LEASE_OFF = {"MCP_QUOTA_LEASE": "off"}
 
 
-async def _calls(target: str | ClientTransport, tool: str, calls: int, warmup: int) -> list[float]:
-    """Milliseconds per `tools/call` of `tool`, one client, sessions rotated under budget."""
-    samples: list[float] = []
-    async with Client(target) as client:
-        meta: dict[str, Any] = {}
+Target = str | ClientTransport
+
+
+async def _interleaved(
+    pairs: dict[str, tuple[Target, Target, str, dict[str, Any]]],
+    quota_url: str,
+    calls: int,
+    warmup: int,
+) -> dict[str, list[float]]:
+    """Milliseconds per call for every target, and per check straight from QuotaClient,
+    taken in turn in one loop: the machine is shared, and a figure taken a minute after
+    its baseline measures the neighbours as much as the proxy.
+
+    `pairs` maps a label to (direct target, target with the quota, tool, arguments);
+    the samples come back under `<label>.direct` and `<label>.quota`, and `check`.
+    """
+    samples: dict[str, list[float]] = {"check": []}
+    config = QuotaClientConfig(base_url=quota_url, token="dev-server-token", lease=False)
+    async with AsyncExitStack() as stack:
+        quota = await stack.enter_async_context(QuotaClient(config))
+        clients: dict[str, tuple[Client[Any], str, dict[str, Any]]] = {}
+        for label, (direct, guarded, tool, arguments) in pairs.items():
+            for side, target in (("direct", direct), ("quota", guarded)):
+                client = await stack.enter_async_context(Client(target))
+                clients[f"{label}.{side}"] = (client, tool, arguments)
+                samples[f"{label}.{side}"] = []
+        run = uuid.uuid4().hex[:8]
         for i in range(warmup + calls):
-            if i % SESSION_CALLS == 0:
-                meta = {META_SESSION_KEY: f"bench-{uuid.uuid4().hex}"}
+            for key, (client, tool, arguments) in clients.items():
+                # One session per target and block of calls: each stays under budget.
+                meta = {META_SESSION_KEY: f"bench-{run}-{key}-{i // SESSION_CALLS}"}
+                start = time.perf_counter()
+                result = await client.call_tool_mcp(tool, arguments, meta=meta)
+                elapsed = (time.perf_counter() - start) * 1000
+                if result.is_error:
+                    raise RuntimeError(f"{key}: {tool} refused or failed: {result.content}")
+                if i >= warmup:
+                    samples[key].append(elapsed)
+            request = CheckRequest(
+                session_id=f"check-{i // SESSION_CALLS}-{uuid.uuid4().hex[:6]}",
+                tool="get_x",
+                annotations={"readOnlyHint": True},
+            )
             start = time.perf_counter()
-            result = await client.call_tool_mcp(tool, {}, meta=meta)
-            elapsed = (time.perf_counter() - start) * 1000
-            if result.is_error:
-                raise RuntimeError(f"{tool} refused or failed: {result.content}")
+            decision = await quota.check(request)
             if i >= warmup:
-                samples.append(elapsed)
+                samples["check"].append((time.perf_counter() - start) * 1000)
+            if not decision.allowed:
+                raise RuntimeError(f"check refused: {decision}")
     return samples
 
 
@@ -110,20 +146,26 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
         for running in (tags, proxy):
             wait_healthy(running, timeout=120)
 
-        http_direct = _percentiles(asyncio.run(_calls(f"{tags.url}/mcp", tool, calls, warmup)))
-        http_proxy = _percentiles(asyncio.run(_calls(f"{proxy.url}/mcp", tool, calls, warmup)))
-        stdio_direct = _percentiles(
-            asyncio.run(_calls(_stdio_upstream(record), tool, calls, warmup))
-        )
-        stdio_proxy = _percentiles(
-            asyncio.run(_calls(_stdio_proxy(record, quota), tool, calls, warmup))
-        )
-        check = _percentiles(asyncio.run(mcp_overhead._client_checks(quota, calls)))
-
         guarded = stack.enter_context(mcp_overhead.articles_server(quota))
         bare = stack.enter_context(mcp_overhead.articles_server(None))
-        bare_calls = _percentiles(asyncio.run(mcp_overhead._calls(bare, calls, warmup)))
-        guarded_calls = _percentiles(asyncio.run(mcp_overhead._calls(guarded, calls, warmup)))
+        search = ("search_articles", {"query": "ai"})
+        taken = asyncio.run(
+            _interleaved(
+                {
+                    "http": (f"{tags.url}/mcp", f"{proxy.url}/mcp", tool, {}),
+                    "stdio": (_stdio_upstream(record), _stdio_proxy(record, quota), tool, {}),
+                    "middleware": (bare, guarded, *search),
+                },
+                quota,
+                calls,
+                warmup,
+            )
+        )
+    summary = {key: _percentiles(values) for key, values in taken.items()}
+    http_direct, http_proxy = summary["http.direct"], summary["http.quota"]
+    stdio_direct, stdio_proxy = summary["stdio.direct"], summary["stdio.quota"]
+    bare_calls, guarded_calls = summary["middleware.direct"], summary["middleware.quota"]
+    check = summary["check"]
     proxy_http_added = _added(http_proxy, http_direct)
     return {
         "upstream": "tests/mcp/servers/tags_server.mjs (TypeScript SDK), tool list_deletions",
@@ -144,30 +186,35 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
     }
 
 
-def table(r: dict[str, Any]) -> str:
-    """The figures as a small Markdown table."""
+def table(r: dict[str, Any]) -> list[str]:
+    """The markdown rows of the proxy's section in `bench/RESULTS.md`."""
     rows = [
-        "| per tool call | direct p50 / p90 | with quota p50 / p90 | added p50 / p90 |",
-        "| --- | --- | --- | --- |",
+        "",
+        "## mcp-quota-proxy per tool call, beside the middleware (bench/proxy_overhead.py)",
+        "",
+        f"Upstream: {r['upstream']}; leases off, so every call pays one check.",
+        "",
+        "| per tool call | direct p50 / p90 ms | with quota p50 / p90 ms | added p50 / p90 ms |",
+        "|---|---|---|---|",
     ]
     for label, key, through in (
         ("proxy, HTTP upstream", "http", "proxy"),
-        ("proxy, stdio upstream", "stdio", "proxy"),
-        ("middleware (in-process)", "middleware", "guarded"),
+        ("proxy (served over stdio), stdio upstream", "stdio", "proxy"),
+        ("middleware in the server (articles example)", "middleware", "guarded"),
     ):
         d, t, a = r[key]["direct"], r[key][through], r[key]["added"]
         rows.append(
-            f"| {label} | {d['p50_ms']} / {d['p90_ms']} ms | {t['p50_ms']} / {t['p90_ms']} ms "
-            f"| {a['p50_ms']} / {a['p90_ms']} ms |"
+            f"| {label} | {d['p50_ms']:.2f} / {d['p90_ms']:.2f} | {t['p50_ms']:.2f} / "
+            f"{t['p90_ms']:.2f} | {a['p50_ms']:.2f} / {a['p90_ms']:.2f} |"
         )
     c = r["check"]
-    rows.append("")
-    rows.append(
-        f"One check from QuotaClient: {c['p50_ms']} / {c['p90_ms']} ms (p50 / p90). Target: "
-        f"the proxy adds at most one check + 2 ms = {r['target_p50_ms']} ms at p50 "
-        f"({'met' if r['within_target'] else 'NOT met'} over HTTP)."
-    )
-    return "\n".join(rows)
+    rows += [
+        "",
+        f"One check from QuotaClient: {c['p50_ms']:.2f} / {c['p90_ms']:.2f} ms (p50 / p90). "
+        f"Target: the proxy adds at most one check + 2 ms = {r['target_p50_ms']:.2f} ms at p50: "
+        f"{'met' if r['within_target'] else 'NOT met'} over HTTP.",
+    ]
+    return rows
 
 
 def main() -> int:
@@ -178,7 +225,7 @@ def main() -> int:
     start = time.monotonic()
     with dynalite_server() as dynalite:
         result = measure(dynalite, calls=args.calls)
-    print(json.dumps(result, indent=2) if args.json else table(result))
+    print(json.dumps(result, indent=2) if args.json else "\n".join(table(result)))
     print(f"({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return 0
 

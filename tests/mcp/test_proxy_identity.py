@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import uuid
@@ -293,3 +294,27 @@ async def test_an_http_upstream_that_restarts_is_reconnected(
 
     assert outcomes == [True, False, True]
     assert [e["tag"] for e in deletions(record)] == ["before", "after"]
+
+
+async def test_a_stdio_upstream_that_exits_is_started_again(
+    quota_service: FakeQuotaService, record: Path, tmp_path: Path
+) -> None:
+    upstream = ["--upstream-command", shlex.join(tags_command(record))]
+    running = spawn_proxy(upstream, quota_service.url, TOKEN, tmp_path)
+    try:
+        wait_healthy(running, timeout=HEALTHY_WITHIN)
+        url = f"{running.url}/mcp"
+        assert await delete(url, None, "first")
+        [first] = deletions(record)
+        # The upstream dies (a crash, an OOM kill): the proxy's own child process.
+        os.kill(first["pid"], signal.SIGKILL)
+        # At most the call that finds it dead fails; a later one runs on a new process.
+        ran = [await delete(url, None, f"again-{i}") for i in range(3)]
+    finally:
+        running.stop()
+
+    assert ran[-1] is True
+    pids = [entry["pid"] for entry in deletions(record)]
+    assert pids[0] == first["pid"]
+    assert len(set(pids[1:])) == 1
+    assert pids[1] != first["pid"]

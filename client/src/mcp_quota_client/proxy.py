@@ -100,11 +100,12 @@ class Upstream:
     """Builds the backend client for each proxied request (the `FastMCPProxy` factory).
 
     The proxy holds one session with its upstream, shared by every caller: a stdio
-    upstream is one process for the life of the proxy (FastMCP's transport keeps it
-    alive); an HTTP upstream is one MCP session, opened at start and opened again if it
-    closes. With `--forward-authorization` each request instead gets its own HTTP
-    connection carrying its caller's header: a handshake per call, the price of
-    passing each caller's credentials on.
+    upstream is one process for the life of the proxy (FastMCP's kept-alive transport;
+    each request a client of its own on it, so a dead process is noticed and started
+    again), an HTTP upstream one MCP session, opened at start and again if it closes. With
+    `--forward-authorization` each request instead gets its own HTTP connection carrying
+    its caller's header: a handshake per call, the price of passing each caller's
+    credentials on.
     """
 
     def __init__(self, settings: ProxySettings) -> None:
@@ -167,12 +168,14 @@ class Upstream:
             raise UpstreamUnreachableError(
                 f"{PROG}: could not connect to the upstream {self.settings.upstream_label}: {exc}"
             ) from exc
-        if self._stdio is None and self._shared is None:
+        if self._stdio is None:
             self.mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
         return info.name if info is not None and info.name else "upstream"
 
     async def aclose(self) -> None:
-        """Close the shared session (a stdio upstream stops with the proxy's loop)."""
+        """Close the shared HTTP session and stop a stdio upstream's process."""
+        if self._stdio is not None:
+            await self._stdio.transport.close()
         if self._shared is not None:
             await self._shared.close()  # type: ignore[no-untyped-call]
             self._shared = None
@@ -231,7 +234,7 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
         name = settings.name or probed or "upstream"
         proxy = build_proxy(settings, upstream, name, client)
         if settings.stdio:
-            await proxy.run_async("stdio", show_banner=False)
+            await proxy.run_async("stdio", show_banner=False, log_level="warning")
         else:
             await proxy.run_async(
                 "http",
