@@ -7,13 +7,16 @@ records the Authorization header each deletion arrived with.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx2
@@ -21,6 +24,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from fastmcp.server.auth.providers.jwt import RSAKeyPair
+from joserfc.jwk import RSAKey
 from launch import ROOT, Running, free_port, spawn, wait_healthy
 from mcp_quota_client import META_SESSION_KEY
 
@@ -318,3 +322,59 @@ async def test_a_stdio_upstream_that_exits_is_started_again(
     assert pids[0] == first["pid"]
     assert len(set(pids[1:])) == 1
     assert pids[1] != first["pid"]
+
+
+@pytest.fixture
+def jwks_url(keys: RSAKeyPair) -> Iterator[str]:
+    """An identity provider's JWKS endpoint on loopback, publishing `keys` as kid k1."""
+    jwk = {**RSAKey.import_key(keys.public_key).as_dict(), "kid": "k1", "use": "sig"}
+    body = json.dumps({"keys": [jwk]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_tokens_are_verified_against_a_jwks_url(
+    quota_service: FakeQuotaService,
+    tags_http: Running,
+    keys: RSAKeyPair,
+    jwks_url: str,
+    tmp_path: Path,
+) -> None:
+    extra = ["--jwt-jwks-url", jwks_url, "--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE]
+    carol = keys.create_token(subject="carol", issuer=ISSUER, audience=AUDIENCE, kid="k1")
+    stranger = RSAKeyPair.generate().create_token(
+        subject="carol", issuer=ISSUER, audience=AUDIENCE, kid="k1"
+    )
+    for running in proxy(quota_service, f"{tags_http.url}/mcp", tmp_path, *extra):
+        url = f"{running.url}/mcp"
+        assert await delete(url, carol, "c1")
+        async with httpx2.AsyncClient(timeout=60) as http:
+            forged = await http.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                headers={
+                    "Accept": "application/json, text/event-stream",
+                    "Authorization": f"Bearer {stranger}",
+                },
+            )
+
+    assert forged.status_code == 401
+    assert [b.get("principal") for b in quota_service.bodies()] == ["carol"]
