@@ -205,15 +205,21 @@ async def test_an_upstream_error_comes_back_unchanged(stack: Stack) -> None:
     meta = {META_SESSION_KEY: new_session()}
     async with Client(stack.url) as client:
         through_proxy = await client.call_tool_mcp("delete_tag", {"tag": "protected"}, meta=meta)
+        # The upstream's own argument validation, not the proxy's.
+        invalid = await client.call_tool_mcp("delete_tag", {"tag": 5}, meta=meta)
     if stack.upstream_url is not None:
         async with Client(stack.upstream_url) as client:
             direct = await client.call_tool_mcp("delete_tag", {"tag": "protected"})
+            direct_invalid = await client.call_tool_mcp("delete_tag", {"tag": 5})
         assert through_proxy.content == direct.content
         assert through_proxy.structured_content == direct.structured_content
+        assert invalid.content == direct_invalid.content
 
     assert through_proxy.is_error is True
     assert text_of(through_proxy) == "tag 'protected' cannot be deleted"
     assert through_proxy.structured_content is None
+    assert invalid.is_error is True
+    assert "Invalid arguments for tool delete_tag" in text_of(invalid)
 
 
 async def test_resources_and_prompts_pass_through_and_the_name_is_the_upstreams(
