@@ -240,6 +240,7 @@ def quota_env() -> dict[str, str]:
         (["--upstream-command", "node s.mjs", "--forward-authorization"], "--upstream-url"),
         (["--upstream-url", "http://x/mcp", "--jwt-issuer", "i"], "--jwt-public-key"),
         (["--upstream-url", "http://x/mcp", "--category", "delete_tag"], "TOOL=CATEGORY"),
+        (["--upstream-url", "http://x/mcp", "--jwt-public-key", "/no/such.pem"], "cannot read"),
     ],
 )
 def test_a_bad_command_line_is_refused_in_one_line(args: list[str], says: str) -> None:

@@ -165,8 +165,10 @@ class Upstream:
                 info = client.server_info
                 version = client.protocol_version
         except Exception as exc:  # any transport or protocol failure means the same
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise UpstreamUnreachableError(
-                f"{PROG}: could not connect to the upstream {self.settings.upstream_label}: {exc}"
+                f"{PROG}: could not connect to the upstream "
+                f"{self.settings.upstream_label}: {reason}"
             ) from exc
         if self._stdio is None:
             self.mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
@@ -199,8 +201,8 @@ def build_proxy(
         client_factory=upstream.client,
         name=name,
         auth=settings.verifier(),
-        # The quota runs before the proxy's own middleware: a refused call opens no
-        # upstream connection at all.
+        # First in the chain, before the proxy's own middleware and the proxied tool:
+        # a refused call is answered here and never sent upstream.
         middleware=[quota],
     )
 
@@ -209,11 +211,6 @@ def build_proxy(
         return JSONResponse({"ok": True})
 
     return proxy
-
-
-def quota_middleware(proxy: FastMCPProxy) -> QuotaMiddleware:
-    """The proxy's quota middleware (to close its client, or read its counters)."""
-    return next(m for m in proxy.middleware if isinstance(m, QuotaMiddleware))
 
 
 async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> None:
@@ -255,7 +252,10 @@ def _public_key(value: str) -> str:
     """A PEM given inline, or the path of a file holding one."""
     if value.lstrip().startswith("-----BEGIN"):
         return value
-    return Path(value).read_text()
+    try:
+        return Path(value).read_text()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {value}: {exc.strerror}") from exc
 
 
 def _category(value: str) -> tuple[str, str]:
