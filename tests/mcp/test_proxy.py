@@ -8,6 +8,7 @@ own record of deletions is the witness: exactly 15 of 20 deletes may happen.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import uuid
 from collections.abc import Iterator
@@ -252,3 +253,26 @@ async def test_a_call_to_an_unknown_tool_is_the_upstreams_answer_not_a_quota_che
     # Nothing was counted for the unknown tool: the first delete is the first write.
     assert after.meta is not None
     assert after.meta[META_DECISION_KEY]["used"] == 1
+
+
+async def test_20_concurrent_deletes_from_20_clients_delete_exactly_15(stack: Stack) -> None:
+    # All through the proxy's one upstream session (or process) at once.
+    session = new_session()
+    meta = {META_SESSION_KEY: session}
+
+    async def one(i: int) -> mt.CallToolResult:
+        async with Client(stack.url) as client:
+            result: mt.CallToolResult = await client.call_tool_mcp(
+                "delete_tag", {"tag": f"{session}-{i}"}, meta=meta
+            )
+        return result
+
+    results = await asyncio.gather(*(one(i) for i in range(CALLS)))
+
+    assert sorted(r.is_error for r in results) == [False] * WRITE_LIMIT + [True] * (
+        CALLS - WRITE_LIMIT
+    )
+    for refused in (r for r in results if r.is_error):
+        assert_refusal_says_why(refused.structured_content, text_of(refused), session)
+    ran = {f"{session}-{i}" for i, r in enumerate(results) if not r.is_error}
+    assert sorted(mine(stack.record, session)) == sorted(ran)
