@@ -21,7 +21,15 @@ from typing import Any
 
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before chalicelib builds its Logger
 
-from bench import cold_start, leases, mcp_overhead, network, scope_cost, workloads
+from bench import (
+    cold_start,
+    leases,
+    mcp_overhead,
+    network,
+    proxy_overhead,
+    scope_cost,
+    workloads,
+)
 from tests.support import dynalite_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,6 +120,8 @@ def measure(quick: bool) -> dict[str, Any]:
         out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 200)
         print("measuring leased reads ...", file=sys.stderr, flush=True)
         out["leases"] = leases.measure(dynalite, runs=1 if quick else 3)
+        print("measuring mcp-quota-proxy ...", file=sys.stderr, flush=True)
+        out["proxy"] = proxy_overhead.measure(dynalite, calls=100 if quick else 150)
     print("measuring cold start ...", file=sys.stderr, flush=True)
     out["cold_start"] = cold_start.measure(ZIP, 5 if quick else 9)
     return out
@@ -258,6 +268,8 @@ def table(r: dict[str, Any]) -> str:
     add(f"Quota service: {m['quota_backend']}.")
     if "leases" in r:
         lines += leases.table(r["leases"])
+    if "proxy" in r:
+        lines += proxy_overhead.table(r["proxy"])
     add("")
     lines += cold_start.table(r["cold_start"])
     return "\n".join(lines)
