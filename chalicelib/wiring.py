@@ -46,17 +46,29 @@ if TYPE_CHECKING:
     from chalicelib.quota import Attempt, Refused
     from chalicelib.service import BlockListener
 
-# A check must answer fast or fail clearly: short timeouts, one retry inside botocore
-# (the counter store's writes are idempotent per check, so a retry never counts twice).
+# The store budget: the service answers 503 within it, inside the client's deadline
+# (5 s by default) and the Lambda timeout (10 s). One store call takes at most two
+# attempts of connect (0.5 s) + read (1 s), plus botocore's backoff between them (25 ms
+# jittered for a timeout; up to 1 s after a throttle, whose answer is fast): a hung store
+# gives a 503 after about 2 s, at worst about 3 s (docs/operations.md, "Deadlines").
+# The retry inside botocore is safe: the counter store's writes are idempotent per check.
 # No client-side parameter validation: the storage adapters build every request from
 # typed values, DynamoDB validates it again anyway, and botocore's walk over a
 # last-calls list costs about a tenth of a check's client CPU (bench/network.py).
+STORE_CONNECT_SECONDS = 0.5
+STORE_READ_SECONDS = 1.0
+STORE_ATTEMPTS = 2
 CLIENT_CONFIG = Config(
-    connect_timeout=1,
-    read_timeout=2,
-    retries={"max_attempts": 2, "mode": "standard"},
+    connect_timeout=STORE_CONNECT_SECONDS,
+    read_timeout=STORE_READ_SECONDS,
+    retries={"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"},
     max_pool_connections=50,
     parameter_validation=False,
+)
+# A token look-up tries once: the authorizer and then the route may both look a token up
+# while the store hangs, and the two together must still fit the budget above.
+TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
+    Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
 
 
@@ -101,6 +113,11 @@ class Container:
         return boto3.client("dynamodb", config=CLIENT_CONFIG)
 
     @cached_property
+    def token_dynamodb(self) -> DynamoDBClient:
+        """The tokens table's client: one attempt per look-up (TOKEN_CLIENT_CONFIG)."""
+        return boto3.client("dynamodb", config=TOKEN_CLIENT_CONFIG)
+
+    @cached_property
     def counters(self) -> SessionCounters:
         categories, keep = tuple(self.policy.categories), self.settings.last_calls
         if self.in_memory:
@@ -133,7 +150,7 @@ class Container:
             return MemoryTokens()
         from chalicelib.storage.tokens import TokenStore
 
-        return TokenStore(self.dynamodb, self.settings.tokens_table)
+        return TokenStore(self.token_dynamodb, self.settings.tokens_table)
 
     @cached_property
     def audit_log(self) -> AuditLog:
