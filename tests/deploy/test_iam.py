@@ -258,4 +258,28 @@ def test_every_token_admin_route_needs_an_admin() -> None:
     source = (ROOT / "app.py").read_text()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and "token_admin" in ast.unparse(node):
-            assert "admin_caller()" in ast.unparse(node), node.name
+            text = ast.unparse(node)
+            assert "admin_caller()" in text or "admin_writer()" in text, node.name
+
+
+CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Routes that change something without an admin token: checks and lease returns (server
+# tokens), and the emailed links (their own signature, single use).
+NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "perform_link"})
+
+
+def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> None:
+    """A revoked admin token must stop changing things at once: each changing route
+    goes through `admin_writer()`, which reads the token store past every cache."""
+    from app import app  # noqa: PLC0415
+
+    changing = {
+        entry.view_name
+        for methods in app.routes.values()
+        for method, entry in methods.items()
+        if method in CHANGING_METHODS
+    }
+    source = (ROOT / "app.py").read_text()
+    views = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+    for name in sorted(changing - NOT_ADMIN_CHANGES):
+        assert "admin_writer()" in ast.unparse(views[name]), name
