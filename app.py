@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
+from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response, SQSEvent
 
 from chalicelib.lazy import lazy_module
 from chalicelib.observability import count, logger
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         clock,
         console_files,
         errors,
+        notify,
         pages,
         ports,
         quota,
@@ -35,6 +36,7 @@ else:
     clock = lazy_module("chalicelib.clock")
     console_files = lazy_module("chalicelib.console_files")
     errors = lazy_module("chalicelib.errors")
+    notify = lazy_module("chalicelib.notify")
     pages = lazy_module("chalicelib.pages")
     ports = lazy_module("chalicelib.ports")
     quota = lazy_module("chalicelib.quota")
@@ -602,3 +604,21 @@ def console_response(name: str) -> Response:
         raise errors.NotFound(f"No console file {name[:40]!r}.")
     body, content_type = found
     return Response(body=body, status_code=200, headers=console_files.console_headers(content_type))
+
+
+# -- the notifier function: refusals' emails, off the request path -----------------------
+
+# The queue's name as `chalice package` writes it; the merge template points the event
+# source at the stack's own queue (deploy/build_template.py).
+NOTIFY_QUEUE = "mcp-quota-notifications"
+
+
+@app.on_sqs_message(queue=NOTIFY_QUEUE, batch_size=10, name="notifier")
+def notifier(event: SQSEvent) -> dict[str, Any]:
+    """Publish queued emails to SNS; SQS delivers the failed ones again, then keeps them
+    in the dead-letter queue (partial batch answer: the sent ones are not repeated)."""
+    messages = ((record.to_dict()["messageId"], record.body) for record in event)
+    delivered = notify.deliver(messages, deps().sns_notifier)
+    for category in delivered.failed_categories:
+        count("NotificationFailed", category or None)
+    return {"batchItemFailures": [{"itemIdentifier": mid} for mid in delivered.failed]}

@@ -79,6 +79,7 @@ class Settings:
     link_secret: str = ""  # signs the email's one-click links (local runner, tests)
     link_secret_arn: str = ""  # or: a Secrets Manager secret the stack creates (prod)
     public_url: str = ""  # the base URL of links and of the console in the email
+    notify_queue_url: str = ""  # refusals enqueue their email here (prod); empty: SNS direct
 
     @property
     def is_local(self) -> bool:
@@ -121,4 +122,5 @@ class Settings:
             link_secret=_secret(env),
             link_secret_arn=env.get("QUOTA_LINK_SECRET_ARN", ""),
             public_url=_url(env, "QUOTA_PUBLIC_URL"),
+            notify_queue_url=env.get("QUOTA_NOTIFY_QUEUE_URL", ""),
         )

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from chalicelib.auth import Authenticator
     from chalicelib.link_actions import LinkDesk, LinkMaker
     from chalicelib.links import LinkSigner
-    from chalicelib.notify import Notifier
+    from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota import Attempt, Refused
     from chalicelib.service import BlockListener
 
@@ -257,7 +257,22 @@ class Container:
         )
 
     @cached_property
-    def notifier(self) -> Notifier:
+    def notifier(self) -> Publisher:
+        """How a refusal sends its email: onto the queue where one is configured (a
+        deployed stack), else straight to SNS (`make run`)."""
+        if self.settings.notify_queue_url:
+            from chalicelib.notify import QueuedNotifier
+
+            return QueuedNotifier(
+                lambda: boto3.client("sqs", config=CLIENT_CONFIG),
+                self.settings.notify_queue_url,
+                echo=self.settings.is_local,
+            )
+        return self.sns_notifier
+
+    @cached_property
+    def sns_notifier(self) -> Notifier:
+        """Publishes to the topic: the notifier function's, or `make run`'s requests'."""
         from chalicelib.notify import Notifier
 
         return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)

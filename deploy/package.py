@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
 from deploy.build_template import (  # noqa: E402
     app_function_names,
     build_merge_template,
+    finish,
     load_config,
 )
 
@@ -75,7 +76,9 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
     subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
     prune_zip(outdir / "deployment.zip")
-    return outdir / "sam.json"
+    sam = outdir / "sam.json"
+    sam.write_text(json.dumps(finish(json.loads(sam.read_text())), indent=2) + "\n")
+    return sam
 
 
 def main(argv: list[str] | None = None) -> int:
