@@ -1,6 +1,9 @@
 """`make package STAGE=prod`: the merge template, then `chalice package --merge-template`,
-into one directory holding `sam.json` and `deployment.zip`. Needs a region, never
-credentials: nothing here talks to AWS."""
+into one directory per release, `build/<stage>/<version>/`, holding `sam.json` and
+`deployment.zip`; `build/<stage>/latest` names the newest, and a copy of it sits in
+`build/<stage>/` itself. Earlier releases stay, so the
+previous one can be deployed again (docs/operations.md, "Deploys and rollback"). Needs a
+region, never credentials: nothing here talks to AWS."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +34,27 @@ MERGE_TEMPLATE = "merge-template.json"
 # boto3's own dependencies. A copy in the zip would come first on sys.path, shadow the
 # runtime's, and be compiled from source at every cold start (bench/cold_start.py).
 RUNTIME_PROVIDED = ("jmespath",)
+LATEST = "latest"
+
+
+def release_version(project_dir: Path = ROOT, now: datetime | None = None) -> str:
+    """`<UTC time>-<commit>`, `-dirty` if the work tree has changes: sorts by time, and
+    says which code a release holds."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    git = ["git", "-C", str(project_dir)]
+    try:
+        commit = subprocess.run(  # noqa: S603
+            [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(  # noqa: S603
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{stamp}-nogit"
+    return f"{stamp}-{commit}{'-dirty' if changes else ''}"
 
 
 def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
@@ -84,9 +109,20 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Package one stage for CloudFormation.")
     parser.add_argument("--stage", required=True)
-    parser.add_argument("--out", type=Path, help="output directory (default build/<stage>)")
+    parser.add_argument(
+        "--out", type=Path, help="output directory, replaced (default build/<stage>/<version>)"
+    )
     args = parser.parse_args(argv)
-    sam = package(args.stage, args.out or ROOT / "build" / args.stage)
+    if args.out is not None:
+        sam = package(args.stage, args.out)
+    else:
+        releases = ROOT / "build" / args.stage
+        version = release_version()
+        sam = package(args.stage, releases / version)
+        (releases / LATEST).write_text(version + "\n")
+        # The newest release also at build/<stage>/ itself, where bench and habits look.
+        for built in sorted(sam.parent.iterdir()):
+            shutil.copy2(built, releases / built.name)
     print(f"packaged {args.stage}: {sam} and {sam.parent / 'deployment.zip'}")
     return 0
 

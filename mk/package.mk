@@ -1,10 +1,12 @@
-# `make package STAGE=prod`: build/<stage>/sam.json + deployment.zip for CloudFormation.
-# chalice package needs a region but no credentials; nothing here talks to AWS.
+# `make package STAGE=prod`: build/<stage>/<version>/sam.json + deployment.zip for
+# CloudFormation; build/<stage>/latest names the newest. Earlier releases are kept, to
+# roll back to (docs/operations.md). chalice package needs a region but no credentials;
+# nothing here talks to AWS.
 PACKAGE_REGION ?= us-east-1
 
 .PHONY: package
 
-## Package a stage (default prod) as a SAM template and deployment.zip under build/<stage>/.
+## Package a stage (default prod) as a SAM template and deployment.zip under build/<stage>/<version>/.
 package: $(BIN)/.installed
 	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-$(PACKAGE_REGION)} \
-		$(BIN)/python -m deploy.package --stage $(STAGE) --out build/$(STAGE)
+		$(BIN)/python -m deploy.package --stage $(STAGE)
