@@ -67,6 +67,9 @@ CLIENT_CONFIG = Config(
 )
 # A token look-up tries once: the authorizer and then the route may both look a token up
 # while the store hangs, and the two together must still fit the budget above.
+# A warm container re-reads the link keys this often: with links living 24 h, a key
+# signs for at most 25 h after a rotation, inside the two days between rotations.
+LINK_KEYS_CACHE_MS = 3600 * 1000
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
     Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
@@ -95,6 +98,8 @@ class Container:
         # The API's own base URL as a request showed it, for links when no
         # QUOTA_PUBLIC_URL is set (app.py fills it in).
         self.seen_base_url = ""
+        self._signer: LinkSigner | None = None
+        self._signer_read_at: int | None = None
 
     @cached_property
     def settings(self) -> Settings:
@@ -196,18 +201,30 @@ class Container:
         """Index a session in trouble (the index is built on the first refusal)."""
         self.trouble.mark(mark)
 
-    @cached_property
-    def link_signer(self) -> LinkSigner | None:
-        """The signer of the email's links, or None where no secret is configured."""
-        from chalicelib.links import LinkSigner
-
+    def _link_keys(self) -> list[bytes]:
+        """The link keys, newest first: the local secret, or the stack's secret's current
+        and previous values."""
         secret = self.settings.link_secret.encode("utf-8")
-        if not secret and self.settings.link_secret_arn:
-            from chalicelib.link_secret import read_link_secret
+        if secret or not self.settings.link_secret_arn:
+            return [secret] if secret else []
+        from chalicelib.link_secret import read_link_keys
 
-            client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
-            secret = read_link_secret(client, self.settings.link_secret_arn)
-        return LinkSigner(secret) if secret else None
+        client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
+        return read_link_keys(client, self.settings.link_secret_arn)
+
+    @property
+    def link_signer(self) -> LinkSigner | None:
+        """The signer of the email's links, or None where no secret is configured. Read
+        again every LINK_KEYS_CACHE_MS, so a warm container signs with a rotated key
+        within the hour (and sooner verifies one it has not seen)."""
+        now = self.clock()
+        if self._signer_read_at is None or now - self._signer_read_at >= LINK_KEYS_CACHE_MS:
+            from chalicelib.links import LinkSigner
+
+            keys = self._link_keys()
+            self._signer = LinkSigner(keys, reload=self._link_keys) if keys else None
+            self._signer_read_at = now
+        return self._signer
 
     @property
     def base_url(self) -> str:

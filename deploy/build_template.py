@@ -767,6 +767,7 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     }
     outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
     outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
+    outputs["LinkSecretArn"] = {"Value": {"Ref": LINK_SECRET}}  # make rotate-link-key
     if notifier in resources:
         outputs["NotificationDeadLetterQueueUrl"] = {"Value": {"Ref": DEAD_LETTERS}}
 

@@ -10,3 +10,10 @@ PACKAGE_REGION ?= us-east-1
 package: $(BIN)/.installed
 	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-$(PACKAGE_REGION)} \
 		$(BIN)/python -m deploy.package --stage $(STAGE)
+
+.PHONY: rotate-link-key
+
+## Put a new link-signing key in STACK's LinkSecret (refused within 48 h of the last; FORCE=1).
+rotate-link-key: $(BIN)/.installed
+	@test -n "$(STACK)" || { echo "usage: make rotate-link-key STACK=<stack name> [FORCE=1]"; exit 2; }
+	$(BIN)/python -m deploy.rotate_link_key --stack $(STACK) $(if $(FORCE),--force)
