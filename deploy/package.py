@@ -106,6 +106,22 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     return sam
 
 
+def release(stage: str, releases: Path, version: str) -> Path:
+    """Package `stage` as `releases/<version>/`, name it in `releases/latest`, and copy
+    it to `releases/` itself (where bench and habits look); earlier versions are kept.
+    Returns the path of the release's SAM template.
+
+    Raises:
+        subprocess.CalledProcessError: `chalice package` failed.
+        SystemExit: the stage cannot be packaged.
+    """
+    sam = package(stage, releases / version)
+    (releases / LATEST).write_text(version + "\n")
+    for built in sorted(sam.parent.iterdir()):
+        shutil.copy2(built, releases / built.name)
+    return sam
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Package one stage for CloudFormation.")
     parser.add_argument("--stage", required=True)
@@ -116,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         sam = package(args.stage, args.out)
     else:
-        releases = ROOT / "build" / args.stage
-        version = release_version()
-        sam = package(args.stage, releases / version)
-        (releases / LATEST).write_text(version + "\n")
-        # The newest release also at build/<stage>/ itself, where bench and habits look.
-        for built in sorted(sam.parent.iterdir()):
-            shutil.copy2(built, releases / built.name)
+        sam = release(args.stage, ROOT / "build" / args.stage, release_version())
     print(f"packaged {args.stage}: {sam} and {sam.parent / 'deployment.zip'}")
     return 0
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from chalicelib.policy import load_policy
 from deploy.build_template import LOGGING_CONFIG, load_config
-from deploy.package import release_version
+from deploy.package import release, release_version
 from tests.deploy.code_calls import ROOT
 from tests.deploy.conftest import Packaged
 
@@ -199,18 +197,16 @@ def test_api_gateway_calls_the_aliases_only(deployed: dict[str, Any]) -> None:
 def test_make_package_keeps_each_release(tmp_path: Path) -> None:
     version = release_version(ROOT, datetime(2026, 12, 3, 21, 0, tzinfo=UTC))
     assert re.fullmatch(r"20261203T210000Z-([0-9a-f]{12}(-dirty)?|nogit)", version)
-    make = (ROOT / "mk" / "package.mk").read_text()
-    assert "--out" not in make  # the default: build/<stage>/<version>/
-    source = (ROOT / "deploy" / "package.py").read_text()
-    assert "shutil.rmtree(outdir)" in source  # only the release being written is replaced
-    help_text = subprocess.run(
-        [sys.executable, "-m", "deploy.package", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "build/<stage>/<version>" in help_text
+    assert "--out" not in (ROOT / "mk" / "package.mk").read_text()  # releases by default
+
+    first = release("prod", tmp_path, "20261203T210000Z-aaaaaaaaaaaa")
+    second = release("prod", tmp_path, "20261203T220000Z-bbbbbbbbbbbb")
+
+    for sam in (first, second):  # the previous release is still there to roll back to
+        assert sam.exists() and (sam.parent / "deployment.zip").exists()
+        assert json.loads(sam.read_text())["Resources"]["APIHandler"]
+    assert (tmp_path / "latest").read_text().strip() == second.parent.name
+    assert (tmp_path / "sam.json").read_bytes() == second.read_bytes()
 
 
 # -- capacity, logging, endpoint, dashboard ---------------------------------------------
