@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response
+from chalice.app import AuthRequest, AuthResponse, AuthRoute, Chalice, Response, SQSEvent
 
 from chalicelib.lazy import lazy_module
 from chalicelib.observability import count, logger
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         clock,
         console_files,
         errors,
+        notify,
         pages,
         ports,
         quota,
@@ -35,6 +36,7 @@ else:
     clock = lazy_module("chalicelib.clock")
     console_files = lazy_module("chalicelib.console_files")
     errors = lazy_module("chalicelib.errors")
+    notify = lazy_module("chalicelib.notify")
     pages = lazy_module("chalicelib.pages")
     ports = lazy_module("chalicelib.ports")
     quota = lazy_module("chalicelib.quota")
@@ -65,7 +67,9 @@ def reset_dependencies(container: wiring.Container | None = None) -> None:
 SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return", ["POST"])]
 
 
-@app.authorizer(ttl_seconds=60)
+# API Gateway keeps the answer this long: auth.AUTHORIZER_TTL_SECONDS (with the container's
+# token cache, a revocation stops checks within 60 s; changing routes check afresh).
+@app.authorizer(ttl_seconds=30)
 def bearer(auth_request: AuthRequest) -> AuthResponse:
     """Built-in authorizer: server tokens may check; admin tokens may do everything."""
     try:
@@ -169,6 +173,28 @@ def admin_caller() -> tokens.Identity:
     if identity.role != tokens.ADMIN:
         raise errors.Forbidden("This endpoint needs an admin token.")
     return identity
+
+
+def admin_writer() -> tokens.Identity:
+    """The admin identity of a route that changes something, read from the token store
+    now, past the authorizer's and the container's caches: a revoked or expired admin
+    token changes nothing, from the moment it is revoked.
+
+    Raises:
+        errors.Unauthorized: the token is revoked, expired or unknown.
+        errors.Forbidden: the token is not an admin token.
+        ports.StorageError: the token store is unavailable.
+    """
+    admin_caller()
+    request = app.current_request
+    assert request is not None
+    header = request.headers.get("authorization", "")
+    result = deps().authenticator.authenticate(header, fresh=True)
+    if result.identity is None:
+        raise errors.Unauthorized(f"The token is not valid ({result.reason}).")
+    if result.identity.role != tokens.ADMIN:
+        raise errors.Forbidden("This endpoint needs an admin token.")
+    return result.identity
 
 
 def path_session(raw: str) -> str:
@@ -336,7 +362,7 @@ def show_session(session_id: str) -> Response:
 @handled
 def raise_session(session_id: str) -> Response:
     """Raise one category's limit for this session, at once."""
-    who = admin_caller()
+    who = admin_writer()
     request = admin_requests.parse_raise(request_body(), deps().policy)
     result = deps().admin.raise_limit(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
@@ -358,7 +384,7 @@ def list_sessions() -> Response:
 @handled
 def lower_session(session_id: str) -> Response:
     """Bring a raised limit back down to the base."""
-    who = admin_caller()
+    who = admin_writer()
     request = admin_requests.parse_lower(request_body(), deps().policy)
     result = deps().admin.lower(who, path_session(session_id), request)
     return Response(body=result, status_code=200)
@@ -368,7 +394,7 @@ def lower_session(session_id: str) -> Response:
 @handled
 def suspend_session(session_id: str) -> Response:
     """Kill switch: refuse every check of this session until resumed."""
-    who = admin_caller()
+    who = admin_writer()
     result = deps().admin.suspend(
         who, path_session(session_id), admin_requests.parse_reason(request_body())
     )
@@ -379,7 +405,7 @@ def suspend_session(session_id: str) -> Response:
 @handled
 def resume_session(session_id: str) -> Response:
     """Lift a suspension."""
-    who = admin_caller()
+    who = admin_writer()
     result = deps().admin.resume(
         who, path_session(session_id), admin_requests.parse_reason(request_body())
     )
@@ -390,7 +416,7 @@ def resume_session(session_id: str) -> Response:
 @handled
 def reset_session(session_id: str) -> Response:
     """Zero this session's counters."""
-    who = admin_caller()
+    who = admin_writer()
     result = deps().admin.reset(
         who, path_session(session_id), admin_requests.parse_reason(request_body())
     )
@@ -415,7 +441,7 @@ def show_principal(principal: str) -> Response:
 @handled
 def raise_principal(principal: str) -> Response:
     """Raise one category's principal budget."""
-    who = admin_caller()
+    who = admin_writer()
     request = admin_requests.parse_raise(request_body(), deps().policy)
     body = deps().budget_admin.raise_limit(who, path_principal(who, principal), request)
     return Response(body=body, status_code=200)
@@ -425,7 +451,7 @@ def raise_principal(principal: str) -> Response:
 @handled
 def suspend_principal(principal: str) -> Response:
     """Refuse every call made for this principal, in every session."""
-    who = admin_caller()
+    who = admin_writer()
     reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.suspend(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
@@ -435,7 +461,7 @@ def suspend_principal(principal: str) -> Response:
 @handled
 def resume_principal(principal: str) -> Response:
     """Lift a principal's suspension, manual or automatic."""
-    who = admin_caller()
+    who = admin_writer()
     reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.resume(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
@@ -445,7 +471,7 @@ def resume_principal(principal: str) -> Response:
 @handled
 def reset_principal(principal: str) -> Response:
     """Zero a principal's counters in every window."""
-    who = admin_caller()
+    who = admin_writer()
     reason = admin_requests.parse_reason(request_body())
     body = deps().budget_admin.reset(who, path_principal(who, principal), reason)
     return Response(body=body, status_code=200)
@@ -464,7 +490,7 @@ def show_tenant() -> Response:
 @handled
 def add_grant() -> Response:
     """Plan a raise for a principal in a time window."""
-    who = admin_caller()
+    who = admin_writer()
     container = deps()
     request = admin_requests.parse_grant(request_body(), container.policy, container.clock())
     return Response(body=container.admin.add_grant(who, request), status_code=201)
@@ -481,7 +507,7 @@ def list_grants() -> Response:
 @handled
 def delete_grant(grant_id: str) -> Response:
     """Delete a grant."""
-    who = admin_caller()
+    who = admin_writer()
     return Response(
         body=deps().admin.delete_grant(who, admin_requests.grant_id_param(grant_id)),
         status_code=200,
@@ -492,7 +518,7 @@ def delete_grant(grant_id: str) -> Response:
 @handled
 def create_token() -> Response:
     """A new token of the caller's tenant; the token itself is in this answer only."""
-    who = admin_caller()
+    who = admin_writer()
     request = admin_requests.parse_token(request_body())
     body = deps().token_admin.create(who, request)
     return Response(body=body, status_code=201, headers={"Cache-Control": "no-store"})
@@ -509,7 +535,7 @@ def list_tokens() -> Response:
 @handled
 def revoke_token(token_id: str) -> Response:
     """Revoke one of the tenant's tokens (again is harmless)."""
-    who = admin_caller()
+    who = admin_writer()
     body = deps().token_admin.revoke(who, admin_requests.token_id_param(token_id))
     return Response(body=body, status_code=200)
 
@@ -578,3 +604,21 @@ def console_response(name: str) -> Response:
         raise errors.NotFound(f"No console file {name[:40]!r}.")
     body, content_type = found
     return Response(body=body, status_code=200, headers=console_files.console_headers(content_type))
+
+
+# -- the notifier function: refusals' emails, off the request path -----------------------
+
+# The queue's name as `chalice package` writes it; the merge template points the event
+# source at the stack's own queue (deploy/build_template.py).
+NOTIFY_QUEUE = "mcp-quota-notifications"
+
+
+@app.on_sqs_message(queue=NOTIFY_QUEUE, batch_size=10, name="notifier")
+def notifier(event: SQSEvent) -> dict[str, Any]:
+    """Publish queued emails to SNS; SQS delivers the failed ones again, then keeps them
+    in the dead-letter queue (partial batch answer: the sent ones are not repeated)."""
+    messages = ((record.to_dict()["messageId"], record.body) for record in event)
+    delivered = notify.deliver(messages, deps().sns_notifier)
+    for category in delivered.failed_categories:
+        count("NotificationFailed", category or None)
+    return {"batchItemFailures": [{"itemIdentifier": mid} for mid in delivered.failed]}

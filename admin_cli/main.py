@@ -161,6 +161,11 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     if args.api:
         client = _client(args, env)
         if args.token_command == "create":
+            if getattr(args, "expires_in_days", None) is not None:
+                raise CliError(
+                    "--expires-in-days writes the tokens table: use it without --api.",
+                    ExitCode.USAGE,
+                )
             return commands.token_create_api(client, args.role, args.name, principals)
         if args.token_command == "revoke":
             return commands.token_revoke_api(client, args.token_id)
@@ -181,7 +186,14 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
         if not args.tenant:
             raise CliError("token create needs --tenant (or --api).", ExitCode.USAGE)
         return tokens.command_create(
-            store, args.tenant, args.role, args.name, system_clock(), trail, principals
+            store,
+            args.tenant,
+            args.role,
+            args.name,
+            system_clock(),
+            trail,
+            principals,
+            args.expires_in_days,
         )
     if args.token_command == "revoke":
         return tokens.command_revoke(store, args.token_id, system_clock(), trail)
@@ -254,6 +266,12 @@ def _add_token_commands(root: argparse._SubParsersAction[argparse.ArgumentParser
         action="append",
         metavar="PRINCIPAL",
         help="a principal a server token may claim (a name or * pattern); repeatable",
+    )
+    create.add_argument(
+        "--expires-in-days",
+        type=int,
+        metavar="DAYS",
+        help="the token stops working this many days from now (default: never)",
     )
     revoke = _leaf(commands, "revoke", "revoke a token by its id", _token, http=False)
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="12 hex characters after mcpq_")

@@ -23,6 +23,7 @@ from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 from admin_cli.render import Output
 from chalicelib.admin_views import token_view
 from chalicelib.audit import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
 from chalicelib.ports import RecordNotFound, StorageError
 from chalicelib.storage.audit import AuditStore
@@ -146,6 +147,7 @@ def create_token(
     name: str,
     now_ms: int,
     principals: tuple[str, ...] = (),
+    expires_in_days: int | None = None,
 ) -> tuple[TokenRecord, str]:
     """Store a new token's hash and return the record with the token (never stored).
 
@@ -153,6 +155,8 @@ def create_token(
         CliError: the input is invalid or the store failed.
     """
     record_name = check_name(name)
+    if expires_in_days is not None and expires_in_days < 1:
+        raise CliError("--expires-in-days must be at least 1.", ExitCode.USAGE)
     token_id, token = new_token()
     record = TokenRecord(
         token_id=token_id,
@@ -162,6 +166,7 @@ def create_token(
         name=record_name,
         created_at_ms=now_ms,
         principals=principals,
+        expires_at_ms=None if expires_in_days is None else now_ms + expires_in_days * 86_400_000,
     )
     if principals and record.role != "server":
         raise CliError("Only server tokens may be bound to principals.", ExitCode.USAGE)
@@ -200,8 +205,12 @@ def list_tokens(store: TokenStore, tenant: str | None) -> list[TokenRecord]:
 
 
 def token_json(record: TokenRecord) -> dict[str, Any]:
-    """A token's public fields for `--json` (never the hash): as the admin API shows it."""
-    return token_view(record)
+    """A token's public fields for `--json` (never the hash): as the admin API shows it,
+    plus its expiry when it has one."""
+    view = token_view(record)
+    if record.expires_at_ms is not None:
+        view["expires_at"] = iso_utc(record.expires_at_ms)
+    return view
 
 
 def store_for(table: str, region: str | None) -> TokenStore:
@@ -256,20 +265,25 @@ def command_create(
     now_ms: int,
     trail: TokenAudit | None = None,
     principals: tuple[str, ...] = (),
+    expires_in_days: int | None = None,
 ) -> Output:
     """`token create`: the new token, shown this once.
 
     Raises:
         CliError: the input is invalid or the store failed.
     """
-    record, token = create_token(store, tenant, role, name, now_ms, principals)
-    (trail or TokenAudit(None)).record(EventType.TOKEN_CREATED, record, now_ms, token_json(record))
-    data = {**token_json(record), "token": token}
+    record, token = create_token(store, tenant, role, name, now_ms, principals, expires_in_days)
+    shown = token_json(record)
+    (trail or TokenAudit(None)).record(EventType.TOKEN_CREATED, record, now_ms, shown)
+    data = {**shown, "token": token}
+    fields = [("Token id", record.token_id), ("Name", record.name), ("Token", token)]
+    if record.expires_at_ms is not None:
+        fields.append(("Expires", data["expires_at"]))
     text = "\n".join(
         [
             f"Created {record.role} token for tenant {record.tenant}.",
             "",
-            render.fields([("Token id", record.token_id), ("Name", record.name), ("Token", token)]),
+            render.fields(fields),
             "",
             "Store the token now: it is shown only this once, and only its hash is kept.",
         ]
@@ -298,7 +312,7 @@ def command_revoke(
     else:
         text = (
             f"Revoked {role} token {token_id} (tenant {tenant}) at {when}. "
-            "Running services may accept it for up to QUOTA_TOKEN_CACHE_SECONDS more."
+            "It changes nothing from now on; checks may still pass for up to 60 s (caches)."
         )
     return Output(data, text)
 

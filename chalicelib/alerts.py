@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from chalicelib import audit
 from chalicelib.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
-from chalicelib.notify import Notification, NotificationFailed, Notifier
+from chalicelib.notify import Notification, NotificationFailed, Publisher
 from chalicelib.observability import count, logger
 from chalicelib.policy import Policy
 from chalicelib.ports import TroubleKind, TroubleMark
@@ -157,7 +157,7 @@ class BlockReporter:
         self,
         policy: Policy,
         auditor: Auditor,
-        notifier: Notifier,
+        notifier: Publisher,
         links: Callable[[], LinkMaker | None] | None = None,
         trouble: Callable[[TroubleMark], None] | None = None,
     ) -> None:

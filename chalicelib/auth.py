@@ -1,7 +1,10 @@
 """Bearer-token authentication with a short per-container cache.
 
 The cache keeps an allowed check at one DynamoDB request: a token is looked up at most
-once per `token_cache_seconds` per container, so a revocation takes effect within that.
+once per `token_cache_seconds` (at most 30 s) per container, and API Gateway keeps the
+authorizer's answer for `AUTHORIZER_TTL_SECONDS` (30 s): a revocation or an expiry stops
+checks within 60 s. Admin routes that change anything look the token up `fresh`, past
+both caches, so a revoked admin token stops changing things at once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from chalicelib.settings import Settings
 from chalicelib.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
 
 BEARER = "bearer "
+AUTHORIZER_TTL_SECONDS = 30
+"""How long API Gateway keeps the authorizer's answer; with the per-container cache
+(`Settings.token_cache_seconds`, at most `TOKEN_CACHE_MAX_SECONDS`), the bound of 60 s."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,9 @@ class Authenticator:
                 settings.dev_admin_token: Identity(tenant, ADMIN, "dev-admin"),
             }
 
-    def authenticate(self, header: str) -> AuthResult:
-        """Resolve a header value such as `Bearer mcpq_...`.
+    def authenticate(self, header: str, *, fresh: bool = False) -> AuthResult:
+        """Resolve a header value such as `Bearer mcpq_...`; `fresh` reads the token store
+        past the cache (and refreshes the cache with what it read).
 
         Raises:
             StorageError: the token store failed.
@@ -59,23 +66,27 @@ class Authenticator:
             return AuthResult(self._dev[token])
         now = self._clock()
         cached = self._cache.get(token)
-        if cached is not None and cached[0] > now:
+        if not fresh and cached is not None and cached[0] > now:
             return cached[1]
-        result = self._lookup(token)
+        result, expires_at_ms = self._lookup(token, now)
         if self._settings.token_cache_seconds > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()
             expiry = now + self._settings.token_cache_seconds * 1000
+            if expires_at_ms is not None:
+                expiry = min(expiry, expires_at_ms)  # an expiring token is not kept past it
             self._cache[token] = (expiry, result)
         return result
 
-    def _lookup(self, token: str) -> AuthResult:
+    def _lookup(self, token: str, now_ms: int) -> tuple[AuthResult, int | None]:
         token_id = split_token(token)
         if token_id is None:
-            return AuthResult(None, "unknown token")
+            return AuthResult(None, "unknown token"), None
         record = self._tokens().get(token_id)
         if record is None or not matches(record, token):
-            return AuthResult(None, "unknown token")
+            return AuthResult(None, "unknown token"), None
         if record.revoked:
-            return AuthResult(None, "revoked token")
-        return AuthResult(record.identity())
+            return AuthResult(None, "revoked token"), None
+        if record.expired(now_ms):
+            return AuthResult(None, "expired token"), None
+        return AuthResult(record.identity()), record.expires_at_ms

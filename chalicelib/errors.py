@@ -65,6 +65,13 @@ class PayloadTooLarge(QuotaServiceError):
     CODE = "payload_too_large"
 
 
+class Unauthorized(QuotaServiceError):
+    """The token is not (or no longer) valid: unknown, revoked or expired."""
+
+    STATUS_CODE = 401
+    CODE = "unauthorized"
+
+
 class Forbidden(QuotaServiceError):
     """The token is valid but its role may not do this."""
 

@@ -1,6 +1,11 @@
 """Signed one-click actions for the exhaustion email: a compact payload (tenant, session,
 action, category, amount, link id, expiry) signed with HMAC-SHA256 under a per-deployment
-secret. Verifying a link is pure: a clock is passed in; the single use lives in a store."""
+key. Verifying a link is pure: a clock is passed in; the single use lives in a store.
+
+Keys rotate: a token names the id of the key that signed it (`v2-<key id>`), the newest
+key signs, and every key still held verifies, so during a rotation the current and the
+previous key are both valid (docs/operations.md, "Link key rotation"). A link lives 24 h:
+rotations at least two days apart never break a link already sent."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +25,11 @@ from chalicelib.tokens import Identity
 
 LINK_TTL_MS = 24 * 3600 * 1000
 LINK_ACTOR = "email-link"  # the audit actor of every action taken through a link
-_VERSION = "v1"
+_LEGACY = "v1"  # before key ids: verified against every key held
+_VERSION = "v2"
 MAX_TOKEN = 2048
+KEY_ID_LENGTH = 8
+RELOAD_AFTER_MS = 60_000  # an unknown key id re-reads the keys at most once a minute
 
 
 class LinkAction(enum.StrEnum):
@@ -118,30 +127,80 @@ def new_link_id() -> str:
     return secrets.token_hex(8)
 
 
+def key_id(secret: bytes) -> str:
+    """A key's public id: derived from the key, so none is stored beside it, and
+    revealing nothing of it (an HMAC of a fixed label)."""
+    return hmac.new(secret, b"mcp-quota link key id", hashlib.sha256).hexdigest()[:KEY_ID_LENGTH]
+
+
 class LinkSigner:
-    """Signs and verifies link tokens with one deployment's secret."""
+    """Signs link tokens with the newest key and verifies them with any key held."""
 
-    def __init__(self, secret: bytes) -> None:
-        if len(secret) < 16:
-            raise ValueError("the link secret must be at least 16 bytes")
-        self._secret = secret
+    def __init__(
+        self,
+        keys: Sequence[bytes],
+        reload: Callable[[], Sequence[bytes]] | None = None,
+    ) -> None:
+        """`keys`, newest first; `reload` reads them again when a token names a key
+        this container has not seen (another container read a rotated secret first).
 
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self._secret, body.encode("ascii"), hashlib.sha256).digest())
+        Raises:
+            ValueError: no key, or a key shorter than 16 bytes (a configuration fault).
+        """
+        self._reload = reload
+        self._reloaded_at_ms: int | None = None
+        self._keys: dict[str, bytes] = {}
+        self._current = ""
+        self._hold(keys)
+
+    def _hold(self, keys: Sequence[bytes]) -> None:
+        if not keys or any(len(key) < 16 for key in keys):
+            raise ValueError("each link key must be at least 16 bytes")
+        self._keys = {key_id(key): key for key in reversed(keys)}
+        self._current = key_id(keys[0])
+
+    @property
+    def current_key_id(self) -> str:
+        """The id of the key that signs new links."""
+        return self._current
+
+    @staticmethod
+    def _mac(key: bytes, body: str) -> str:
+        return _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
 
     def sign(self, payload: LinkPayload) -> str:
-        """The token for a link: `v1.<payload>.<signature>`, URL-safe."""
+        """The token for a link: `v2-<key id>.<payload>.<signature>`, URL-safe."""
         compact = json.dumps(payload.to_compact(), separators=(",", ":"), sort_keys=True)
-        body = f"{_VERSION}.{_b64(compact.encode('utf-8'))}"
-        return f"{body}.{self._mac(body)}"
+        body = f"{_VERSION}-{self._current}.{_b64(compact.encode('utf-8'))}"
+        return f"{body}.{self._mac(self._keys[self._current], body)}"
+
+    def _candidates(self, version: str, now_ms: int) -> list[bytes]:
+        """The keys that may have signed a token of this version segment."""
+        if version == _LEGACY:
+            return list(self._keys.values())
+        prefix, _, kid = version.partition("-")
+        if prefix != _VERSION or len(kid) != KEY_ID_LENGTH:
+            return []
+        if kid not in self._keys and self._reload is not None:
+            last = self._reloaded_at_ms
+            if last is None or now_ms - last >= RELOAD_AFTER_MS:
+                self._reloaded_at_ms = now_ms
+                self._hold(self._reload())
+        key = self._keys.get(kid)
+        return [] if key is None else [key]
 
     def verify(self, token: str, now_ms: int) -> LinkPayload | LinkProblem:
-        """The payload of a genuine, unexpired token, or what is wrong with it."""
+        """The payload of a genuine, unexpired token, or what is wrong with it.
+
+        Raises:
+            StorageError: re-reading the keys for an unknown key id failed.
+        """
         if len(token) > MAX_TOKEN or not token.isascii() or token.count(".") != 2:
             return LinkProblem.TAMPERED
         version, encoded, mac = token.split(".")
         body = f"{version}.{encoded}"
-        if version != _VERSION or not hmac.compare_digest(self._mac(body), mac):
+        keys = self._candidates(version, now_ms)
+        if not any(hmac.compare_digest(self._mac(key, body), mac) for key in keys):
             return LinkProblem.TAMPERED
         try:
             payload = LinkPayload.from_compact(json.loads(_unb64(encoded)))

@@ -1,10 +1,18 @@
-"""SNS notifications to administrators (email subscriptions in production)."""
+"""Notifications to administrators: SNS (email subscriptions in production), reached
+through a queue in a deployed stack.
+
+A refusing request only enqueues (`QueuedNotifier`: one SQS call inside the store budget);
+the notifier function publishes to SNS (`deliver`), and a message it cannot publish is
+retried by SQS, then kept in the dead-letter queue, which is alarmed on. `make run` has
+no queue: there the request publishes to SNS itself (`Notifier`), as before.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -37,7 +45,56 @@ def _describe(exc: Exception) -> str:
 
 
 class NotificationFailed(Exception):
-    """Publishing failed after the retry."""
+    """Publishing (or enqueueing) failed after the retry."""
+
+
+class MalformedNotification(Exception):
+    """A queued message is not a notification this code wrote."""
+
+
+class Publisher(Protocol):
+    """Sends one notification on its way; the port `alerts.BlockReporter` uses."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether notifications can be sent at all."""
+        ...
+
+    def publish(self, note: Notification) -> str:
+        """Send it; returns a message id.
+
+        Raises:
+            NotificationFailed: it could not be sent.
+        """
+        ...
+
+
+class QueueClient(Protocol):
+    """The one SQS call the API handler makes."""
+
+    def send_message(self, *, QueueUrl: str, MessageBody: str) -> Mapping[str, Any]: ...
+
+
+def encode(note: Notification) -> str:
+    """A notification as a queue message body."""
+    fields = {"subject": note.subject, "body": note.body, "attributes": note.attributes}
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def decode(raw: str) -> Notification:
+    """The notification `encode` wrote.
+
+    Raises:
+        MalformedNotification: the body is not one.
+    """
+    try:
+        fields = json.loads(raw)
+        subject, body, attributes = fields["subject"], fields["body"], fields["attributes"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise MalformedNotification("not a queued notification") from exc
+    if not (isinstance(subject, str) and isinstance(body, str) and isinstance(attributes, dict)):
+        raise MalformedNotification("not a queued notification")
+    return Notification(subject, body, {str(k): str(v) for k, v in attributes.items()})
 
 
 class Notifier:
@@ -81,3 +138,69 @@ class Notifier:
                 last = exc
         assert last is not None
         raise NotificationFailed(f"SNS publish failed: {_describe(last)}") from last
+
+
+class QueuedNotifier:
+    """Enqueues notifications for the notifier function: a refusal never waits on SNS."""
+
+    def __init__(
+        self, client: Callable[[], QueueClient], queue_url: str, echo: bool = False
+    ) -> None:
+        self._client = client  # built on first enqueue: most checks never notify
+        self._queue_url = queue_url
+        self._echo = echo
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a queue is configured."""
+        return bool(self._queue_url)
+
+    def publish(self, note: Notification) -> str:
+        """Enqueue; returns the SQS message id (botocore retries once, CLIENT_CONFIG).
+
+        Raises:
+            NotificationFailed: no queue is configured, or SQS refused or did not answer.
+        """
+        if self._echo:
+            print(f"\n=== notification (queued) ===\nSubject: {note.subject}\n\n{note.body}\n")
+        if not self.enabled:
+            raise NotificationFailed("no notification queue is configured")
+        try:
+            response = self._client().send_message(
+                QueueUrl=self._queue_url, MessageBody=encode(note)
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise NotificationFailed(f"SQS send failed: {_describe(exc)}") from exc
+        return str(response["MessageId"])
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the notifier function did with one batch."""
+
+    sent: list[str]
+    failed: list[str]  # message ids SQS should deliver again (then dead-letter)
+    failed_categories: list[str]
+
+
+def deliver(messages: Iterable[tuple[str, str]], notifier: Publisher) -> Delivered:
+    """Publish each queued (message id, body) to SNS; never raises, so one bad message
+    cannot fail (and repeat) the batch's good ones."""
+    sent: list[str] = []
+    failed: list[str] = []
+    categories: list[str] = []
+    for message_id, raw in messages:
+        try:
+            note = decode(raw)
+        except MalformedNotification:
+            failed.append(message_id)  # to the dead-letter queue, after the retries
+            categories.append("")
+            continue
+        try:
+            notifier.publish(note)
+        except NotificationFailed:
+            failed.append(message_id)
+            categories.append(note.attributes.get("category", ""))
+        else:
+            sent.append(message_id)
+    return Delivered(sent, failed, categories)

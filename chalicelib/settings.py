@@ -12,7 +12,14 @@ LOCAL_STAGE = "local"
 BACKENDS = ("dynamodb", "memory")
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+TOKEN_CACHE_MAX_SECONDS = 30
+"""With API Gateway's 30 s authorizer cache (app.py), a revoked token stops checks within
+60 s (chalicelib/auth.py)."""
+
+
+def _int(
+    env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None
+) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -22,6 +29,8 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -70,6 +79,7 @@ class Settings:
     link_secret: str = ""  # signs the email's one-click links (local runner, tests)
     link_secret_arn: str = ""  # or: a Secrets Manager secret the stack creates (prod)
     public_url: str = ""  # the base URL of links and of the console in the email
+    notify_queue_url: str = ""  # refusals enqueue their email here (prod); empty: SNS direct
 
     @property
     def is_local(self) -> bool:
@@ -96,7 +106,13 @@ class Settings:
             policy=env.get("QUOTA_POLICY", "default.json"),
             idle_timeout_seconds=_int(env, "QUOTA_IDLE_TIMEOUT_SECONDS", 3600, 1),
             last_calls=_int(env, "QUOTA_LAST_CALLS", 10, 1),
-            token_cache_seconds=_int(env, "QUOTA_TOKEN_CACHE_SECONDS", 60, 0),
+            token_cache_seconds=_int(
+                env,
+                "QUOTA_TOKEN_CACHE_SECONDS",
+                TOKEN_CACHE_MAX_SECONDS,
+                0,
+                TOKEN_CACHE_MAX_SECONDS,
+            ),
             grant_cache_seconds=_int(env, "QUOTA_GRANT_CACHE_SECONDS", 30, 0),
             dev_server_token=env.get("QUOTA_DEV_SERVER_TOKEN", "dev-server-token"),
             dev_admin_token=env.get("QUOTA_DEV_ADMIN_TOKEN", "dev-admin-token"),
@@ -106,4 +122,5 @@ class Settings:
             link_secret=_secret(env),
             link_secret_arn=env.get("QUOTA_LINK_SECRET_ARN", ""),
             public_url=_url(env, "QUOTA_PUBLIC_URL"),
+            notify_queue_url=env.get("QUOTA_NOTIFY_QUEUE_URL", ""),
         )

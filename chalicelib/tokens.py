@@ -58,11 +58,16 @@ class TokenRecord:
     created_at_ms: int
     revoked_at_ms: int | None = None
     principals: tuple[str, ...] = ()
+    expires_at_ms: int | None = None  # None: the token never expires
 
     @property
     def revoked(self) -> bool:
         """Whether the token has been revoked."""
         return self.revoked_at_ms is not None
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether the token's optional expiry has passed."""
+        return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
 
     def identity(self) -> Identity:
         """The identity this token authenticates."""

@@ -44,24 +44,39 @@ if TYPE_CHECKING:
     from chalicelib.auth import Authenticator
     from chalicelib.link_actions import LinkDesk, LinkMaker
     from chalicelib.links import LinkSigner
-    from chalicelib.notify import Notifier
+    from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota import Attempt, Refused
     from chalicelib.service import BlockListener
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
 MISCONFIGURED_METRIC = "Misconfigured"
 
-# A check must answer fast or fail clearly: short timeouts, one retry inside botocore
-# (the counter store's writes are idempotent per check, so a retry never counts twice).
+# The store budget: the service answers 503 within it, inside the client's deadline
+# (5 s by default) and the Lambda timeout (10 s). One store call takes at most two
+# attempts of connect (0.5 s) + read (1 s), plus botocore's backoff between them (25 ms
+# jittered for a timeout; up to 1 s after a throttle, whose answer is fast): a hung store
+# gives a 503 after about 2 s, at worst about 3 s (docs/operations.md, "Deadlines").
+# The retry inside botocore is safe: the counter store's writes are idempotent per check.
 # No client-side parameter validation: the storage adapters build every request from
 # typed values, DynamoDB validates it again anyway, and botocore's walk over a
 # last-calls list costs about a tenth of a check's client CPU (bench/network.py).
+STORE_CONNECT_SECONDS = 0.5
+STORE_READ_SECONDS = 1.0
+STORE_ATTEMPTS = 2
 CLIENT_CONFIG = Config(
-    connect_timeout=1,
-    read_timeout=2,
-    retries={"max_attempts": 2, "mode": "standard"},
+    connect_timeout=STORE_CONNECT_SECONDS,
+    read_timeout=STORE_READ_SECONDS,
+    retries={"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"},
     max_pool_connections=50,
     parameter_validation=False,
+)
+# A token look-up tries once: the authorizer and then the route may both look a token up
+# while the store hangs, and the two together must still fit the budget above.
+# A warm container re-reads the link keys this often: with links living 24 h, a key
+# signs for at most 25 h after a rotation, inside the two days between rotations.
+LINK_KEYS_CACHE_MS = 3600 * 1000
+TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
+    Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
 
 
@@ -88,6 +103,8 @@ class Container:
         # The API's own base URL as a request showed it, for links when no
         # QUOTA_PUBLIC_URL is set (app.py fills it in).
         self.seen_base_url = ""
+        self._signer: LinkSigner | None = None
+        self._signer_read_at: int | None = None
 
     @cached_property
     def settings(self) -> Settings:
@@ -119,6 +136,11 @@ class Container:
     @cached_property
     def dynamodb(self) -> DynamoDBClient:
         return boto3.client("dynamodb", config=CLIENT_CONFIG)
+
+    @cached_property
+    def token_dynamodb(self) -> DynamoDBClient:
+        """The tokens table's client: one attempt per look-up (TOKEN_CLIENT_CONFIG)."""
+        return boto3.client("dynamodb", config=TOKEN_CLIENT_CONFIG)
 
     @cached_property
     def counters(self) -> SessionCounters:
@@ -153,7 +175,7 @@ class Container:
             return MemoryTokens()
         from chalicelib.storage.tokens import TokenStore
 
-        return TokenStore(self.dynamodb, self.settings.tokens_table)
+        return TokenStore(self.token_dynamodb, self.settings.tokens_table)
 
     @cached_property
     def audit_log(self) -> AuditLog:
@@ -199,18 +221,30 @@ class Container:
         """Index a session in trouble (the index is built on the first refusal)."""
         self.trouble.mark(mark)
 
-    @cached_property
-    def link_signer(self) -> LinkSigner | None:
-        """The signer of the email's links, or None where no secret is configured."""
-        from chalicelib.links import LinkSigner
-
+    def _link_keys(self) -> list[bytes]:
+        """The link keys, newest first: the local secret, or the stack's secret's current
+        and previous values."""
         secret = self.settings.link_secret.encode("utf-8")
-        if not secret and self.settings.link_secret_arn:
-            from chalicelib.link_secret import read_link_secret
+        if secret or not self.settings.link_secret_arn:
+            return [secret] if secret else []
+        from chalicelib.link_secret import read_link_keys
 
-            client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
-            secret = read_link_secret(client, self.settings.link_secret_arn)
-        return LinkSigner(secret) if secret else None
+        client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
+        return read_link_keys(client, self.settings.link_secret_arn)
+
+    @property
+    def link_signer(self) -> LinkSigner | None:
+        """The signer of the email's links, or None where no secret is configured. Read
+        again every LINK_KEYS_CACHE_MS, so a warm container signs with a rotated key
+        within the hour (and sooner verifies one it has not seen)."""
+        now = self.clock()
+        if self._signer_read_at is None or now - self._signer_read_at >= LINK_KEYS_CACHE_MS:
+            from chalicelib.links import LinkSigner
+
+            keys = self._link_keys()
+            self._signer = LinkSigner(keys, reload=self._link_keys) if keys else None
+            self._signer_read_at = now
+        return self._signer
 
     @property
     def base_url(self) -> str:
@@ -260,7 +294,22 @@ class Container:
         )
 
     @cached_property
-    def notifier(self) -> Notifier:
+    def notifier(self) -> Publisher:
+        """How a refusal sends its email: onto the queue where one is configured (a
+        deployed stack), else straight to SNS (`make run`)."""
+        if self.settings.notify_queue_url:
+            from chalicelib.notify import QueuedNotifier
+
+            return QueuedNotifier(
+                lambda: boto3.client("sqs", config=CLIENT_CONFIG),
+                self.settings.notify_queue_url,
+                echo=self.settings.is_local,
+            )
+        return self.sns_notifier
+
+    @cached_property
+    def sns_notifier(self) -> Notifier:
+        """Publishes to the topic: the notifier function's, or `make run`'s requests'."""
         from chalicelib.notify import Notifier
 
         return Notifier(lambda: self.sns, self.settings.topic_arn, echo=self.settings.is_local)

@@ -1,8 +1,10 @@
 """Generate the CloudFormation template that `chalice package --merge-template` merges
-into Chalice's SAM output: the tables (from `chalicelib.schema`, the one definition),
-the alert topic and its email subscription, the alarms, API Gateway stage throttling,
-access logs and error bodies, the Lambda runtime settings, the environment wiring, and
-the Lambda log permissions.
+into Chalice's SAM output: the tables (from `chalicelib.schema`, the one definition, all
+kept on deletion), the quota-mail and operators' topics, the notification queue and its
+dead-letter queue, the alarms and dashboard (`deploy.monitoring`), API Gateway stage
+throttling, a per-token rate rule (WAF), access logs and error bodies, the Lambda runtime,
+logging, concurrency and canary settings, the environment wiring, and the Lambda log
+permissions.
 
 The Lambda roles' data permissions are the per-stage policy files in `.chalice/`; they
 reference the resources below by logical id (`Fn::GetAtt`), so they are scoped to this
@@ -24,9 +26,30 @@ if str(ROOT) not in sys.path:
 
 from chalice.utils import to_cfn_resource_name  # noqa: E402
 
-from chalicelib.observability import NAMESPACE, SERVICE  # noqa: E402
 from chalicelib.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
+from deploy.monitoring import (  # noqa: E402
+    DEAD_LETTERS,
+    HEARTBEAT,
+    NOTIFY_QUEUE,
+    OPS_TOPIC,
+    RESERVE_CONCURRENCY,
+    THROTTLE_OPERATIONS,
+    alarm,
+    api_dimensions,
+    blocked_writes_alarm,
+    concurrency_alarm,
+    dashboard,
+    delivery_alarms,
+    fail_open_alarms,
+    function_alarms,
+    heartbeat_alarm,
+    latency_alarm,
+    metric_sum,
+    table_throttles,
+)
+
+__all__ = ["THROTTLE_OPERATIONS", "build_merge_template", "load_config"]
 
 Template = dict[str, Any]
 
@@ -36,20 +59,41 @@ LINK_SECRET = "LinkSecret"
 ALARM = "BlockedWritesAlarm"
 REST_API = "RestAPI"  # Chalice's logical id for the API
 API_HANDLER = "api_handler"  # Chalice's name for the function behind every route
+NOTIFIER = "notifier"  # Chalice's name for the function that sends the queued emails
 ALARM_CATEGORY = "write"
-# Audit records are the evidence behind every block and admin action; the tokens and
-# grants cannot be recreated from anything else. These tables refuse deletion, and
-# CloudFormation keeps them if the stack is deleted or a table replaced.
-PROTECTED_TABLES = frozenset({"audit", "tokens", "grants"})
+# Every table is kept: audit records are the evidence behind every block and admin
+# action; tokens and grants cannot be recreated from anything else; the counters table
+# holds suspensions, raises and the single-use records of emailed links besides the
+# counters, so replacing it would reset every budget and lift every suspension. Each
+# refuses deletion, and CloudFormation keeps it if the stack is deleted or it is replaced.
+PROTECTED_TABLES = frozenset({"audit", "tokens", "grants", "counters"})
 XRAY_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AWSXrayWriteOnlyAccess"
 ACCESS_LOG_GROUP = "ApiAccessLogGroup"
-ALARM_PERIOD_SECONDS = 300
 # Chalice's swagger is 2.0. Declaring it makes SAM drop the extra stage named `Stage`
 # that it would otherwise create, unthrottled, beside the configured one.
 OPENAPI_VERSION = "2.0"
-RESERVE_CONCURRENCY = "ReserveApiConcurrency"
-# ThrottledRequests exists only per table *and* operation: the alarm sums these.
-THROTTLE_OPERATIONS = ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan")
+RATE_LIMIT_TOKENS = "RateLimitTokens"
+TOKEN_RATE_ACL = "TokenRateLimitAcl"
+# Canary: 10 % of calls go to the new version for 5 minutes; its errors or the API's 5xx
+# roll it back (docs/operations.md, "Deploys and rollback").
+ALIAS = "live"
+DEPLOYMENT_TYPE = "Canary10Percent5Minutes"
+CANARY_FUNCTIONS = (API_HANDLER, "bearer")
+# SQS: a message is tried this often before it goes to the dead-letter queue; it stays
+# invisible for 6 function timeouts while one try runs (AWS's advice for event sources).
+NOTIFY_MAX_RECEIVES = 5
+DEAD_LETTER_RETENTION_SECONDS = 14 * 86_400
+THROTTLED_BODY = json.dumps(
+    {
+        "error": {
+            "code": "throttled",
+            "message": "Too many requests with this token; retry shortly. This is not a "
+            "quota refusal: nothing was counted.",
+        }
+    },
+    separators=(",", ":"),
+)
+LOGGING_CONFIG = {"LogFormat": "JSON", "SystemLogLevel": "WARN", "ApplicationLogLevel": "INFO"}
 # One JSON line per request. No header is logged: the Authorization header never is.
 ACCESS_LOG_FORMAT = json.dumps(
     {
@@ -156,6 +200,7 @@ def app_function_names() -> list[str]:
     names = [API_HANDLER] if app.routes else []
     names += [auth.name for auth in app.builtin_auth_handlers]
     names += [fn.name for fn in app.pure_lambda_functions]
+    names += [source.name for source in app.event_sources]
     return names
 
 
@@ -187,9 +232,24 @@ def parameters() -> Template:
     return {
         "AlertEmail": {
             "Type": "String",
-            "Description": "Address that receives quota-exhaustion and alarm emails.",
+            "Description": "Address that receives the quota-exhaustion emails (tenants' admins).",
             "AllowedPattern": r"^[^@\s]+@[^@\s]+\.[^@\s]+$",
             "ConstraintDescription": "an email address",
+        },
+        "OpsEmail": {
+            "Type": "String",
+            "Description": "Address that receives the alarms (the service's operators).",
+            "AllowedPattern": r"^[^@\s]+@[^@\s]+\.[^@\s]+$",
+            "ConstraintDescription": "an email address",
+        },
+        "EndpointType": {
+            "Type": "String",
+            "Default": "REGIONAL",
+            "AllowedValues": ["REGIONAL", "EDGE"],
+            "Description": (
+                "REGIONAL for MCP servers in or near this region (no CloudFront hop); "
+                "EDGE for servers spread over the world."
+            ),
         },
         "ApiThrottleRateLimit": {
             "Type": "Number",
@@ -218,14 +278,38 @@ def parameters() -> Template:
                 "the API's own execute-api URL, as the request shows it."
             ),
         },
-        "ApiReservedConcurrency": {
+        "ReserveApiConcurrency": {
+            "Type": "String",
+            "Default": "true",
+            "AllowedValues": ["true", "false"],
+            "Description": (
+                "true: reserve ApiThrottleBurstLimit concurrent executions for the API "
+                "handler, so the stage's burst never meets a Lambda throttle (the account "
+                "needs that many plus 100 unreserved); false: reserve none."
+            ),
+        },
+        "TokenRateLimitPerMinute": {
             "Type": "Number",
-            "Default": 50,
+            "Default": 6000,
             "MinValue": 0,
             "Description": (
-                "Concurrent executions reserved for (and capping) the API handler; "
-                "0 reserves none, for accounts with a low concurrency limit."
+                "Requests per minute one bearer token may send before WAF answers it 429 "
+                "(per token, so one tenant's flood does not throttle the others); 0: no "
+                "rule and no web ACL."
             ),
+        },
+        "LatencyP99AlarmMs": {
+            "Type": "Number",
+            "Default": 1000,
+            "MinValue": 1,
+            "Description": "The API's p99 latency over 5 minutes that raises an alarm (ms).",
+        },
+        "HeartbeatMinutes": {
+            "Type": "Number",
+            "Default": 0,
+            "MinValue": 0,
+            "MaxValue": 1440,
+            "Description": "Alarm when no request arrives for this many minutes; 0: no alarm.",
         },
     }
 
@@ -247,127 +331,6 @@ def gateway_responses() -> Template:
             }
         responses[response_type] = response
     return responses
-
-
-def alarm(description: str, metric: Template, threshold: Any = 0) -> Template:
-    """An alarm on one 5-minute sum that notifies the alert topic when over `threshold`."""
-    comparison = "GreaterThanThreshold" if threshold == 0 else "GreaterThanOrEqualToThreshold"
-    properties: Template = {
-        "AlarmDescription": description,
-        **metric,
-        "EvaluationPeriods": 1,
-        "Threshold": threshold,
-        "ComparisonOperator": comparison,
-        "TreatMissingData": "notBreaching",
-        "AlarmActions": [{"Ref": TOPIC}],
-    }
-    return {"Type": "AWS::CloudWatch::Alarm", "Properties": properties}
-
-
-def metric_sum(namespace: str, name: str, dimensions: dict[str, Any]) -> Template:
-    """The alarm properties for a 5-minute sum of one metric."""
-    return {
-        "Namespace": namespace,
-        "MetricName": name,
-        "Dimensions": [{"Name": key, "Value": value} for key, value in dimensions.items()],
-        "Statistic": "Sum",
-        "Period": ALARM_PERIOD_SECONDS,
-    }
-
-
-def table_throttles(table: str) -> Template:
-    """The alarm properties for a table's throttled requests, summed over operations."""
-    queries: list[Template] = [
-        {
-            "Id": f"m{index}",
-            "ReturnData": False,
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": "AWS/DynamoDB",
-                    "MetricName": "ThrottledRequests",
-                    "Dimensions": [
-                        {"Name": "TableName", "Value": {"Ref": table}},
-                        {"Name": "Operation", "Value": operation},
-                    ],
-                },
-                "Period": ALARM_PERIOD_SECONDS,
-                "Stat": "Sum",
-            },
-        }
-        for index, operation in enumerate(THROTTLE_OPERATIONS)
-    ]
-    queries.append(
-        {
-            "Id": "throttled",
-            "Expression": "SUM(FILL(METRICS(), 0))",
-            "Label": "ThrottledRequests, all operations",
-            "ReturnData": True,
-        }
-    )
-    return {"Metrics": queries}
-
-
-def operational_alarms(
-    functions: list[LambdaNames], api_stage: str, categories: list[str]
-) -> Template:
-    """Alarms on Lambda errors and throttles, API 5XX, table throttling and client
-    fail-open; each notifies the alert topic."""
-    alarms: Template = {}
-    for names in functions:
-        function = {"FunctionName": {"Ref": names.function}}
-        alarms[f"{names.function}ErrorsAlarm"] = alarm(
-            f"The {names.function} Lambda function failed (Errors > 0 in 5 minutes).",
-            metric_sum("AWS/Lambda", "Errors", function),
-        )
-        alarms[f"{names.function}ThrottlesAlarm"] = alarm(
-            f"The {names.function} Lambda function was throttled (Throttles > 0 in 5 minutes).",
-            metric_sum("AWS/Lambda", "Throttles", function),
-        )
-    alarms["Api5xxAlarm"] = alarm(
-        "The API answered 5XX (5XXError > 0 in 5 minutes): clients fail closed on writes "
-        "and open on reads.",
-        metric_sum(
-            "AWS/ApiGateway", "5XXError", {"ApiName": {"Ref": "AWS::StackName"}, "Stage": api_stage}
-        ),
-    )
-    for spec in ALL_TABLES.values():
-        alarms[f"{spec.logical_name}ThrottlesAlarm"] = alarm(
-            f"DynamoDB throttled requests to {spec.logical_name} (> 0 in 5 minutes).",
-            table_throttles(spec.logical_name),
-        )
-    for category in categories:
-        alarms[f"ClientFailOpen{to_cfn_resource_name(category)}Alarm"] = alarm(
-            f"MCP servers ran '{category}' tool calls uncounted because they could not "
-            "reach mcp-quota (ClientFailOpen > 0 in 5 minutes).",
-            metric_sum(NAMESPACE, "ClientFailOpen", {"service": SERVICE, "category": category}),
-        )
-    return alarms
-
-
-def alarm_resource() -> Template:
-    """Alarm on the blocked-write metric the service emits, notifying the alert topic."""
-    return {
-        "Type": "AWS::CloudWatch::Alarm",
-        "Properties": {
-            "AlarmDescription": (
-                "MCP tool calls in the write category were refused by mcp-quota: "
-                "an agent exhausted its write budget. See the audit trail."
-            ),
-            "Namespace": NAMESPACE,
-            "MetricName": "ChecksBlocked",
-            "Dimensions": [
-                {"Name": "service", "Value": SERVICE},
-                {"Name": "category", "Value": ALARM_CATEGORY},
-            ],
-            "Statistic": "Sum",
-            "Period": 300,
-            "EvaluationPeriods": 1,
-            "Threshold": {"Ref": "BlockedWritesAlarmThreshold"},
-            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "TreatMissingData": "notBreaching",
-            "AlarmActions": [{"Ref": TOPIC}],
-        },
-    }
 
 
 def logs_policy(names: LambdaNames) -> Template:
@@ -434,8 +397,298 @@ def policy_categories(config: Template, stage: str) -> list[str]:
 
 
 def lambda_settings(runtime: str) -> Template:
-    """Runtime for every function (Chalice 1.34 picks the building interpreter's)."""
-    return {"Properties": {"Runtime": runtime}}
+    """Runtime and logging for every function (Chalice 1.34 picks the building
+    interpreter's runtime, and knows no LoggingConfig): JSON lines, and no START, END or
+    REPORT line per invocation (system logs at WARN)."""
+    return {"Properties": {"Runtime": runtime, "LoggingConfig": dict(LOGGING_CONFIG)}}
+
+
+def canary(function: str, alarms: list[str]) -> Template:
+    """A published alias the API calls, and CodeDeploy shifting it: 10 % for 5 minutes,
+    rolled back if any of `alarms` fires meanwhile."""
+    return {
+        "AutoPublishAlias": ALIAS,
+        "DeploymentPreference": {
+            "Type": DEPLOYMENT_TYPE,
+            "Alarms": [{"Ref": name} for name in alarms],
+        },
+    }
+
+
+def topics() -> Template:
+    """The tenants' quota mail and the operators' alarms, each with its own address."""
+    return {
+        TOPIC: {"Type": "AWS::SNS::Topic", "Properties": {"DisplayName": "mcp-quota alerts"}},
+        "AlertEmailSubscription": {
+            "Type": "AWS::SNS::Subscription",
+            "Properties": {
+                "TopicArn": {"Ref": TOPIC},
+                "Protocol": "email",
+                "Endpoint": {"Ref": "AlertEmail"},
+            },
+        },
+        OPS_TOPIC: {"Type": "AWS::SNS::Topic", "Properties": {"DisplayName": "mcp-quota ops"}},
+        "OpsEmailSubscription": {
+            "Type": "AWS::SNS::Subscription",
+            "Properties": {
+                "TopicArn": {"Ref": OPS_TOPIC},
+                "Protocol": "email",
+                "Endpoint": {"Ref": "OpsEmail"},
+            },
+        },
+    }
+
+
+def notification_queues(notifier_timeout: int) -> Template:
+    """The refusals' emails wait here for the notifier; what it cannot send after
+    NOTIFY_MAX_RECEIVES tries is kept 14 days in the dead-letter queue."""
+    return {
+        NOTIFY_QUEUE: {
+            "Type": "AWS::SQS::Queue",
+            "Properties": {
+                "SqsManagedSseEnabled": True,
+                "VisibilityTimeout": 6 * notifier_timeout,
+                "RedrivePolicy": {
+                    "deadLetterTargetArn": {"Fn::GetAtt": [DEAD_LETTERS, "Arn"]},
+                    "maxReceiveCount": NOTIFY_MAX_RECEIVES,
+                },
+            },
+        },
+        DEAD_LETTERS: {
+            "Type": "AWS::SQS::Queue",
+            "Properties": {
+                "SqsManagedSseEnabled": True,
+                "MessageRetentionPeriod": DEAD_LETTER_RETENTION_SECONDS,
+            },
+        },
+    }
+
+
+def token_rate_limit(api_stage: str) -> Template:
+    """WAF's per-token rate rule on the stage: a token past TokenRateLimitPerMinute gets
+    429 with Retry-After, alone; other tenants' tokens are not slowed.
+
+    WAF rather than usage plans: a usage plan meters API keys, which the authorizer would
+    have to hand out per tenant (one API key and usage-plan key provisioned per tenant,
+    and API Gateway's 10,000-key quota); the rate rule keys on the bearer token itself
+    and needs nothing provisioned per tenant.
+    """
+    visibility = {
+        "SampledRequestsEnabled": True,
+        "CloudWatchMetricsEnabled": True,
+        "MetricName": "mcp-quota-token-rate",
+    }
+    acl: Template = {
+        "Type": "AWS::WAFv2::WebACL",
+        "Condition": RATE_LIMIT_TOKENS,
+        "Properties": {
+            "Scope": "REGIONAL",  # API Gateway's, for EDGE endpoints too
+            "DefaultAction": {"Allow": {}},
+            "VisibilityConfig": visibility,
+            "CustomResponseBodies": {
+                "throttled": {"ContentType": "APPLICATION_JSON", "Content": THROTTLED_BODY}
+            },
+            "Rules": [
+                {
+                    "Name": "per-token-rate",
+                    "Priority": 0,
+                    "Statement": {
+                        "RateBasedStatement": {
+                            "Limit": {"Ref": "TokenRateLimitPerMinute"},
+                            "EvaluationWindowSec": 60,
+                            "AggregateKeyType": "CUSTOM_KEYS",
+                            "CustomKeys": [
+                                {
+                                    "Header": {
+                                        "Name": "authorization",
+                                        "TextTransformations": [{"Priority": 0, "Type": "NONE"}],
+                                    }
+                                }
+                            ],
+                        }
+                    },
+                    "Action": {
+                        "Block": {
+                            "CustomResponse": {
+                                "ResponseCode": 429,
+                                "CustomResponseBodyKey": "throttled",
+                                "ResponseHeaders": [
+                                    {"Name": "Retry-After", "Value": str(RETRY_AFTER_SECONDS)}
+                                ],
+                            }
+                        }
+                    },
+                    "VisibilityConfig": {**visibility, "MetricName": "mcp-quota-per-token"},
+                }
+            ],
+        },
+    }
+    stage_arn = (
+        "arn:${AWS::Partition}:apigateway:${AWS::Region}::"
+        f"/restapis/${{{REST_API}}}/stages/{api_stage}"
+    )
+    association: Template = {
+        "Type": "AWS::WAFv2::WebACLAssociation",
+        "Condition": RATE_LIMIT_TOKENS,
+        # SAM's logical id for the stage it makes of the API: the association needs it.
+        "DependsOn": [f"{REST_API}{api_stage}Stage"],
+        "Properties": {
+            "ResourceArn": {"Fn::Sub": stage_arn},
+            "WebACLArn": {"Fn::GetAtt": [TOKEN_RATE_ACL, "Arn"]},
+        },
+    }
+    return {TOKEN_RATE_ACL: acl, "TokenRateLimitAssociation": association}
+
+
+def operational_alarms(
+    functions: list[LambdaNames], api_stage: str, categories: list[str], notify: list[str]
+) -> Template:
+    """Every alarm of the stack; each tells the operators' topic when it fires and clears."""
+    alarms: Template = {ALARM: blocked_writes_alarm(ALARM_CATEGORY)}
+    for names in functions:
+        alarms.update(function_alarms(names.function))
+    alarms["Api5xxAlarm"] = alarm(
+        "The API answered 5XX (5XXError > 0 in 5 minutes): clients retry within their "
+        "deadline, then fail closed on writes and open on reads.",
+        metric_sum("AWS/ApiGateway", "5XXError", api_dimensions(api_stage)),
+    )
+    alarms["ApiLatencyP99Alarm"] = latency_alarm(api_stage)
+    for spec in ALL_TABLES.values():
+        alarms[f"{spec.logical_name}ThrottlesAlarm"] = alarm(
+            f"DynamoDB throttled requests to {spec.logical_name} (> 0 in 5 minutes).",
+            table_throttles(spec.logical_name),
+        )
+    alarms.update(fail_open_alarms(categories))
+    alarms.update(delivery_alarms(notify))
+    handler = lambda_names(API_HANDLER).function
+    if any(names.function == handler for names in functions):
+        alarms["ApiConcurrencyAlarm"] = concurrency_alarm(handler)
+    alarms["HeartbeatAlarm"] = heartbeat_alarm(api_stage)
+    return alarms
+
+
+def function_resources(functions: list[LambdaNames], runtime: str, xray: bool) -> Template:
+    """Each function's runtime, logging, log group and X-Ray grant; the canary of those
+    the API calls; the API handler's reserved concurrency."""
+    resources: Template = {}
+    for names in functions:
+        # Chalice 1.34 names the API handler's log group `/aws/lambda/${ApiHandler}`,
+        # but the function's logical id is `APIHandler`.
+        resources[names.log_group] = {
+            "Properties": {"LogGroupName": {"Fn::Sub": f"/aws/lambda/${{{names.function}}}"}}
+        }
+        resources[names.function] = lambda_settings(runtime)
+        if xray:
+            resources[names.role] = {
+                "Properties": {"ManagedPolicyArns": [{"Fn::Sub": XRAY_POLICY}]}
+            }
+    for name in CANARY_FUNCTIONS:
+        function = lambda_names(name).function
+        if function in resources:
+            rollback = [f"{function}ErrorsAlarm", "Api5xxAlarm"]
+            resources[function]["Properties"].update(canary(function, rollback))
+    handler = lambda_names(API_HANDLER).function
+    if handler in resources:
+        # Never below the stage's burst: a burst the gateway lets through must not meet a
+        # Lambda throttle (answered 5xx). Derived, so the two cannot drift apart.
+        resources[handler]["Properties"]["ReservedConcurrentExecutions"] = {
+            "Fn::If": [
+                RESERVE_CONCURRENCY,
+                {"Ref": "ApiThrottleBurstLimit"},
+                {"Ref": "AWS::NoValue"},
+            ]
+        }
+    return resources
+
+
+def notifier_resources(notifier: str, timeout: int) -> Template:
+    """The queues, and the notifier's event source answering per message (`finish`
+    points it at the stack's own queue)."""
+    resources = notification_queues(timeout)
+    resources[notifier] = {
+        "Properties": {
+            "Events": {
+                f"{notifier}SqsEventSource": {
+                    "Properties": {"FunctionResponseTypes": ["ReportBatchItemFailures"]}
+                }
+            }
+        }
+    }
+    return resources
+
+
+def alias_id(function: str) -> str:
+    """SAM's logical id for a function's AutoPublishAlias. Named, not `Function.Alias`:
+    cfn-lint does not resolve that inside an API's DefinitionBody; SAM does both."""
+    return f"{function}Alias{ALIAS}"
+
+
+def _aliased(value: Any, functions: list[str]) -> Any:
+    """`value` with every `${Function.Arn}` of `functions` in a Fn::Sub made the alias."""
+    if isinstance(value, dict):
+        return {key: _aliased(item, functions) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_aliased(item, functions) for item in value]
+    if isinstance(value, str):
+        for function in functions:
+            value = value.replace(f"${{{function}.Arn}}", f"${{{alias_id(function)}}}")
+    return value
+
+
+def finish(sam: Template) -> Template:
+    """What the merge cannot say, on Chalice's SAM output (a merge only adds to dicts):
+    the API and its authorizer call the canary-shifted aliases, and API Gateway may
+    invoke exactly those; the notifier reads the stack's own queue, not one by name."""
+    resources = sam["Resources"]
+    canaried = [lambda_names(name).function for name in CANARY_FUNCTIONS]
+    canaried = [name for name in canaried if name in resources]
+    api = resources[REST_API]["Properties"]
+    api["DefinitionBody"] = _aliased(api["DefinitionBody"], canaried)
+    for function in canaried:
+        permission = resources.get(f"{function}InvokePermission")
+        if permission is not None:
+            permission["Properties"]["FunctionName"] = {"Ref": alias_id(function)}
+    notifier = lambda_names(NOTIFIER).function
+    if notifier in resources:
+        source = resources[notifier]["Properties"]["Events"][f"{notifier}SqsEventSource"]
+        source["Properties"]["Queue"] = {"Fn::GetAtt": [NOTIFY_QUEUE, "Arn"]}
+    return sam
+
+
+def api_properties(xray: bool) -> Template:
+    """The API's settings beyond Chalice's: its name, endpoint type, stage throttling,
+    access log, and API Gateway's own errors in the service's shape."""
+    properties: Template = {
+        # Named per stack, so that its CloudWatch metrics (ApiName) are this stack's only.
+        "Name": {"Ref": "AWS::StackName"},
+        "EndpointConfiguration": {"Type": {"Ref": "EndpointType"}},
+        "MethodSettings": [
+            {
+                "ResourcePath": "/*",
+                "HttpMethod": "*",
+                "ThrottlingRateLimit": {"Ref": "ApiThrottleRateLimit"},
+                "ThrottlingBurstLimit": {"Ref": "ApiThrottleBurstLimit"},
+            }
+        ],
+        "AccessLogSetting": {
+            "DestinationArn": {"Fn::GetAtt": [ACCESS_LOG_GROUP, "Arn"]},
+            "Format": ACCESS_LOG_FORMAT,
+        },
+        "GatewayResponses": gateway_responses(),
+    }
+    if xray:
+        properties["TracingEnabled"] = True
+    return properties
+
+
+def function_timeout(config: Template, stage: str, function: str) -> int:
+    """A function's Lambda timeout in the stage (Chalice's default: 60 s)."""
+    stage_config = config["stages"][stage]
+    for scope in (stage_config, config):
+        own = scope.get("lambda_functions", {}).get(function, {})
+        if "lambda_timeout" in own:
+            return int(own["lambda_timeout"])
+    return int(stage_config.get("lambda_timeout", config.get("lambda_timeout", 60)))
 
 
 def build_merge_template(stage: str, config: Template, function_names: list[str]) -> Template:
@@ -461,22 +714,15 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     xray = bool(stage_config.get("xray", config.get("xray", False)))
     api_stage = stage_config.get("api_gateway_stage", config.get("api_gateway_stage", "api"))
     functions = [lambda_names(name) for name in function_names]
+    (env, *_) = stage_environments(config, stage)
+    policy = load_policy(env.get("QUOTA_POLICY", "default.json"))
+    categories = list(policy.categories)
+    notify = [name for name, category in policy.categories.items() if category.notify]
 
     resources: Template = {
         spec.logical_name: table_resource(key, spec) for key, spec in ALL_TABLES.items()
     }
-    resources[TOPIC] = {
-        "Type": "AWS::SNS::Topic",
-        "Properties": {"DisplayName": "mcp-quota alerts"},
-    }
-    resources["AlertEmailSubscription"] = {
-        "Type": "AWS::SNS::Subscription",
-        "Properties": {
-            "TopicArn": {"Ref": TOPIC},
-            "Protocol": "email",
-            "Endpoint": {"Ref": "AlertEmail"},
-        },
-    }
+    resources.update(topics())
     # Signs the email's one-click links: generated by CloudFormation, never in the
     # template in clear; the API handler reads it once per container.
     resources[LINK_SECRET] = {
@@ -486,57 +732,26 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
             "GenerateSecretString": {"PasswordLength": 64, "ExcludePunctuation": True},
         },
     }
-    resources[ALARM] = alarm_resource()
-    resources.update(operational_alarms(functions, api_stage, policy_categories(config, stage)))
+    resources.update(operational_alarms(functions, api_stage, categories, notify))
     log_policies = [f"{names.role}Logs" for names in functions]
-    for policy, names in zip(log_policies, functions, strict=True):
-        resources[policy] = logs_policy(names)
+    for policy_name, names in zip(log_policies, functions, strict=True):
+        resources[policy_name] = logs_policy(names)
     resources[ACCESS_LOG_GROUP] = {
         "Type": "AWS::Logs::LogGroup",
         "Properties": {"RetentionInDays": retention},
     }
-    api_properties: Template = {
-        # Named per stack, so that its CloudWatch metrics (ApiName) are this stack's only.
-        "Name": {"Ref": "AWS::StackName"},
-        "MethodSettings": [
-            {
-                "ResourcePath": "/*",
-                "HttpMethod": "*",
-                "ThrottlingRateLimit": {"Ref": "ApiThrottleRateLimit"},
-                "ThrottlingBurstLimit": {"Ref": "ApiThrottleBurstLimit"},
-            }
-        ],
-        "AccessLogSetting": {
-            "DestinationArn": {"Fn::GetAtt": [ACCESS_LOG_GROUP, "Arn"]},
-            "Format": ACCESS_LOG_FORMAT,
-        },
-        "GatewayResponses": gateway_responses(),
-    }
-    if xray:
-        api_properties["TracingEnabled"] = True
     # The API is the only way in: it waits for the log grants, so no first request can
     # run before its function may log.
-    resources[REST_API] = {"DependsOn": log_policies, "Properties": api_properties}
-    for names in functions:
-        # Chalice 1.34 names the API handler's log group `/aws/lambda/${ApiHandler}`,
-        # but the function's logical id is `APIHandler`.
-        resources[names.log_group] = {
-            "Properties": {"LogGroupName": {"Fn::Sub": f"/aws/lambda/${{{names.function}}}"}}
-        }
-        resources[names.function] = lambda_settings(runtime)
-        if xray:
-            resources[names.role] = {
-                "Properties": {"ManagedPolicyArns": [{"Fn::Sub": XRAY_POLICY}]}
-            }
+    resources[REST_API] = {"DependsOn": log_policies, "Properties": api_properties(xray)}
+    resources.update(token_rate_limit(api_stage))
+    resources.update(function_resources(functions, runtime, xray))
     handler = lambda_names(API_HANDLER).function
-    if handler in resources:
-        resources[handler]["Properties"]["ReservedConcurrentExecutions"] = {
-            "Fn::If": [
-                RESERVE_CONCURRENCY,
-                {"Ref": "ApiReservedConcurrency"},
-                {"Ref": "AWS::NoValue"},
-            ]
-        }
+    notifier = lambda_names(NOTIFIER).function
+    if notifier in resources:
+        wiring = notifier_resources(notifier, function_timeout(config, stage, NOTIFIER))
+        resources[notifier]["Properties"].update(wiring.pop(notifier)["Properties"])
+        resources.update(wiring)
+    resources["Dashboard"] = dashboard(api_stage, handler, [names.function for names in functions])
 
     variables: Template = {
         table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()
@@ -544,19 +759,27 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     variables["QUOTA_TOPIC_ARN"] = {"Ref": TOPIC}
     variables["QUOTA_LINK_SECRET_ARN"] = {"Ref": LINK_SECRET}
     variables["QUOTA_PUBLIC_URL"] = {"Ref": "PublicUrl"}
+    if notifier in resources:
+        variables["QUOTA_NOTIFY_QUEUE_URL"] = {"Ref": NOTIFY_QUEUE}
     outputs: Template = {
         f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
         for spec in ALL_TABLES.values()
     }
     outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
+    outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
+    outputs["LinkSecretArn"] = {"Value": {"Ref": LINK_SECRET}}  # make rotate-link-key
+    if notifier in resources:
+        outputs["NotificationDeadLetterQueueUrl"] = {"Value": {"Ref": DEAD_LETTERS}}
 
     return {
         "Description": f"mcp-quota ({stage}): per-session tool-call quotas for MCP servers",
         "Parameters": parameters(),
         "Conditions": {
-            RESERVE_CONCURRENCY: {
-                "Fn::Not": [{"Fn::Equals": [{"Ref": "ApiReservedConcurrency"}, 0]}]
-            }
+            RESERVE_CONCURRENCY: {"Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]},
+            RATE_LIMIT_TOKENS: {
+                "Fn::Not": [{"Fn::Equals": [{"Ref": "TokenRateLimitPerMinute"}, 0]}]
+            },
+            HEARTBEAT: {"Fn::Not": [{"Fn::Equals": [{"Ref": "HeartbeatMinutes"}, 0]}]},
         },
         "Globals": {
             "Function": {"Environment": {"Variables": variables}},

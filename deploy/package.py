@@ -1,6 +1,9 @@
 """`make package STAGE=prod`: the merge template, then `chalice package --merge-template`,
-into one directory holding `sam.json` and `deployment.zip`. Needs a region, never
-credentials: nothing here talks to AWS."""
+into one directory per release, `build/<stage>/<version>/`, holding `sam.json` and
+`deployment.zip`; `build/<stage>/latest` names the newest, and a copy of it sits in
+`build/<stage>/` itself. Earlier releases stay, so the
+previous one can be deployed again (docs/operations.md, "Deploys and rollback"). Needs a
+region, never credentials: nothing here talks to AWS."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from chalicelib.policy import load_policy  # noqa: E402
 from deploy.build_template import (  # noqa: E402
     app_function_names,
     build_merge_template,
+    finish,
     load_config,
     stage_environments,
 )
@@ -33,6 +38,27 @@ MERGE_TEMPLATE = "merge-template.json"
 # boto3's own dependencies. A copy in the zip would come first on sys.path, shadow the
 # runtime's, and be compiled from source at every cold start (bench/cold_start.py).
 RUNTIME_PROVIDED = ("jmespath",)
+LATEST = "latest"
+
+
+def release_version(project_dir: Path = ROOT, now: datetime | None = None) -> str:
+    """`<UTC time>-<commit>`, `-dirty` if the work tree has changes: sorts by time, and
+    says which code a release holds."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    git = ["git", "-C", str(project_dir)]
+    try:
+        commit = subprocess.run(  # noqa: S603
+            [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(  # noqa: S603
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{stamp}-nogit"
+    return f"{stamp}-{commit}{'-dirty' if changes else ''}"
 
 
 def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
@@ -102,15 +128,38 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
     subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
     prune_zip(outdir / "deployment.zip")
-    return outdir / "sam.json"
+    sam = outdir / "sam.json"
+    sam.write_text(json.dumps(finish(json.loads(sam.read_text())), indent=2) + "\n")
+    return sam
+
+
+def release(stage: str, releases: Path, version: str) -> Path:
+    """Package `stage` as `releases/<version>/`, name it in `releases/latest`, and copy
+    it to `releases/` itself (where bench and habits look); earlier versions are kept.
+    Returns the path of the release's SAM template.
+
+    Raises:
+        subprocess.CalledProcessError: `chalice package` failed.
+        SystemExit: the stage cannot be packaged.
+    """
+    sam = package(stage, releases / version)
+    (releases / LATEST).write_text(version + "\n")
+    for built in sorted(sam.parent.iterdir()):
+        shutil.copy2(built, releases / built.name)
+    return sam
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Package one stage for CloudFormation.")
     parser.add_argument("--stage", required=True)
-    parser.add_argument("--out", type=Path, help="output directory (default build/<stage>)")
+    parser.add_argument(
+        "--out", type=Path, help="output directory, replaced (default build/<stage>/<version>)"
+    )
     args = parser.parse_args(argv)
-    sam = package(args.stage, args.out or ROOT / "build" / args.stage)
+    if args.out is not None:
+        sam = package(args.stage, args.out)
+    else:
+        sam = release(args.stage, ROOT / "build" / args.stage, release_version())
     print(f"packaged {args.stage}: {sam} and {sam.parent / 'deployment.zip'}")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -80,6 +81,14 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 @contextmanager
 def dynalite_server() -> Iterator[str]:
     """Run dynalite (in memory) on a free loopback port; yields its endpoint URL."""
+    with dynalite_process() as (endpoint, _):
+        yield endpoint
+
+
+@contextmanager
+def dynalite_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run dynalite of this test's own; yields its endpoint URL and its process (for a
+    test that freezes the store with SIGSTOP)."""
     node = shutil.which("node")
     if node is None or not DYNALITE.exists():
         raise RuntimeError("dynalite is not installed: run `make install` (npm ci)")
@@ -102,8 +111,9 @@ def dynalite_server() -> Iterator[str]:
     )
     try:
         wait_for_port(port)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
+        proc.send_signal(signal.SIGCONT)  # a stopped process does not act on SIGTERM
         proc.terminate()
         proc.wait(timeout=10)
 

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 TOKEN_ID = "token_id"
 PRINCIPALS = "principals"  # a list (a string set would lose the order it was given in)
+# Epoch ms. Not the table's TTL attribute: expiry is checked on every look-up, and an
+# expired token's record stays, as a revoked one's does, for the audit trail to name.
+EXPIRES_AT = "expires_at_ms"
 _NEW_TOKEN = "attribute_not_exists(#id)"
 _REVOKE = "SET #revoked = if_not_exists(#revoked, :now)"
 _EXISTS = "attribute_exists(#id)"
@@ -23,6 +26,7 @@ _EXISTS = "attribute_exists(#id)"
 
 def _record(item: dict[str, Any]) -> TokenRecord:
     revoked = item.get("revoked_at")
+    expires = item.get(EXPIRES_AT)
     return TokenRecord(
         token_id=item[TOKEN_ID]["S"],
         secret_hash=item["secret_hash"]["S"],
@@ -32,6 +36,7 @@ def _record(item: dict[str, Any]) -> TokenRecord:
         created_at_ms=int(item["created_at"]["N"]),
         revoked_at_ms=int(revoked["N"]) if revoked else None,
         principals=tuple(p["S"] for p in item.get(PRINCIPALS, {}).get("L", [])),
+        expires_at_ms=int(expires["N"]) if expires else None,
     )
 
 
@@ -58,6 +63,8 @@ class TokenStore:
         }
         if record.principals:
             item[PRINCIPALS] = {"L": [{"S": p} for p in record.principals]}
+        if record.expires_at_ms is not None:
+            item[EXPIRES_AT] = {"N": str(record.expires_at_ms)}
         try:
             self._client.put_item(
                 TableName=self._table,

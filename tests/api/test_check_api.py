@@ -193,15 +193,15 @@ def test_token_store_outage_is_a_503_not_a_500(dynamo_api: Api) -> None:
     def down(**_: Any) -> None:
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
-    api.container.dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
+    api.container.token_dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
     response = api.check(headers, **WRITE)
     assert response.status_code == 503 and response.headers["Retry-After"]
-    api.container.dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
+    api.container.token_dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
     assert api.check(headers, **WRITE).status_code == 200
     bad = {**headers, "Authorization": "Bearer mcpq_000000000000_" + "x" * 43}
-    api.container.dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
+    api.container.token_dynamodb.meta.events.register("before-send.dynamodb.GetItem", down)
     assert api.check(bad, **WRITE).status_code == 503
-    api.container.dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
+    api.container.token_dynamodb.meta.events.unregister("before-send.dynamodb.GetItem", down)
     assert api.check(bad, **WRITE).status_code == 403
 
 

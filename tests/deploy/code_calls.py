@@ -14,9 +14,9 @@ from botocore import xform_name
 from botocore.session import get_session
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("dynamodb", "sns", "secretsmanager")
+SERVICES = ("dynamodb", "sns", "secretsmanager", "sqs")
 # Receivers that hold a boto3 client: `self._client`, `self.dynamodb`, `sns`, `self._sns()`.
-_CLIENT_NAME = re.compile(r"client|dynamodb|ddb|sns|secrets", re.IGNORECASE)
+_CLIENT_NAME = re.compile(r"client|dynamodb|ddb|sns|sqs|secrets", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class ApiCall:
 
     module: str  # path relative to the repository, e.g. chalicelib/storage/counters.py
     function: str  # qualified name of the enclosing function, e.g. CounterStore.get
-    service: str  # dynamodb | sns
+    service: str  # dynamodb | sns | secretsmanager | sqs
     operation: str  # the API operation, also the IAM action name: UpdateItem
     line: int
 
@@ -140,12 +140,12 @@ def _called_names(node: ast.AST) -> set[str]:
 
 
 def lambda_entry_paths(path: Path | None = None) -> dict[str, set[str]]:
-    """Chalice's function kind (`authorizer`, `route`) -> every call its views and
+    """Chalice's function kind (`authorizer`, `route`, `on_sqs_message`) -> every call its
     authorizers make in app.py, following calls to app.py's own functions."""
     path = path or ROOT / "app.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    reached: dict[str, set[str]] = {"authorizer": set(), "route": set()}
+    reached: dict[str, set[str]] = {"authorizer": set(), "route": set(), "on_sqs_message": set()}
     for function in functions.values():
         kinds = {_decorator_name(d).rsplit(".", 1)[-1] for d in function.decorator_list}
         for kind in kinds & set(reached):

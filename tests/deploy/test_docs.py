@@ -42,3 +42,40 @@ def test_every_output_and_parameter_the_doc_names_exists(packaged: Packaged) -> 
         r"`(Api(?:Throttle|Reserved)\w+|BlockedWrites\w+Threshold|AlertEmail)`", text
     ):
         assert parameter in packaged.template["Parameters"], parameter
+
+
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def test_every_alarm_has_an_entry_in_the_operations_page(packaged: Packaged) -> None:
+    """Each alarm is named in docs/operations.md with what to do, by name or by its
+    family (`…ThrottlesAlarm`, `ClientFailOpen…Alarm`)."""
+    text = OPERATIONS.read_text()
+    alarms = [
+        name
+        for name, resource in packaged.resources.items()
+        if resource["Type"] == "AWS::CloudWatch::Alarm"
+    ]
+    assert len(alarms) > 10
+    for name in alarms:
+        family = re.sub(r"^(ClientFailOpen)\w+(Alarm)$", r"\1…\2", name)
+        family = re.sub(r"^\w+(TableThrottlesAlarm)$", r"…\1", family)
+        family = re.sub(r"^(?!.*Table)\w+(ThrottlesAlarm)$", r"…\1", family)
+        assert f"`{name}`" in text or f"`{family}`" in text, name
+
+
+def test_the_operations_page_has_each_section_the_issue_asks_for() -> None:
+    text = OPERATIONS.read_text()
+    for heading in (
+        "### Deadlines",
+        "### Alarms",
+        "### Deploys and rollback",
+        "### Link key rotation",
+        "### Token rotation",
+        "### Capacity and account limits",
+        "### Trust model",
+        "### Cost",
+        "### Multi-region",
+    ):
+        assert heading in text, heading
+    assert "make rotate-link-key" in text and "arm64" in text

@@ -19,8 +19,8 @@ from tests.deploy.code_calls import api_calls
 from tests.deploy.conftest import Packaged
 from tests.deploy.test_iam import target_of
 
-TOPIC = {"Ref": "AlertTopic"}
-FUNCTIONS = ("APIHandler", "Bearer")
+OPS_TOPIC = {"Ref": "OpsTopic"}
+FUNCTIONS = ("APIHandler", "Bearer", "Notifier")
 
 
 def of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -138,12 +138,16 @@ def test_api_access_logs_go_to_an_expiring_group_without_headers(
     assert not [v for v in fields.values() if "header" in v.lower() or "error.message" in v]
 
 
-def test_every_alarm_notifies_the_alert_topic(packaged: Packaged) -> None:
+def test_every_alarm_tells_the_operators_when_it_fires_and_when_it_clears(
+    packaged: Packaged,
+) -> None:
     found = alarms(packaged)
     assert len(found) > 1
     for name, props in found.items():
-        assert props["AlarmActions"] == [TOPIC], name
-        assert props["TreatMissingData"] == "notBreaching", name
+        assert props["AlarmActions"] == [OPS_TOPIC], name
+        assert props["OKActions"] == [OPS_TOPIC], name
+        expected = "breaching" if name == "HeartbeatAlarm" else "notBreaching"
+        assert props["TreatMissingData"] == expected, name
 
 
 def test_each_function_has_error_and_throttle_alarms(packaged: Packaged) -> None:
@@ -158,7 +162,7 @@ def test_each_function_has_error_and_throttle_alarms(packaged: Packaged) -> None
 
 
 def test_api_5xx_alarm_watches_this_stacks_api(packaged: Packaged) -> None:
-    (props,) = [p for p in alarms(packaged).values() if p.get("Namespace") == "AWS/ApiGateway"]
+    props = alarms(packaged)["Api5xxAlarm"]
     assert props["MetricName"] == "5XXError"
     api = packaged.resources["RestAPI"]["Properties"]
     # API Gateway's metrics name the API by its name: one per stack, not Chalice's title.
@@ -209,7 +213,7 @@ def test_client_fail_open_alarm_per_policy_category(packaged: Packaged) -> None:
 # -- 16: what must not be lost ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["tokens", "grants", "audit"])
+@pytest.mark.parametrize("key", ["tokens", "grants", "audit", "counters"])
 def test_tables_that_cannot_be_recreated_are_kept(packaged: Packaged, key: str) -> None:
     table = packaged.resources[ALL_TABLES[key].logical_name]
     assert table["Properties"]["DeletionProtectionEnabled"] is True
@@ -250,14 +254,16 @@ def test_deployment_zip_has_no_native_code(packaged: Packaged) -> None:
     assert native == []
 
 
-def test_handler_concurrency_is_reserved_by_a_parameter(packaged: Packaged) -> None:
-    param = packaged.template["Parameters"]["ApiReservedConcurrency"]
-    assert 0 < param["Default"] <= 100  # leaves most of a default 1,000 account pool
-    assert param["MinValue"] == 0
+def test_handler_concurrency_is_reserved_at_the_stage_burst(packaged: Packaged) -> None:
     reserved = packaged.resources["APIHandler"]["Properties"]["ReservedConcurrentExecutions"]
     condition, value, otherwise = reserved["Fn::If"]
-    assert value == {"Ref": "ApiReservedConcurrency"}
-    assert otherwise == {"Ref": "AWS::NoValue"}  # 0 reserves nothing instead of disabling
+    # Derived from the burst, never a second number that can fall below it.
+    assert value == {"Ref": "ApiThrottleBurstLimit"}
+    assert otherwise == {"Ref": "AWS::NoValue"}
+    param = packaged.template["Parameters"]["ReserveApiConcurrency"]
+    assert (param["Default"], param["AllowedValues"]) == ("true", ["true", "false"])
     assert packaged.template["Conditions"][condition] == {
-        "Fn::Not": [{"Fn::Equals": [{"Ref": "ApiReservedConcurrency"}, 0]}]
+        "Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]
     }
+    burst = packaged.template["Parameters"]["ApiThrottleBurstLimit"]["Default"]
+    assert burst + 100 <= 1000  # fits a default account limit with 100 left unreserved

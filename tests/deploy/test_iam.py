@@ -27,7 +27,9 @@ Grant = tuple[str, str]  # (IAM action, logical id of the resource)
 
 API_HANDLER = "APIHandler"
 AUTHORIZER = "Bearer"
+NOTIFIER = "Notifier"
 TOPIC = "AlertTopic"
+QUEUE = "NotificationQueue"
 LOG_ACTIONS = frozenset({"logs:CreateLogStream", "logs:PutLogEvents"})
 
 # The whole grant, reviewed: a change here is a change to production permissions.
@@ -42,10 +44,30 @@ EXPECTED_ACTIONS = {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
         "secretsmanager:GetSecretValue",
-        "sns:Publish",
+        "sqs:SendMessage",
     },
     AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
+    NOTIFIER: {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "sns:Publish",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+    },
 }
+# Not calls of our code: Lambda's event source mapping polls the queue with the
+# notifier's role (SAM grants nothing when the role is given).
+EVENT_SOURCE_GRANTS = {
+    NOTIFIER: {
+        ("sqs:ReceiveMessage", QUEUE),
+        ("sqs:DeleteMessage", QUEUE),
+        ("sqs:GetQueueAttributes", QUEUE),
+    }
+}
+# In a deployed stack the topic is published to by the notifier only: the API handler
+# enqueues (`QueuedNotifier`); `Notifier.publish` is its path under `make run` alone.
+PUBLISHED_BY = {("chalicelib/notify.py", "Notifier.publish"): NOTIFIER}
 
 ADMIN_TOKEN_FUNCTIONS = {
     # Minting, revoking and listing tokens: the CLI (with the operator's own AWS
@@ -56,7 +78,7 @@ ADMIN_TOKEN_FUNCTIONS = {
     ("chalicelib/storage/tokens.py", "TokenStore.list"),
 }
 # The Lambda function that runs each kind of Chalice entry point in app.py.
-ENTRY_FUNCTION = {"authorizer": AUTHORIZER, "route": API_HANDLER}
+ENTRY_FUNCTION = {"authorizer": AUTHORIZER, "route": API_HANDLER, "on_sqs_message": NOTIFIER}
 TOKENS_TABLE = "TokensTable"
 
 
@@ -88,6 +110,8 @@ def target_of(call: ApiCall) -> str:
     """The logical id of the resource a call acts on, from the module that makes it."""
     if call.service == "sns":
         return TOPIC
+    if call.service == "sqs":
+        return QUEUE
     if call.service == "secretsmanager":
         return "LinkSecret"
     stem = call.module.rsplit("/", 1)[-1].removesuffix(".py")
@@ -120,8 +144,17 @@ def required_grants() -> dict[str, set[Grant]]:
     for call in api_calls():
         target = target_of(call)
         looks_up = (call.module, call.function) not in ADMIN_TOKEN_FUNCTIONS
-        for function in authenticating if target == TOKENS_TABLE and looks_up else {API_HANDLER}:
+        publisher = PUBLISHED_BY.get((call.module, call.function))
+        if publisher is not None:
+            functions = {publisher}
+        elif target == TOKENS_TABLE and looks_up:
+            functions = authenticating
+        else:
+            functions = {API_HANDLER}
+        for function in functions:
             required[function].add((call.action, target))
+    for function, grants in EVENT_SOURCE_GRANTS.items():
+        required[function] |= grants
     return required
 
 
@@ -258,4 +291,28 @@ def test_every_token_admin_route_needs_an_admin() -> None:
     source = (ROOT / "app.py").read_text()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and "token_admin" in ast.unparse(node):
-            assert "admin_caller()" in ast.unparse(node), node.name
+            text = ast.unparse(node)
+            assert "admin_caller()" in text or "admin_writer()" in text, node.name
+
+
+CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Routes that change something without an admin token: checks and lease returns (server
+# tokens), and the emailed links (their own signature, single use).
+NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "perform_link"})
+
+
+def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> None:
+    """A revoked admin token must stop changing things at once: each changing route
+    goes through `admin_writer()`, which reads the token store past every cache."""
+    from app import app  # noqa: PLC0415
+
+    changing = {
+        entry.view_name
+        for methods in app.routes.values()
+        for method, entry in methods.items()
+        if method in CHANGING_METHODS
+    }
+    source = (ROOT / "app.py").read_text()
+    views = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+    for name in sorted(changing - NOT_ADMIN_CHANGES):
+        assert "admin_writer()" in ast.unparse(views[name]), name

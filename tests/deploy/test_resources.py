@@ -41,19 +41,31 @@ def test_tables_are_exactly_the_schema_on_demand_with_ttl_and_pitr(packaged: Pac
             }
 
 
-def test_counters_table_is_not_protected_from_deletion(packaged: Packaged) -> None:
-    # Counters are disposable (they reset on idle); see test_hardening for the kept tables.
+def test_counters_table_is_kept_like_the_others(packaged: Packaged) -> None:
+    # It holds suspensions, raises and the emailed links' single uses besides counters:
+    # replacing it would reset every budget and lift every suspension.
     counters = packaged.resources[ALL_TABLES["counters"].logical_name]
-    assert "DeletionProtectionEnabled" not in counters["Properties"]
+    assert counters["Properties"]["DeletionProtectionEnabled"] is True
+    assert (counters["DeletionPolicy"], counters["UpdateReplacePolicy"]) == ("Retain", "Retain")
 
 
-def test_alert_topic_has_an_email_subscription_from_the_parameter(packaged: Packaged) -> None:
-    (topic,) = of_type(packaged, "AWS::SNS::Topic")
-    (subscription,) = of_type(packaged, "AWS::SNS::Subscription").values()
-    assert subscription["Properties"] == {
-        "TopicArn": {"Ref": topic},
-        "Protocol": "email",
-        "Endpoint": {"Ref": "AlertEmail"},
+def test_quota_mail_and_alarms_have_their_own_topics_and_addresses(packaged: Packaged) -> None:
+    assert set(of_type(packaged, "AWS::SNS::Topic")) == {"AlertTopic", "OpsTopic"}
+    subscriptions = {
+        s["Properties"]["TopicArn"]["Ref"]: s["Properties"]
+        for s in of_type(packaged, "AWS::SNS::Subscription").values()
+    }
+    assert subscriptions == {
+        "AlertTopic": {
+            "TopicArn": {"Ref": "AlertTopic"},
+            "Protocol": "email",
+            "Endpoint": {"Ref": "AlertEmail"},
+        },
+        "OpsTopic": {
+            "TopicArn": {"Ref": "OpsTopic"},
+            "Protocol": "email",
+            "Endpoint": {"Ref": "OpsEmail"},
+        },
     }
 
 
@@ -68,7 +80,7 @@ def test_alarm_watches_the_metric_the_service_emits_and_notifies_the_topic(
         {"Name": "service", "Value": SERVICE},
         {"Name": "category", "Value": "write"},
     ]
-    assert props["AlarmActions"] == [{"Ref": "AlertTopic"}]
+    assert props["AlarmActions"] == [{"Ref": "OpsTopic"}]
     assert props["TreatMissingData"] == "notBreaching"
     assert '"ChecksBlocked"' in (ROOT / "app.py").read_text()
 
@@ -99,7 +111,7 @@ def _resolve(value: Any, parameters: dict[str, Any] | None = None) -> str:
 def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packaged) -> None:
     template = merge_globals(copy.deepcopy(packaged.template))
     functions = of_type(Packaged(packaged.directory, template), "AWS::Serverless::Function")
-    assert set(functions) == {"APIHandler", "Bearer"}
+    assert set(functions) == {"APIHandler", "Bearer", "Notifier"}
     for name, function in functions.items():
         variables = function["Properties"]["Environment"]["Variables"]
         for value in variables.values():
@@ -118,6 +130,7 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
         assert settings.grants_table == "<GrantsTable>"
         assert settings.topic_arn == "<AlertTopic>"
         assert settings.link_secret_arn == "<LinkSecret>"  # generated, never in clear
+        assert settings.notify_queue_url == "<NotificationQueue>"  # refusals enqueue
         assert settings.idle_timeout_seconds == 3600
         assert variables["POWERTOOLS_LOG_LEVEL"] == "INFO"
         assert not any(key.startswith("QUOTA_DEV_") for key in variables)
@@ -134,5 +147,6 @@ def test_log_groups_belong_to_the_functions_or_the_api_and_expire(packaged: Pack
     assert {g["Properties"]["LogGroupName"]["Fn::Sub"] for g in groups.values()} == {
         "/aws/lambda/${APIHandler}",
         "/aws/lambda/${Bearer}",
+        "/aws/lambda/${Notifier}",
     }
     assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())

@@ -1,4 +1,10 @@
-"""Async HTTP client for `POST /v1/check`: pooled, short timeouts, retries, fail modes."""
+"""Async HTTP client for `POST /v1/check`: pooled, one deadline per check, retries within
+it, fail modes.
+
+The deadline is the first link of the budget chain (docs/operations.md, "Deadlines"): the
+service answers 503 within its store budget (about 2 s, at most about 3 s), well inside
+the default 5 s here, so a hung store reaches this client as a 503 and the fail mode is
+applied within the deadline, never after a timeout of its own."""
 
 from __future__ import annotations
 
@@ -69,10 +75,15 @@ class QuotaClientConfig:
 
     base_url: str
     token: str
+    deadline: float = 5.0
+    """Seconds one check may take in all, retries included; then the fail mode applies.
+    Longer than the service's store budget (docs/operations.md), so it sees the 503."""
     connect_timeout: float = 1.0
-    read_timeout: float = 2.0
+    read_timeout: float = 5.0
+    """Cap of one attempt; each attempt also stops at the deadline."""
     max_attempts: int = 3
-    """Tries per check, counting the first. Only connection errors, timeouts and 503 retry."""
+    """Tries per check, counting the first, within the deadline. Connection errors,
+    timeouts, any 5xx and a 429 without a decision (the gateway's throttle) retry."""
     backoff_base: float = 0.05
     backoff_max: float = 0.5
     fail_modes: Mapping[str, FailMode] = field(default_factory=lambda: dict(DEFAULT_FAIL_MODES))
@@ -93,6 +104,8 @@ class QuotaClientConfig:
             raise QuotaConfigError("mcp-quota: token is required")
         if self.max_attempts < 1:
             raise QuotaConfigError("mcp-quota: max_attempts must be at least 1")
+        if self.deadline <= 0 or self.read_timeout <= 0 or self.connect_timeout <= 0:
+            raise QuotaConfigError("mcp-quota: deadline and timeouts must be positive")
         if self.lease_idle_seconds <= 0 or self.lease_margin_seconds < 0:
             raise QuotaConfigError("mcp-quota: lease_idle_seconds must be positive")
 
@@ -104,6 +117,7 @@ class QuotaClientConfig:
         categories that override the defaults (read open, write closed).
         `MCP_QUOTA_LEASE=off` turns leased reads off; `MCP_QUOTA_LEASE_IDLE_SECONDS` sets
         how long an unused lease is kept before its calls go back.
+        `MCP_QUOTA_DEADLINE` is the seconds a check may take in all, retries included.
 
         Raises:
             QuotaConfigError: a required variable is missing or a number is malformed.
@@ -124,7 +138,8 @@ class QuotaClientConfig:
                     modes[category.strip()] = mode
         try:
             connect_timeout = float(env.get("MCP_QUOTA_CONNECT_TIMEOUT", "1.0"))
-            read_timeout = float(env.get("MCP_QUOTA_READ_TIMEOUT", "2.0"))
+            read_timeout = float(env.get("MCP_QUOTA_READ_TIMEOUT", "5.0"))
+            deadline = float(env.get("MCP_QUOTA_DEADLINE", "5.0"))
             max_attempts = int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3"))
             lease_idle = float(env.get("MCP_QUOTA_LEASE_IDLE_SECONDS", "30"))
         except ValueError as exc:
@@ -134,6 +149,7 @@ class QuotaClientConfig:
             token=token,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            deadline=deadline,
             max_attempts=max_attempts,
             fail_modes=modes,
             lease=env.get("MCP_QUOTA_LEASE", "on").strip().lower() not in _OFF,
@@ -336,15 +352,28 @@ class QuotaClient:
 
     async def _decide(self, request: CheckRequest, report: Counter[str]) -> Decision:
         attempts = 0
+        deadline = _now() + self.config.deadline
+        answered: _Fault | None = None  # the last fault the service itself answered
         while True:
             attempts += 1
+            started = _now()
             try:
-                decision = await self._attempt(request, attempts, report)
+                decision = await self._attempt(request, attempts, report, deadline - started)
             except _Fault as fault:
-                if fault.retryable and attempts < self.config.max_attempts:
+                if fault.status is not None:
+                    answered = fault
+                # Another attempt only if it can take as long as this one did: a 503
+                # that took the service's whole store budget is not asked again into a
+                # deadline that would cut the next one off.
+                took = _now() - started
+                pause = self._backoff(attempts)
+                left = deadline - _now() - pause
+                if fault.retryable and attempts < self.config.max_attempts and left >= took:
                     self._counts["retries"] += 1
-                    await self._sleep(self._backoff(attempts))
+                    await self._sleep(pause)
                     continue
+                if fault.status is None and answered is not None:
+                    fault = answered  # cut off by the deadline: report what was answered
                 return self._unavailable(request, fault, attempts)
             if request.lease is not None and _rejected_field(decision) == LEASE_FIELD:
                 # A service from before leases: ask again without (a 400 counts nothing).
@@ -393,23 +422,32 @@ class QuotaClient:
         return self._http
 
     async def _attempt(
-        self, request: CheckRequest, attempt: int, report: Mapping[str, int]
+        self, request: CheckRequest, attempt: int, report: Mapping[str, int], left: float
     ) -> Decision:
         body = request.to_json()
         if report:
             body[FAIL_OPEN_FIELD] = dict(report)
+        if left <= 0:
+            raise _Fault("did not answer within the deadline", retryable=False)
+        read = min(self.config.read_timeout, left)
+        timeout = httpx2.Timeout(
+            connect=min(self.config.connect_timeout, left), read=read, write=read, pool=read
+        )
         try:
-            response = await self._client().post("/v1/check", json=body)
+            response = await self._client().post("/v1/check", json=body, timeout=timeout)
         except httpx2.TimeoutException as exc:
             raise _Fault(f"did not answer in time ({type(exc).__name__})", retryable=True) from exc
         except httpx2.TransportError as exc:
             raise _Fault(f"could not be reached ({type(exc).__name__})", retryable=True) from exc
         status = response.status_code
-        if status == 503:
-            raise _Fault("answered 503", retryable=True, status=status)
         if status >= 500:
-            raise _Fault(f"answered {status}", retryable=False, status=status)
+            # The service's 503 (store down), or the gateway's 5xx (a Lambda throttle or
+            # timeout): transient, and the call id makes a retry count once.
+            raise _Fault(f"answered {status}", retryable=True, status=status)
         body = _json_object(response)
+        if status == 429 and "allowed" not in body:
+            # The gateway's throttle, not a quota refusal: nothing was counted.
+            raise _Fault("was throttled (429 from the gateway)", retryable=True, status=status)
         if status in (200, 429):
             decision = _service_decision(request, status, response.headers, body, attempt)
             if decision is None:
@@ -486,6 +524,11 @@ class QuotaClient:
             http_status=fault.status,
             attempts=attempts,
         )
+
+
+def _now() -> float:
+    # Deadlines are real time: the HTTP timeouts they cap are, whatever clock leases use.
+    return time.monotonic()
 
 
 def _json_object(response: httpx2.Response) -> dict[str, Any]:

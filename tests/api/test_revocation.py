@@ -1,0 +1,118 @@
+"""A revoked admin token stops changing things at once; checks keep a cache of at most
+60 s; tokens may expire (chalicelib/auth.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import app as app_module
+from chalicelib.auth import AUTHORIZER_TTL_SECONDS
+from chalicelib.settings import TOKEN_CACHE_MAX_SECONDS, Settings
+from chalicelib.tokens import TokenRecord, hash_secret, new_token
+from tests.api.conftest import ADMIN, Api, body, running_api
+from tests.support import FixedClock
+
+SERVER_TOKEN = {"role": "server", "name": "articles MCP server"}
+WRITE = {"session_id": "s1", "tool": "delete_tag", "category": "write"}
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def cached_api(request: pytest.FixtureRequest, clock: FixedClock) -> Iterator[Api]:
+    """The API with the production token cache, on memory and on moto's DynamoDB."""
+    with running_api(
+        clock, request.param, token_cache_seconds=Settings.from_env({}).token_cache_seconds
+    ) as api:
+        yield api
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+def mint(api: Api, headers: dict[str, str]) -> Any:
+    return api.admin("/v1/tokens", SERVER_TOKEN, headers)
+
+
+def stored_token(api: Api, role: str, expires_at_ms: int | None = None) -> tuple[str, str]:
+    token_id, token = new_token()
+    record = TokenRecord(
+        token_id,
+        hash_secret(token),
+        "demo",
+        role,
+        "test",
+        api.clock(),
+        expires_at_ms=expires_at_ms,
+    )
+    api.container.tokens.put(record)
+    return token_id, token
+
+
+def test_the_bound_on_a_cached_token_is_60_seconds() -> None:
+    (authorizer,) = app_module.app.builtin_auth_handlers
+    assert authorizer.ttl_seconds == AUTHORIZER_TTL_SECONDS
+    assert AUTHORIZER_TTL_SECONDS + TOKEN_CACHE_MAX_SECONDS <= 60
+    assert Settings.from_env({}).token_cache_seconds == TOKEN_CACHE_MAX_SECONDS
+
+
+def test_a_token_revoked_through_the_api_mints_nothing_more(cached_api: Api) -> None:
+    api = cached_api
+    created = body(api.admin("/v1/tokens", {"role": "admin", "name": "second"}))
+    admin = bearer(created["token"])
+    assert mint(api, admin).status_code == 201  # its identity is now cached here
+
+    revoked = api.client.http.delete(f"/v1/tokens/{created['token_id']}", headers=ADMIN)
+    assert revoked.status_code == 200
+
+    refused = mint(api, admin)
+    assert refused.status_code == 401, refused.body
+    assert body(refused)["error"]["code"] == "unauthorized"
+    # The fresh look-up refreshed this container's cache: from now on the authorizer
+    # refuses the token too (403), and API Gateway's cached answer meets the route's 401.
+    for path, payload in (
+        ("/v1/sessions/s1/suspend", {"reason": "x"}),
+        ("/v1/sessions/s1/raise", {"category": "write", "by": 5}),
+        ("/v1/principals/bot-1/suspend", {"reason": "x"}),
+    ):
+        assert api.admin(path, payload, admin).status_code in (401, 403), path
+
+
+def test_a_token_revoked_elsewhere_mints_nothing_more(cached_api: Api) -> None:
+    api = cached_api
+    token_id, token = stored_token(api, "admin")
+    admin = bearer(token)
+    assert mint(api, admin).status_code == 201
+    # Another process revokes it: this container's cache still holds the identity.
+    api.container.tokens.revoke(token_id, api.clock())
+    assert mint(api, admin).status_code == 401
+    assert api.client.http.delete(f"/v1/tokens/{token_id}", headers=admin).status_code in (
+        401,
+        403,
+    )
+
+
+def test_checks_stop_within_the_cache_bound(cached_api: Api) -> None:
+    api = cached_api
+    token_id, token = stored_token(api, "server")
+    server = bearer(token)
+    assert api.check(server, **WRITE).status_code == 200
+    api.container.tokens.revoke(token_id, api.clock())
+    api.clock.advance(TOKEN_CACHE_MAX_SECONDS)
+    assert api.check(server, **WRITE).status_code == 403
+
+
+def test_an_expired_token_stops_at_its_expiry_whatever_the_cache(cached_api: Api) -> None:
+    api = cached_api
+    _, server_token = stored_token(api, "server", expires_at_ms=api.clock() + 5_000)
+    _, admin_token = stored_token(api, "admin", expires_at_ms=api.clock() + 5_000)
+    server, admin = bearer(server_token), bearer(admin_token)
+    assert api.check(server, **WRITE).status_code == 200
+    assert mint(api, admin).status_code == 201
+
+    api.clock.advance(5)
+
+    assert api.check(server, **WRITE).status_code == 403
+    assert mint(api, admin).status_code in (401, 403)

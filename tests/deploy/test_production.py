@@ -1,0 +1,244 @@
+"""Issue 21 on the packaged stack: capacity, per-token throttling, notifications off the
+request path, the operators' alarms, canary deploys, kept releases, logging, endpoint
+type and the dashboard. Read from the template CloudFormation deploys (SAM transformed)
+where the transform decides the outcome."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chalicelib.policy import load_policy
+from deploy.build_template import LOGGING_CONFIG, load_config
+from deploy.package import release, release_version
+from tests.deploy.code_calls import ROOT
+from tests.deploy.conftest import Packaged
+
+FUNCTIONS = ("APIHandler", "Bearer", "Notifier")
+CANARIED = ("APIHandler", "Bearer")
+
+
+def of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {k: v for k, v in resources.items() if v["Type"] == kind}
+
+
+def props(packaged: Packaged, name: str) -> dict[str, Any]:
+    properties: dict[str, Any] = packaged.resources[name]["Properties"]
+    return properties
+
+
+# -- notifications off the request path ------------------------------------------------
+
+
+def test_refusals_enqueue_and_the_notifier_reads_the_stacks_own_queue(
+    packaged: Packaged,
+) -> None:
+    queue = props(packaged, "NotificationQueue")
+    dead = props(packaged, "NotificationDeadLetterQueue")
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["NotificationDeadLetterQueue", "Arn"]},
+        "maxReceiveCount": 5,
+    }
+    assert queue["SqsManagedSseEnabled"] is True and dead["SqsManagedSseEnabled"] is True
+    assert dead["MessageRetentionPeriod"] == 14 * 86_400
+    notifier = props(packaged, "Notifier")
+    # A message stays invisible for 6 timeouts while one delivery runs.
+    assert queue["VisibilityTimeout"] >= 6 * notifier["Timeout"]
+    ((_, source),) = notifier["Events"].items()
+    assert source["Type"] == "SQS"
+    assert source["Properties"]["Queue"] == {"Fn::GetAtt": ["NotificationQueue", "Arn"]}
+    assert source["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert notifier["Handler"] == "app.notifier"
+
+
+def test_the_deployed_notifier_polls_the_queue(deployed: dict[str, Any]) -> None:
+    (mapping,) = of_type(deployed["Resources"], "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["NotificationQueue", "Arn"]}
+    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+# -- the operators' alarms -------------------------------------------------------------
+
+
+def alarm(packaged: Packaged, name: str) -> dict[str, Any]:
+    found = props(packaged, name)
+    assert packaged.resources[name]["Type"] == "AWS::CloudWatch::Alarm"
+    assert found["AlarmActions"] == [{"Ref": "OpsTopic"}] == found["OKActions"]
+    return found
+
+
+def test_notification_failures_are_alarmed_for_every_category_that_notifies(
+    packaged: Packaged,
+) -> None:
+    prod = load_config()["stages"]["prod"]["environment_variables"]
+    policy = load_policy(prod["QUOTA_POLICY"])
+    notify = {name for name, category in policy.categories.items() if category.notify}
+    assert notify
+    found = alarm(packaged, "NotificationFailedAlarm")
+    metrics = [m["MetricStat"]["Metric"] for m in found["Metrics"] if "MetricStat" in m]
+    assert {m["MetricName"] for m in metrics} == {"NotificationFailed"}
+    categories = {
+        next((d["Value"] for d in m["Dimensions"] if d["Name"] == "category"), None)
+        for m in metrics
+    }
+    assert categories == notify | {None}  # None: a queued message that was not a note
+    (total,) = [m for m in found["Metrics"] if m["ReturnData"]]
+    assert total["Expression"] == "SUM(FILL(METRICS(), 0))"
+
+
+def test_dead_letters_are_alarmed(packaged: Packaged) -> None:
+    found = alarm(packaged, "NotificationDeadLettersAlarm")
+    assert found["Namespace"] == "AWS/SQS"
+    assert found["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    (dimension,) = found["Dimensions"]
+    assert dimension["Value"] == {"Fn::GetAtt": ["NotificationDeadLetterQueue", "QueueName"]}
+    assert (found["Threshold"], found["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
+def test_p99_latency_is_alarmed_against_a_parameter(packaged: Packaged) -> None:
+    found = alarm(packaged, "ApiLatencyP99Alarm")
+    assert (found["Namespace"], found["MetricName"]) == ("AWS/ApiGateway", "Latency")
+    assert found["ExtendedStatistic"] == "p99"
+    assert found["Threshold"] == {"Ref": "LatencyP99AlarmMs"}
+    assert packaged.template["Parameters"]["LatencyP99AlarmMs"]["Default"] > 0
+
+
+def test_concurrency_near_the_reservation_is_alarmed(packaged: Packaged) -> None:
+    found = alarm(packaged, "ApiConcurrencyAlarm")
+    assert packaged.resources["ApiConcurrencyAlarm"]["Condition"] == "ReserveApiConcurrency"
+    (peak,) = [m for m in found["Metrics"] if "MetricStat" in m]
+    assert peak["MetricStat"]["Metric"]["MetricName"] == "ConcurrentExecutions"
+    assert peak["MetricStat"]["Metric"]["Dimensions"] == [
+        {"Name": "FunctionName", "Value": {"Ref": "APIHandler"}}
+    ]
+    (share,) = [m for m in found["Metrics"] if m["ReturnData"]]
+    assert share["Expression"] == {"Fn::Sub": "100 * peak / ${ApiThrottleBurstLimit}"}
+    assert 0 < found["Threshold"] < 100
+
+
+def test_the_heartbeat_is_optional_and_fires_on_silence(packaged: Packaged) -> None:
+    found = alarm(packaged, "HeartbeatAlarm")
+    assert packaged.resources["HeartbeatAlarm"]["Condition"] == "HeartbeatEnabled"
+    assert packaged.template["Parameters"]["HeartbeatMinutes"]["Default"] == 0  # off
+    assert packaged.template["Conditions"]["HeartbeatEnabled"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "HeartbeatMinutes"}, 0]}]
+    }
+    assert (found["MetricName"], found["Period"]) == ("Count", 60)
+    assert found["EvaluationPeriods"] == {"Ref": "HeartbeatMinutes"} == found["DatapointsToAlarm"]
+    assert (found["Threshold"], found["ComparisonOperator"]) == (1, "LessThanThreshold")
+    assert found["TreatMissingData"] == "breaching"
+
+
+# -- capacity and per-token throttling -------------------------------------------------
+
+
+def test_one_token_past_its_rate_gets_429_alone(packaged: Packaged) -> None:
+    acl = packaged.resources["TokenRateLimitAcl"]
+    assert acl["Condition"] == "RateLimitTokens"
+    properties = acl["Properties"]
+    assert (properties["Scope"], properties["DefaultAction"]) == ("REGIONAL", {"Allow": {}})
+    (rule,) = properties["Rules"]
+    rate = rule["Statement"]["RateBasedStatement"]
+    assert rate["Limit"] == {"Ref": "TokenRateLimitPerMinute"}
+    assert rate["EvaluationWindowSec"] == 60
+    assert rate["AggregateKeyType"] == "CUSTOM_KEYS"
+    assert [key["Header"]["Name"] for key in rate["CustomKeys"]] == ["authorization"]
+    response = rule["Action"]["Block"]["CustomResponse"]
+    assert response["ResponseCode"] == 429
+    assert response["ResponseHeaders"] == [{"Name": "Retry-After", "Value": "1"}]
+    body = json.loads(
+        properties["CustomResponseBodies"][response["CustomResponseBodyKey"]]["Content"]
+    )
+    assert body["error"]["code"] == "throttled"
+    assert "allowed" not in body  # the client retries it: not a quota decision
+
+
+def test_the_rate_rule_guards_the_deployed_stage(deployed: dict[str, Any]) -> None:
+    resources = deployed["Resources"]
+    association = resources["TokenRateLimitAssociation"]
+    (stage,) = of_type(resources, "AWS::ApiGateway::Stage")
+    assert association["DependsOn"] == [stage]
+    arn = association["Properties"]["ResourceArn"]["Fn::Sub"]
+    assert arn.endswith("/restapis/${RestAPI}/stages/api")
+
+
+# -- safe deploys and rollback ---------------------------------------------------------
+
+
+def test_the_api_and_authorizer_deploy_as_a_10_percent_canary(packaged: Packaged) -> None:
+    for name in CANARIED:
+        properties = props(packaged, name)
+        assert properties["AutoPublishAlias"] == "live"
+        preference = properties["DeploymentPreference"]
+        assert preference["Type"] == "Canary10Percent5Minutes"
+        assert preference["Alarms"] == [{"Ref": f"{name}ErrorsAlarm"}, {"Ref": "Api5xxAlarm"}]
+
+
+def test_api_gateway_calls_the_aliases_only(deployed: dict[str, Any]) -> None:
+    resources = deployed["Resources"]
+    aliases = of_type(resources, "AWS::Lambda::Alias")
+    assert set(aliases) == {f"{name}Aliaslive" for name in CANARIED}
+    (api,) = of_type(resources, "AWS::ApiGateway::RestApi").values()
+    body = json.dumps(api["Properties"]["Body"])
+    called = set(re.findall(r"/functions/\$\{(\w+)\}/invocations", body))
+    assert called == set(aliases)
+    for name in CANARIED:
+        permission = resources[f"{name}InvokePermission"]["Properties"]
+        assert permission["FunctionName"] == {"Ref": f"{name}Aliaslive"}
+    groups = of_type(resources, "AWS::CodeDeploy::DeploymentGroup")
+    assert set(groups) == {f"{name}DeploymentGroup" for name in CANARIED}
+    for group in groups.values():
+        assert group["Properties"]["AutoRollbackConfiguration"]["Enabled"] is True
+
+
+def test_make_package_keeps_each_release(tmp_path: Path) -> None:
+    version = release_version(ROOT, datetime(2026, 12, 3, 21, 0, tzinfo=UTC))
+    assert re.fullmatch(r"20261203T210000Z-([0-9a-f]{12}(-dirty)?|nogit)", version)
+    assert "--out" not in (ROOT / "mk" / "package.mk").read_text()  # releases by default
+
+    first = release("prod", tmp_path, "20261203T210000Z-aaaaaaaaaaaa")
+    second = release("prod", tmp_path, "20261203T220000Z-bbbbbbbbbbbb")
+
+    for sam in (first, second):  # the previous release is still there to roll back to
+        assert sam.exists() and (sam.parent / "deployment.zip").exists()
+        assert json.loads(sam.read_text())["Resources"]["APIHandler"]
+    assert (tmp_path / "latest").read_text().strip() == second.parent.name
+    assert (tmp_path / "sam.json").read_bytes() == second.read_bytes()
+
+
+# -- capacity, logging, endpoint, dashboard ---------------------------------------------
+
+
+def test_every_function_logs_json_without_per_invocation_lines(packaged: Packaged) -> None:
+    assert LOGGING_CONFIG["SystemLogLevel"] == "WARN"
+    for name in FUNCTIONS:
+        assert props(packaged, name)["LoggingConfig"] == {
+            "LogFormat": "JSON",
+            "SystemLogLevel": "WARN",
+            "ApplicationLogLevel": "INFO",
+        }, name
+
+
+def test_the_endpoint_type_is_a_parameter(packaged: Packaged, deployed: dict[str, Any]) -> None:
+    parameter = packaged.template["Parameters"]["EndpointType"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == ("REGIONAL", ["REGIONAL", "EDGE"])
+    assert props(packaged, "RestAPI")["EndpointConfiguration"] == {"Type": {"Ref": "EndpointType"}}
+    (api,) = of_type(deployed["Resources"], "AWS::ApiGateway::RestApi").values()
+    assert api["Properties"]["EndpointConfiguration"] == {"Types": [{"Ref": "EndpointType"}]}
+
+
+def test_the_dashboard_shows_checks_refusals_fail_open_latency_and_notifications(
+    packaged: Packaged,
+) -> None:
+    body = props(packaged, "Dashboard")["DashboardBody"]["Fn::Sub"]
+    widgets = json.loads(body)["widgets"]
+    text = json.dumps(widgets)
+    for shown in ("Count", "ChecksBlocked", "ClientFailOpen", "Latency", "NotificationFailed"):
+        assert f'\\"{shown}\\"' in text or f'"{shown}"' in text, shown
+    assert "NotificationDeadLetterQueue.QueueName" in text
+    substituted = set(re.findall(r"\$\{([\w:.]+)\}", body))
+    known = set(packaged.resources) | {"AWS::StackName", "AWS::Region"}
+    assert {name.split(".")[0] for name in substituted} <= known
