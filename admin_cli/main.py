@@ -311,7 +311,7 @@ def _add_session_commands(root: argparse._SubParsersAction[argparse.ArgumentPars
     lower.add_argument("--category", required=True, help="category to lower, e.g. write")
     lower.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
     listing = _leaf(commands, "list", "sessions blocked or suspended lately", _session_list)
-    listing.add_argument("--state", choices=("blocked", "suspended", "active"))
+    listing.add_argument("--state", choices=("active", "blocked", "expired", "suspended"))
     listing.add_argument("--since", help="ISO-8601 time (default: 24 hours ago)")
 
 

@@ -47,15 +47,6 @@ def raised_after(category: str, limit: int, until_ms: int | None) -> dict[str, A
     return after
 
 
-def listing_state(view: dict[str, Any]) -> str:
-    """A session's state in the listing: suspended; blocked (a category spent, so its
-    next call there is refused); or active (idle included: its next check starts fresh)."""
-    if view["state"] == str(SessionState.SUSPENDED):
-        return "suspended"
-    spent = any(c["remaining"] == 0 for c in view["categories"].values())
-    return "blocked" if view["state"] == str(SessionState.ACTIVE) and spent else "active"
-
-
 class AdminService:
     """Backs the admin endpoints; tenant-scoped: the tenant always comes from the token."""
 
@@ -224,7 +215,7 @@ class AdminService:
             EventType.SESSION_SUSPENDED,
             session_id,
             reason,
-            before={"state": str(self._views.state(before))},
+            before={"state": str(self._views.state(session.tenant, before))},
             after={"state": str(SessionState.SUSPENDED)},
         )
         return {"session": self._view(session, after)}
@@ -238,7 +229,7 @@ class AdminService:
         session = SessionKey(who.tenant, session_id)
         before, after = self._change(session, self._counters.resume)
         view = self._view(session, after)
-        before_state = {"state": str(self._views.state(before))}
+        before_state = {"state": str(self._views.state(session.tenant, before))}
         after_state = {"state": view["state"]}
         self._audit(who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state)
         return {"session": view}
@@ -292,7 +283,7 @@ class AdminService:
             if snapshot is None:
                 continue
             view = self._view(session, snapshot)
-            state = listing_state(view)
+            state = view["state"]  # the one derivation, as every view shows it
             if query.state is not None and state != query.state:
                 continue
             view["listing_state"] = state

@@ -10,6 +10,7 @@ from typing import Any
 
 from chalicelib.errors import InvalidRequest, NotFound
 from chalicelib.policy import Policy
+from chalicelib.quota import SessionState
 from chalicelib.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
 from chalicelib.validation import (
     VISIBLE_ASCII,
@@ -33,7 +34,7 @@ MAX_PAGE_TOKEN = 2048
 
 
 MAX_RAISE_SECONDS = 30 * 86_400
-SESSION_STATES = ("blocked", "suspended", "active")
+SESSION_STATES = tuple(str(s) for s in SessionState if s is not SessionState.UNSEEN)
 DAY_MS = 86_400_000
 NEXT_OFFSET = re.compile(r"[0-9]{1,6}")
 

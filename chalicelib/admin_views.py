@@ -44,26 +44,32 @@ class SessionViews:
         self._idle_ms = idle_timeout_seconds * 1000
         self._keep = keep_calls
 
-    def state(self, snapshot: SessionSnapshot | None) -> SessionState:
-        """The state the next check would see."""
+    def base_limits(self, tenant: str, snapshot: SessionSnapshot | None) -> dict[str, int]:
+        """Each category's base limit (policy or grant) for the session's principal."""
+        now = self._clock()
+        principal = snapshot.principal if snapshot else None
+        return {c: self._limits.base_limit(tenant, principal, c, now) for c in self._categories}
+
+    def state(self, tenant: str, snapshot: SessionSnapshot | None) -> SessionState:
+        """The state the next check would see: the one derivation every view shows."""
         if snapshot is None:
             return SessionState.UNSEEN
-        return snapshot.state(self._clock(), self._idle_ms)
+        return snapshot.state(self._clock(), self._idle_ms, self.base_limits(tenant, snapshot))
 
     def current_limit(self, tenant: str, category: str, seen: SessionSnapshot | None) -> int:
         """The limit the next check would apply in a category."""
         now = self._clock()
         principal = seen.principal if seen else None
         base = self._limits.base_limit(tenant, principal, category, now)
-        if seen is None or self.state(seen) is SessionState.IDLE:
+        if seen is None or seen.is_idle(now, self._idle_ms):
             return base
         return seen.limit_for(category, base, now)
 
     def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> dict[str, Any]:
         """A session as the API shows it: the state the next check would see."""
         now = self._clock()
-        state = self.state(snapshot)
-        fresh = state is SessionState.IDLE  # the next check starts the counters again
+        state = self.state(tenant, snapshot)
+        fresh = state is SessionState.EXPIRED  # the next check starts the counters again
         categories: dict[str, Any] = {}
         for name in self._categories:
             base = self._limits.base_limit(tenant, snapshot.principal, name, now)
@@ -80,7 +86,7 @@ class SessionViews:
                 "raised_until": None if until is None else iso_utc(until),
                 "remaining": 0 if state is SessionState.SUSPENDED else max(0, limit - used),
                 "refused": 0 if fresh else snapshot.refused.get(name, 0),
-                "state": str(state),
+                "state": str(_category_state(state, used, limit)),
             }
         suspended = state is SessionState.SUSPENDED
         return {
@@ -98,3 +104,11 @@ class SessionViews:
             "categories": categories,
             "last_calls": [c.to_json() for c in snapshot.calls[-self._keep :]],
         }
+
+
+def _category_state(session: SessionState, used: int, limit: int) -> SessionState:
+    """A category's state: the session's when it is suspended or expired, else blocked
+    at the limit, else active (the session is blocked if any category is)."""
+    if session in (SessionState.SUSPENDED, SessionState.EXPIRED):
+        return session
+    return SessionState.BLOCKED if used >= limit else SessionState.ACTIVE

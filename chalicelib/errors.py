@@ -98,6 +98,13 @@ class Conflict(QuotaServiceError):
     CODE = "conflict"
 
 
+class CallIdConflict(Conflict):
+    """A call id already counted for another tool or category in this session: an id
+    names one call, so it can never stand for a different one."""
+
+    CODE = "call_id_conflict"
+
+
 class StoreUnavailable(QuotaServiceError):
     """The counter store is throttled or unreachable; the caller should retry later."""
 

@@ -23,11 +23,13 @@ MAX_REPLAYS = 3
 
 
 class SessionState(enum.StrEnum):
-    """Where a session stands, as the next check would see it."""
+    """Where a session stands, as the next check would see it. Every view (API, listing,
+    console, CLI, email) shows the one derivation: `SessionSnapshot.state`."""
 
     UNSEEN = "unseen"
     ACTIVE = "active"
-    IDLE = "idle"  # the next check starts the counters again
+    BLOCKED = "blocked"  # some category is at its limit: its next call there is refused
+    EXPIRED = "expired"  # idle past the timeout: the next check starts the counters again
     SUSPENDED = "suspended"
 
 
@@ -55,6 +57,7 @@ class Verdict(enum.Enum):
     ALREADY_COUNTED = "already_counted"  # this very check was counted (an SDK retry)
     DUPLICATE = "duplicate"  # a client's retry: answer with the original decision
     REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
+    CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     STALE = "stale"  # the session read back no longer fails the condition: try again
 
@@ -232,11 +235,20 @@ class SessionSnapshot:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
         return self.last_seen_ms < now_ms - idle_ms
 
-    def state(self, now_ms: int, idle_ms: int) -> SessionState:
-        """The state the next check would see."""
+    def state(
+        self, now_ms: int, idle_ms: int, base_limits: Mapping[str, int] | None = None
+    ) -> SessionState:
+        """The state the next check would see: suspended, else expired, else blocked
+        (some category used up to its limit, given each category's base limit), else
+        active."""
         if self.suspended:
             return SessionState.SUSPENDED
-        return SessionState.IDLE if self.is_idle(now_ms, idle_ms) else SessionState.ACTIVE
+        if self.is_idle(now_ms, idle_ms):
+            return SessionState.EXPIRED
+        for category, base in (base_limits or {}).items():
+            if self.counts.get(category, 0) >= self.limit_for(category, base, now_ms):
+                return SessionState.BLOCKED
+        return SessionState.ACTIVE
 
     def raise_for(self, category: str, now_ms: int) -> int | None:
         """The per-session raise in force at `now_ms`: None if none, or if it has lapsed."""
@@ -259,6 +271,12 @@ class SessionSnapshot:
         """Whether any call (not a replay) in the record carries this call id."""
         key = call_id_key(call_id)
         return any(r.call_id == key and not r.replay for r in self.calls)
+
+    def binds(self, call_id: str, tool: str, category: str) -> bool:
+        """Whether this call id, if counted here, was counted for this tool and category:
+        an id names one call, and is never a pass for another."""
+        original = self.find_call(call_id)
+        return original is None or (original.tool, original.category) == (tool, category)
 
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed (counted) call recorded under this call id, if still in the record."""
@@ -354,6 +372,10 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
         return Verdict.SUSPENDED
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
         return Verdict.EXPIRED
+    if attempt.call_id is not None and not snapshot.binds(
+        attempt.call_id, attempt.tool, attempt.category
+    ):
+        return Verdict.CALL_ID_CONFLICT
     call_id = attempt.dedupe_call_id
     if call_id is not None and snapshot.holds_call_id(call_id):
         if snapshot.find_call(call_id) and snapshot.replayable(call_id, attempt.now_ms):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from chalicelib.clock import Clock
+from chalicelib.errors import CallIdConflict
 from chalicelib.policy import Category, Policy, WindowLimit
 from chalicelib.ports import BudgetCounters, Consumed, RecordChanged, SessionCounters, Taken
 from chalicelib.quota import (
@@ -224,6 +225,8 @@ class CheckService:
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
+            if verdict is Verdict.CALL_ID_CONFLICT:
+                raise _conflict(attempt, snapshot)
             if verdict is Verdict.ALREADY_COUNTED:
                 return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
@@ -476,6 +479,16 @@ class CheckService:
             scope=Scope.PRINCIPAL,
             principal=attempt.principal,
         )
+
+
+def _conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
+    original = snapshot.find_call(attempt.call_id or "")
+    was = f" for the tool '{original.tool}' ({original.category})" if original else ""
+    return CallIdConflict(
+        f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} was already "
+        f"counted in session '{attempt.session_id}'{was}. A call id names one call; a "
+        "retry must repeat that call exactly, and a new call needs a new id."
+    )
 
 
 def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:

@@ -150,6 +150,7 @@ async function overview() {
         el("div", {}, el("b", { text: String(count("blocked")) }), "blocked"),
         el("div", {}, el("b", { text: String(count("suspended")) }), "suspended"),
         el("div", {}, el("b", { text: String(count("active")) }), "active again"),
+        el("div", {}, el("b", { text: String(count("expired")) }), "expired"),
         el("div", {}, el("b", { text: String(Object.keys(byPrincipal).length) }), "principals")),
       sessions.length === 0 ? el("p", { class: "muted", text: "No session was blocked or suspended in the last 24 hours." })
         : table(["Session", "State", "Principal", "Server", "Event", "When", "Last call"], rows)),

@@ -72,7 +72,7 @@ def test_the_incident_one_email_per_event_then_escalation_then_a_raise_of_ten(
 
     session = body(api.get("/v1/sessions/cleanup-7"))
     assert session["categories"]["write"]["refused"] == 50
-    assert session["state"] == "active" and session["principal"] == "tag-bot"
+    assert session["state"] == "blocked" and session["principal"] == "tag-bot"
     principal = body(api.get("/v1/principals/tag-bot"))
     assert principal["state"] == "suspended" and principal["categories"]["write"]["used"] == 15
 
@@ -156,7 +156,7 @@ def test_session_view_and_idle_state(api: Api) -> None:
     assert [c["tool"] for c in view["last_calls"]] == ["delete_tag"] * 3
     api.clock.advance(3601)
     idle = body(api.get("/v1/sessions/cleanup-7"))
-    assert idle["state"] == "idle" and idle["categories"]["write"]["used"] == 0
+    assert idle["state"] == "expired" and idle["categories"]["write"]["used"] == 0
     assert api.get("/v1/sessions/never-seen").status_code == 404
 
 

@@ -143,9 +143,24 @@ def test_admits_is_the_condition() -> None:
 def test_session_states() -> None:
     active = SessionSnapshot(last_seen_ms=T0, started_ms=T0)
     assert active.state(T0, HOUR) is SessionState.ACTIVE
-    assert active.state(T0 + HOUR + 1, HOUR) is SessionState.IDLE
+    assert active.state(T0 + HOUR + 1, HOUR) is SessionState.EXPIRED
     suspended = SessionSnapshot(last_seen_ms=T0, started_ms=T0, suspended=True)
     assert suspended.state(T0 + 5 * HOUR, HOUR) is SessionState.SUSPENDED
+
+
+def test_a_session_at_its_limit_is_blocked_until_it_expires_or_is_raised() -> None:
+    spent = SessionSnapshot(last_seen_ms=T0, started_ms=T0, counts={"write": 15, "read": 3})
+    limits = {"read": 200, "write": 15}
+    assert spent.state(T0, HOUR, limits) is SessionState.BLOCKED
+    assert spent.state(T0 + HOUR + 1, HOUR, limits) is SessionState.EXPIRED
+    raised = SessionSnapshot(
+        last_seen_ms=T0, started_ms=T0, counts={"write": 15}, raised={"write": 20}
+    )
+    assert raised.state(T0, HOUR, limits) is SessionState.ACTIVE
+    suspended = SessionSnapshot(
+        last_seen_ms=T0, started_ms=T0, counts={"write": 15}, suspended=True
+    )
+    assert suspended.state(T0, HOUR, limits) is SessionState.SUSPENDED
 
 
 def test_repeated_refusals_fold_into_one_record_with_a_count() -> None:

@@ -1,0 +1,52 @@
+"""A call id names one call: a retry of it is answered once counted, never a free pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.api.conftest import Api, body, running_api
+from tests.support import FixedClock
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def any_api(request: pytest.FixtureRequest, clock: FixedClock) -> Iterator[Api]:
+    with running_api(clock, request.param) as api:
+        yield api
+
+
+def used(api: Api, session_id: str, category: str) -> int:
+    view = body(api.get(f"/v1/sessions/{session_id}"))
+    return int(view["categories"][category]["used"])
+
+
+def test_a_read_call_id_sent_with_write_tools_is_a_409_never_a_pass(any_api: Api) -> None:
+    read = any_api.check(session_id="s", tool="search_articles", call_id="c-1")
+    assert read.status_code == 200 and body(read)["allowed"] is True
+    for tool in ("delete_tag", "delete_post", "delete_user"):
+        answer = any_api.check(session_id="s", tool=tool, call_id="c-1")
+        assert answer.status_code == 409, answer.body
+        error = body(answer)["error"]
+        assert error["code"] == "call_id_conflict"
+        assert f"'{tool}' was NOT run" in error["message"] and "search_articles" in error["message"]
+    assert used(any_api, "s", "write") == 0 and used(any_api, "s", "read") == 1
+
+
+def test_a_loop_on_one_call_id_is_counted_after_a_few_replays(any_api: Api) -> None:
+    answers = [
+        any_api.check(session_id="loop", tool="delete_tag", call_id="same") for _ in range(40)
+    ]
+    allowed = [a for a in answers if a.status_code == 200]
+    duplicates = [a for a in allowed if body(a).get("duplicate")]
+    counted = len(allowed) - len(duplicates)
+    assert counted == used(any_api, "loop", "write") == 15
+    assert len(duplicates) <= 3
+    assert answers[-1].status_code == 429
+
+
+def test_an_exact_retry_is_answered_as_the_original_and_counted_once(any_api: Api) -> None:
+    first = any_api.check(session_id="r", tool="delete_tag", call_id="x-9")
+    retry = any_api.check(session_id="r", tool="delete_tag", call_id="x-9")
+    assert first.status_code == retry.status_code == 200
+    assert body(retry)["duplicate"] is True and used(any_api, "r", "write") == 1
