@@ -1,4 +1,5 @@
-"""docs/deploy.md says what a first deployment needs, in commands that match the stack."""
+"""docs/deploy.md says what a first deployment needs, in commands that match the stack;
+the README stays a short front door whose links lead somewhere."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def test_every_output_and_parameter_the_doc_names_exists(packaged: Packaged) -> 
         r"`(Api(?:Throttle|Reserved)\w+|BlockedWrites\w+Threshold|AlertEmail)`", text
     ):
         assert parameter in packaged.template["Parameters"], parameter
+
+
+def test_the_readme_is_a_front_door_whose_links_all_lead_somewhere() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert "docs/index.md" in local and "CONTRIBUTING.md" in local and "LICENSE" in local
+    missing = [target for target in local if not (ROOT / target).exists()]
+    assert not missing, missing
