@@ -7,7 +7,7 @@ STAGE ?= prod
 
 .PHONY: run test lint typecheck unit install clean
 
-# Feature targets (demo, bench, package) live in mk/*.mk, one file per feature.
+# Feature targets (demo, bench, package, docs) live in mk/*.mk, one file per feature.
 -include mk/*.mk
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt client/requirements-test.txt \
@@ -34,12 +34,17 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy app.py chalicelib admin_cli scripts tests bench deploy examples client/src
+	$(BIN)/mypy app.py chalicelib admin_cli scripts tests bench deploy examples client/src \
+		docs/hooks
 
-## Install everything, lint, type-check and run the whole test suite.
-test: install lint typecheck
+## The unit tests and the storage suites on the in-memory backend: no server, seconds.
+unit: $(BIN)/.installed
+	$(BIN)/pytest -q tests/unit tests/integration -m "not moto and not dynalite and not e2e and not browser"
+
+## Install everything, lint, type-check, build the docs and run the whole test suite.
+test: install lint typecheck docs
 	# two workers: the suite waits on real servers (moto, dynalite, chalice local) a lot
 	$(BIN)/pytest -q -n 2
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache site

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 from moto import mock_aws
@@ -23,6 +24,54 @@ from tests.support import (
 )
 
 fake_aws_env()
+
+TESTS = Path(__file__).resolve().parent
+# The layers whose every test starts the service as a user does, spoken to over HTTP.
+E2E_LAYERS = {"e2e", "browser"}
+BACKENDS = ("memory", "moto", "dynalite")
+# Fixtures that put a test on one backend without a parameter saying so.
+BACKEND_FIXTURES = {"dynalite_endpoint": "dynalite", "moto_aws": "moto", "dynamo_api": "moto"}
+
+
+def _backends(item: pytest.Item) -> set[str]:
+    """The storage backends a collected test runs on, from its parameters and fixtures."""
+    fixtures = getattr(item, "fixturenames", ())
+    found = {name for fixture, name in BACKEND_FIXTURES.items() if fixture in fixtures}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        found |= {value for value in callspec.params.values() if value in BACKENDS}
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test by what it needs, so `-m "not e2e"` and `make unit` mean what they
+    say whether or not a module remembered to mark itself."""
+    for item in items:
+        layer = item.path.relative_to(TESTS).parts[0]
+        if layer in E2E_LAYERS:
+            item.add_marker(pytest.mark.e2e)
+        if layer == "browser":
+            item.add_marker(pytest.mark.browser)
+        for backend in _backends(item):
+            item.add_marker(getattr(pytest.mark, backend))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A module that skips itself as a whole fails instead: a missing prerequisite must
+    be seen, not counted as nothing to run."""
+    report = yield
+    if isinstance(collector, pytest.Module) and report.skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{collector.nodeid} skipped itself as a whole ({reason}). A missing "
+            "prerequisite fails the run: install it (`make install`) or fix the module."
+        )
+    return report
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""docs/deploy.md says what a first deployment needs, in commands that match the stack."""
+"""docs/deploy.md says what a first deployment needs, in commands that match the stack;
+the README stays a short front door whose links lead somewhere."""
 
 from __future__ import annotations
 
@@ -79,3 +80,13 @@ def test_the_operations_page_has_each_section_the_issue_asks_for() -> None:
     ):
         assert heading in text, heading
     assert "make rotate-link-key" in text and "arm64" in text
+
+
+def test_the_readme_is_a_front_door_whose_links_all_lead_somewhere() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert "docs/index.md" in local and "CONTRIBUTING.md" in local and "LICENSE" in local
+    missing = [target for target in local if not (ROOT / target).exists()]
+    assert not missing, missing
