@@ -9,7 +9,7 @@ from tests.api.conftest import Api, body
 from tests.api.test_scopes import POLICY, scoped, write
 
 __all__ = ["scoped"]  # the fixture, used by name
-N = POLICY["suspend_after_refusals"]  # 6
+N = int(str(POLICY["suspend_after_refusals"]))  # 6
 
 
 def principal_state(api: Api, principal: str) -> str:
