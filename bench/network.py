@@ -31,10 +31,15 @@ Checker = Callable[[int, int], bool]
 WORKLOADS: tuple[tuple[str, str, Callable[[workloads.Backend, int], Checker]], ...] = (
     ("ours", "allowed", lambda b, _: workloads.ours_checker(b)),
     ("naive", "allowed", lambda b, _: workloads.naive_checker(b)),
+    ("ours", "allowed write", lambda b, _: workloads.ours_write_checker(b)),
+    ("naive", "allowed write", lambda b, _: workloads.naive_write_checker(b)),
     ("ours", "refused", workloads.ours_refused_checker),
     ("naive", "refused", workloads.naive_refused_checker),
 )
 IMPLEMENTATIONS = ("ours", "naive")
+# "allowed": reads (the session only); "allowed write": the session, then the principal and
+# the tenant at once; "refused": writes of a session that used its budget.
+KINDS = ("allowed", "allowed write", "refused")
 
 
 def _child_cpu_seconds(name: str) -> float:
@@ -242,7 +247,7 @@ def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
     add("")
     add("| check | clients | " + " | ".join(f"+{d} ms" for d in r["delays_ms"]) + " | crossover |")
     add("|---|---|" + "---|" * (len(r["delays_ms"]) + 1))
-    for kind in ("allowed", "refused"):
+    for kind in KINDS:
         for clients in CLIENTS:
             cells = []
             for delay in r["delays_ms"]:
@@ -260,7 +265,7 @@ def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
     )
     add("|---|---|---|---|---|---|---|---|---|---|---|")
     for delay in r["delays_ms"]:
-        for kind in ("allowed", "refused"):
+        for kind in KINDS:
             for clients in CLIENTS:
                 ours = _row(r, "ours", kind, delay, clients)
                 for impl in IMPLEMENTATIONS:
@@ -284,7 +289,7 @@ def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
         "delay grows | ours reaches 1.8x naive at |"
     )
     add("|---|---|---|---|---|---|")
-    for kind in ("allowed", "refused"):
+    for kind in KINDS:
         naive = model(r, "naive", kind)
         for impl in IMPLEMENTATIONS:
             with contextlib.suppress(StopIteration):

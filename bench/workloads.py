@@ -357,6 +357,35 @@ def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int
     return check
 
 
+def ours_write_checker(b: Backend) -> Callable[[int, int], bool]:
+    """Allowed writes, counted at the session, the principal and the tenant: a new session
+    (and principal) every WRITE_LIMIT calls."""
+    checks = b.container.checks
+    run = uuid.uuid4().hex[:8]
+    made: Counter[int] = Counter()
+
+    def check(client: int, i: int) -> bool:
+        session = f"w-{run}-{client}-{made[client] // WRITE_LIMIT}"
+        made[client] += 1
+        return checks.check(TENANT, write_request(session, i)).allowed
+
+    return check
+
+
+def naive_write_checker(b: Backend) -> Callable[[int, int], bool]:
+    """The naive counter's allowed writes: one counter per session, as for reads."""
+    naive = NaiveCounter(b.client, b.settings.counters_table)
+    run = uuid.uuid4().hex[:8]
+    made: Counter[int] = Counter()
+
+    def check(client: int, i: int) -> bool:
+        session = f"w-{run}-{client}-{made[client] // WRITE_LIMIT}"
+        made[client] += 1
+        return naive.check(session, "write", WRITE_LIMIT)
+
+    return check
+
+
 def ours_refused_checker(b: Backend, clients: int) -> Callable[[int, int], bool]:
     """Refused writes: each client's session has used its write budget (and had its first,
     audited refusal) before the clock starts."""

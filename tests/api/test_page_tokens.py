@@ -31,6 +31,7 @@ def dynalite_api(clock: FixedClock, endpoint: str) -> Iterator[Api]:
     provisioned(client, settings)
     container = Container(settings=settings, clock=clock)
     container.dynamodb = client
+    container.token_dynamodb = client  # the token store has a client of its own
     app_module.reset_dependencies(container)
     try:
         with Client(app_module.app, stage_name="local", project_dir=str(ROOT)) as test_client:
