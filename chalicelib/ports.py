@@ -174,11 +174,18 @@ class SessionCounters(Protocol):
         """
 
     def record_block(
-        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+        self,
+        attempt: Attempt,
+        seen: SessionSnapshot,
+        limit: int,
+        suspended: bool,
+        expected: bool = False,
     ) -> bool | None:
         """Record a refused attempt and refresh the idle clock. Returns whether it is the
         first refusal at `limit` since the counters started (False while suspended), or
         None if the session changed since `seen`. Idempotent per `attempt.check_id`.
+        `expected`: no check was made (the session was seen spent at `limit`); one write
+        that holds only while the session is still spent there, else None.
 
         Raises:
             StorageError: the store failed.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ from chalicelib.validation import CheckRequest, LeaseReturn
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
 MAX_ROUNDS = 4
+SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
 _T = TypeVar("_T")
 _POOL_LOCK = threading.Lock()
 _POOL: list[ThreadPoolExecutor] = []
@@ -250,6 +252,10 @@ class CheckService:
         # Wider budgets this container last saw refusing (category, window, limit): a
         # hint for the order of the steps, never a decision.
         self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
+        # Sessions this container last saw spent, per category: a runaway loop's next
+        # call is refused in one guarded write. A hint, never a decision.
+        self._spent: OrderedDict[SessionKey, tuple[str, SessionSnapshot]] = OrderedDict()
+        self._spent_lock = threading.Lock()
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -291,6 +297,9 @@ class CheckService:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
                 return self._principal_suspended(attempt)
+        expected = self._refuse_expected(attempt)
+        if expected is not None:
+            return expected
         counted = self._count_session(attempt)
         if isinstance(counted, Refused):
             return counted
@@ -382,12 +391,61 @@ class CheckService:
 
     # -- the session -------------------------------------------------------------------
 
+    def _refuse_expected(self, attempt: Attempt) -> Refused | None:
+        """A runaway loop's next call: the session this container last saw spent in this
+        category is refused in one write that holds only while it is still spent (with
+        the principal's streak, two requests in all). None: not expected, or it changed;
+        the check goes the usual way."""
+        spent = self._spent.get(attempt.session)
+        if spent is None or spent[0] != attempt.category or attempt.units != 1:
+            return None
+        known = spent[1]
+        if explain_refusal(known, attempt) is not Verdict.OVER_LIMIT:
+            return None
+        limit = known.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        if self._store.record_block(attempt, known, limit, False, expected=True) is None:
+            self._spent.pop(attempt.session, None)
+            return None
+        decision = Refused(
+            session_id=attempt.session_id,
+            tool=attempt.tool,
+            category=attempt.category,
+            used=known.counts.get(attempt.category, 0),
+            limit=limit,
+            now_ms=attempt.now_ms,
+            resets_at_ms=attempt.resets_at_ms,
+            reason=RefusalReason.QUOTA_EXCEEDED,
+            last_calls=with_call(known.calls, attempt.record(allowed=False))[-self._keep :],
+            principal=attempt.principal,
+            started_ms=known.started_ms,
+        )
+        self._remember_spent(attempt, known)
+        decision = self._escalation(attempt, known.last_allowed_ms(), decision)
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
+
+    def _remember_spent(self, attempt: Attempt, seen: SessionSnapshot) -> None:
+        """Keep the session as it stands after this refusal, for the loop's next call."""
+        key = attempt.session
+        refused = dict(seen.refused)
+        refused[attempt.category] = refused.get(attempt.category, 0) + 1
+        calls = with_call(seen.calls, attempt.record(allowed=False))[-self._keep :]
+        with self._spent_lock:
+            self._spent[key] = (
+                attempt.category,
+                replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms),
+            )
+            self._spent.move_to_end(key)
+            if len(self._spent) > SPENT_SESSIONS:
+                self._spent.popitem(last=False)
+
     def _count_session(
         self, attempt: Attempt
     ) -> tuple[Allowed, SessionSnapshot, Attempt] | Refused:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
+                self._spent.pop(attempt.session, None)  # its last calls changed
                 return self._allowed(attempt, result.snapshot), result.snapshot, attempt
             snapshot = result.snapshot
             if snapshot is None:
@@ -411,6 +469,8 @@ class CheckService:
                 attempt = again
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
+            if decision is not None and verdict is Verdict.OVER_LIMIT:
+                self._remember_spent(attempt, snapshot)
             if decision is not None:
                 decision = self._escalation(attempt, snapshot.last_allowed_ms(), decision)
                 self._listener.on_block(attempt.tenant, attempt, decision)

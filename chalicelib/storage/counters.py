@@ -178,6 +178,10 @@ _AT_THIS_LIMIT = "begins_with(#z, :zlimit)"
 BLOCK_AGAIN_CONDITION = f"{BLOCK_CONDITION} AND {_AT_THIS_LIMIT}"
 BLOCK_AGAIN_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL} ADD #b :one"
 BLOCK_FIRST_CONDITION = f"{BLOCK_CONDITION} AND NOT {_AT_THIS_LIMIT}"  # holds if no #z
+# A refusal the container expects (it saw the session spent): recorded in one write, if the
+# session is still active and spent, with no raise above the limit it was refused at.
+_STILL_SPENT = f"{_ACTIVE} AND #n >= :limit AND (NOT #r > :limit OR #rx <= :now)"
+BLOCK_EXPECTED_CONDITION = f"{BLOCK_AGAIN_CONDITION} AND {_STILL_SPENT}"
 BLOCK_FIRST_UPDATE = f"SET {_TOUCH}, {_APPEND_CALL}, #z = :first ADD #b :one"
 # A suspended item has no TTL (it must outlive any idle timeout), so none is set here.
 BLOCK_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NOT_RECORDED}"
@@ -723,7 +727,12 @@ class CounterStore:
         return Consumed(snapshot_from_item(item))
 
     def record_block(
-        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+        self,
+        attempt: Attempt,
+        seen: SessionSnapshot,
+        limit: int,
+        suspended: bool,
+        expected: bool = False,
     ) -> bool | None:
         """Record a refused attempt and refresh the idle clock.
 
@@ -731,6 +740,8 @@ class CounterStore:
         (always False while suspended), or None if the session changed since `seen` was
         read (reset, suspended, resumed, deleted): the caller evaluates the check again.
         A retry of this very write (same check id) returns what the first one did.
+        `expected`: no check was made first (the session was seen spent); the write holds
+        only while the session is still spent at `limit`, else None at once.
 
         Raises:
             StorageError: the store failed.
@@ -752,6 +763,8 @@ class CounterStore:
         )
         key = _key(attempt.session)
         doing = "recording a refused call"
+        if expected:
+            return self._record_expected(attempt, key, names, values, record, limit)
         first = False  # most refusals follow the first one at their limit
         for round_ in range(ADMIN_ROUNDS):
             if suspended:
@@ -793,6 +806,46 @@ class CounterStore:
                 self._maybe_trim(key, len(old.get(CALLS, {}).get("L", [])) + 1)
             return first and not suspended
         return None
+
+    def _record_expected(
+        self,
+        attempt: Attempt,
+        key: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        record: CallRecord,
+        limit: int,
+    ) -> bool | None:
+        """One write: the refusal folded into the lists this container knows, while the
+        session is still spent; None (nothing written) if anything changed.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        tail = self._tails.get(key)
+        if tail is None:
+            return None
+        new = tail.adding(record, self._keep)
+        names = {
+            **names,
+            "#r": RAISED_PREFIX + attempt.category,
+            "#rx": RAISED_UNTIL_PREFIX + attempt.category,
+        }
+        values = {
+            **values,
+            **tail.values(new),
+            ":cutoff": _n(attempt.cutoff_ms),
+            ":limit": _n(limit),
+        }
+        update = BLOCK_AGAIN_UPDATE.replace(_APPEND_CALL, _REWRITE_CALLS)
+        condition = f"{BLOCK_EXPECTED_CONDITION} AND {tail.condition()}"
+        try:
+            self._update(key, update, condition, names, values, "recording a refused call", "NONE")
+        except _ConditionFailed:
+            self._tails.put(key, None)
+            return None
+        self._tails.put(key, new)
+        return False
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id (answered with the original decision, not counted)

@@ -35,7 +35,9 @@ from chalicelib.quota import (
     SessionKey,
     SessionSnapshot,
     Spend,
+    Verdict,
     admits,
+    explain_refusal,
     fold_repeats,
     with_call,
 )
@@ -170,7 +172,12 @@ class MemoryCounters:
             return Consumed(session.snapshot())
 
     def record_block(
-        self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+        self,
+        attempt: Attempt,
+        seen: SessionSnapshot,
+        limit: int,
+        suspended: bool,
+        expected: bool = False,
     ) -> bool | None:
         """Record a refused attempt; whether it is the first at `limit`, or None."""
         record = attempt.record(allowed=False)
@@ -178,6 +185,12 @@ class MemoryCounters:
             session = self._sessions.get(attempt.session)
             if session is None:
                 return None
+            if expected and (
+                explain_refusal(session.snapshot(), attempt) is not Verdict.OVER_LIMIT
+                or session.notified.get(attempt.category, (None, None))[0] != limit
+                or session.started_ms != seen.started_ms
+            ):
+                return None  # no longer spent at that limit: checked the usual way
             if session.holds(record):
                 first = session.notified.get(attempt.category) == (limit, attempt.check_id)
                 return not suspended and first

@@ -466,11 +466,14 @@ def test_a_runaway_loop_is_one_line_of_the_last_calls(stores: Stores, clock: Fix
     ]
 
 
-def test_a_check_costs_one_request_and_a_refusal_two(backend: Backend, clock: FixedClock) -> None:
+def test_a_check_costs_one_request_and_a_runaway_loops_refusal_one(
+    backend: Backend, clock: FixedClock
+) -> None:
     """Requests to DynamoDB per check, counted at the client: an allowed check is one
-    UpdateItem once the container has seen the session (no trims), a refusal is the
-    failed update plus the record of it; dynalite returns no old item with a failed
-    condition, so a refusal reads it (one GetItem more)."""
+    UpdateItem once the container has seen the session (no trims); once the container
+    has seen the session spent, each further refusal is one guarded UpdateItem that
+    records it (no failed update first, so no GetItem on dynalite either). With a
+    principal, its streak is the one more request."""
     sent: Counter[str] = Counter()
 
     def count(model: Any, **_: Any) -> None:
@@ -493,8 +496,39 @@ def test_a_check_costs_one_request_and_a_refusal_two(backend: Backend, clock: Fi
     for _ in range(50):
         clock.advance(1)
         refused(service.check("demo", write()))
-    reads = 50 if backend.name == "dynalite" else 0
-    assert sent == Counter({"UpdateItem": 100, "GetItem": reads}) + Counter()
+    assert sent == Counter({"UpdateItem": 50})
+
+
+def test_a_runaway_loop_with_a_principal_costs_two_requests_a_refusal(
+    backend: Backend, clock: FixedClock
+) -> None:
+    """The incident's loop, with its principal: after the first refusal, each refusal is
+    the session's guarded record and the principal's streak, two UpdateItems, however
+    long the loop runs; the escalation still comes at suspend_after_refusals."""
+    table = backend.settings.counters_table
+    counters = CounterStore(backend.client, table, tuple(POLICY.categories), 10)
+    budgets = BudgetStore(backend.client, table)
+    service = CheckService(POLICY, counters, clock, IDLE, keep_calls=10, budgets=budgets)
+    sent: Counter[str] = Counter()
+    backend.client.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: sent.update([model.name])
+    )
+    for _ in range(15):
+        clock.advance(1)
+        allowed(service.check("demo", write(principal="bot")))
+    clock.advance(1)
+    refused(service.check("demo", write(principal="bot")))  # the first: seen, marked
+    sent.clear()
+    for _ in range(40):
+        clock.advance(1)
+        decision = refused(service.check("demo", write(principal="bot")))
+    # (and the principal's suspension, read again when its 30-second cache expires)
+    assert sent["UpdateItem"] == 80 and sent["GetItem"] <= 40 // 30 + 1
+    assert decision.reason is RefusalReason.QUOTA_EXCEEDED and not decision.escalated
+    for _ in range(9):  # the 50th refusal in a row suspends the principal
+        clock.advance(1)
+        decision = refused(service.check("demo", write(principal="bot")))
+    assert decision.escalated
 
 
 def test_refusals_by_a_wider_budget_do_not_grow_the_stored_session(
