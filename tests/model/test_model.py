@@ -2,7 +2,8 @@
 injected store faults, run against the service (memory and dynalite) beside the reference
 model in `model.py`, with the invariants asserted after every step.
 
-Short in `make test`; `make fuzz` (MODEL_EXAMPLES, MODEL_STEPS) runs a long version.
+Short in `make test`; `make fuzz` (MODEL_EXAMPLES, MODEL_STEPS) runs a long version and
+reports every kind of failure (MODEL_ALL_BUGS=1), not only the first.
 MODEL_SKIP=name,... turns off named invariants, to look past a known failure.
 """
 
@@ -417,5 +418,8 @@ def test_the_service_follows_the_model(backend: Backend) -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             database=None,
             phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+            # make test stops at the first failure and shrinks it alone (seconds, not the
+            # minutes a dozen distinct failures take); make fuzz reports every kind.
+            report_multiple_bugs=os.environ.get("MODEL_ALL_BUGS") == "1",
         ),
     )
