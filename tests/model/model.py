@@ -203,10 +203,18 @@ class State:
             return "blocked"
         return "active"
 
-    def view(self, principals: tuple[str, ...]) -> View:
+    def views(self, principals: tuple[str, ...]) -> list[View]:
+        """What the views may show: a suspended session past its idle timeout may show
+        its counters as zero (expired) or as they stood (suspended takes precedence)."""
+        out = [self.view(principals)]
+        if any(s.suspended and s.expired(self.now_ms) and s.counts for s in self.sessions.values()):
+            out.append(self.view(principals, stale_when_suspended=True))
+        return out
+
+    def view(self, principals: tuple[str, ...], stale_when_suspended: bool = False) -> View:
         sessions: dict[str, tuple[str, dict[str, int]]] = {}
         for sid, sess in self.sessions.items():
-            fresh = sess.expired(self.now_ms)
+            fresh = sess.expired(self.now_ms) and not (stale_when_suspended and sess.suspended)
             used = {c: 0 if fresh else sess.counts.get(c, 0) for c in CATEGORIES}
             sessions[sid] = (self.session_state(sid), used)
         shown: dict[str, tuple[str, int]] = {}
@@ -249,6 +257,7 @@ class State:
         units = lease if leased and lease is not None else 1
         who = principal or OWN_PRINCIPAL
         out: list[tuple[Expected, State]] = []
+        keep = False  # a suspension refusing a retry leaves its original standing
         base = self.copy()
         base.seq += 1
         base.pending_lease = None
@@ -273,18 +282,27 @@ class State:
                     out.append((CONFLICT, after))
                 if not (uncertain or stopped):
                     return out
-        out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased))
+                keep = stopped and not uncertain
+        out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
         return out
 
     def _new_call(
-        self, sid: str, tool: str, cat: str, who: str, call_id: str | None, units: int, leased: bool
+        self,
+        sid: str,
+        tool: str,
+        cat: str,
+        who: str,
+        call_id: str | None,
+        units: int,
+        leased: bool,
+        keep_call_id: bool = False,
     ) -> list[tuple[Expected, State]]:
         st = self.copy()
         sess = st.sessions.setdefault(sid, Session(last_seen_ms=st.now_ms))
         if sess.expired(st.now_ms):
             sess.restart(st.now_ms)
         sess.last_seen_ms = st.now_ms
-        if call_id is not None:
+        if call_id is not None and not keep_call_id:
             sess.call_ids.pop(call_id, None)
         p = st.principal(who)
         codes = set()
