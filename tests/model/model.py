@@ -113,6 +113,7 @@ class CallId:
     at_ms: int
     generation: int
     replays: int = 0
+    reissued: bool = False  # counted anew after its replays ran out: may or may not replay
 
 
 @dataclass
@@ -267,7 +268,8 @@ class State:
             gen = sess.generation + (1 if sess.expired(base.now_ms) else 0)
             live = base.now_ms - record.at_ms <= REPLAY_WINDOW_MS and record.replays < MAX_REPLAYS
             if live:
-                uncertain = record.generation != gen  # counters restarted since the original
+                # The counters restarted since the original, or the id was spent once.
+                uncertain = record.generation != gen or record.reissued
                 same = (record.tool, record.category, record.units) == (tool, cat, units)
                 stopped = sess.suspended or base.principal(who).suspended
                 after = base.copy()
@@ -282,7 +284,7 @@ class State:
                     out.append((CONFLICT, after))
                 if not (uncertain or stopped):
                     return out
-                keep = stopped and not uncertain
+                keep = stopped
         out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
         return out
 
@@ -302,8 +304,9 @@ class State:
         if sess.expired(st.now_ms):
             sess.restart(st.now_ms)
         sess.last_seen_ms = st.now_ms
+        reused = None
         if call_id is not None and not keep_call_id:
-            sess.call_ids.pop(call_id, None)
+            reused = sess.call_ids.pop(call_id, None)
         p = st.principal(who)
         codes = set()
         if sess.suspended:
@@ -339,7 +342,8 @@ class State:
             st.tenant[(cat, tenant_window)] = st.tenant.get((cat, tenant_window), 0) + granted
         sess.last_allowed_seq = st.seq
         if call_id is not None:
-            sess.call_ids[call_id] = CallId(tool, cat, units, st.now_ms, sess.generation)
+            record = CallId(tool, cat, units, st.now_ms, sess.generation, 0, reused is not None)
+            sess.call_ids[call_id] = record
         if leased:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
         return [(Expected(200, granted=granted if leased else None), st)]
