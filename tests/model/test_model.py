@@ -48,7 +48,7 @@ from tests.model.model import (
 from tests.support import T0
 
 # Examples per backend in `make test`: each about 40 s on an idle 2-core machine.
-EXAMPLES = {"memory": 200, "dynalite": 50}
+EXAMPLES = {"memory": 200, "dynalite": 40}
 STEPS = int(os.environ.get("MODEL_STEPS", "40"))
 SKIP = frozenset(filter(None, os.environ.get("MODEL_SKIP", "").split(",")))
 MAX_STATES = 64
