@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from chalice.test import Client
 
 import app as app_module
 from chalicelib.observability import SERVICE
+from chalicelib.observability import logger as service_logger
 from chalicelib.ports import BudgetCounters, SessionCounters, StoreUnavailable
 from chalicelib.wiring import CLIENT_CONFIG, Container
 from tests.support import ROOT, T0, FixedClock, client_for, fresh_settings, provisioned
@@ -201,9 +201,9 @@ def open_backend(name: str, policy: Path, dynalite: str | None = None) -> Iterat
     """The service on the memory backend, or on dynalite at `dynalite` (fresh tables)."""
     faults = Faults()
     client = tables = None
-    quiet = {"POWERTOOLS_LOG_LEVEL": "CRITICAL"}
-    saved = {k: os.environ.get(k) for k in quiet}
-    os.environ.update(quiet)
+    # Built here, outside the requests' redirected stdout, with its usual level, so that
+    # later tests in this process log as before.
+    service_logger._get()
     service_log = logging.getLogger(SERVICE)
     level = service_log.level
     service_log.setLevel(logging.CRITICAL)  # refusals and faults are the point, not news
@@ -216,11 +216,6 @@ def open_backend(name: str, policy: Path, dynalite: str | None = None) -> Iterat
             yield Backend(name, http, str(policy), faults, client, tables)
     finally:
         service_log.setLevel(level)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @dataclass(frozen=True)
