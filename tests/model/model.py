@@ -135,6 +135,7 @@ class Session:
     suspended: bool = False
     call_ids: dict[str, CallId] = field(default_factory=dict)
     last_allowed_seq: int = -1
+    peak: dict[str, int] = field(default_factory=dict)  # highest raise of this generation
 
     def expired(self, now_ms: int) -> bool:
         return now_ms - self.last_seen_ms > IDLE_SECONDS * 1000
@@ -148,6 +149,7 @@ class Session:
         self.generation += 1
         self.counts = {}
         self.raised = {}
+        self.peak = {}
         self.last_seen_ms = now_ms
 
 
@@ -231,9 +233,11 @@ class State:
         return View(sessions, shown, tenant, dict(self.escalations))
 
     def limits(self, principals: tuple[str, ...]) -> View:
-        """The limit of every scope, in the shape of a view (the state fields unused)."""
+        """The limit of every scope, in the shape of a view (the state fields unused): a
+        session's highest of this generation, since a lower may leave it over the base."""
         sessions = {
-            sid: ("", {c: s.limit(c) for c in CATEGORIES}) for sid, s in self.sessions.items()
+            sid: ("", {c: max(s.limit(c), s.peak.get(c, 0)) for c in CATEGORIES})
+            for sid, s in self.sessions.items()
         }
         shown = {n: ("", self.principals.get(n, Principal()).limit(WRITE)) for n in principals}
         return View(sessions, shown, {c: w[0] for c, w in TENANT_WINDOW.items()}, {})
@@ -409,6 +413,7 @@ class State:
             if expired:
                 sess.restart(st.now_ms)  # the raise applies to the counters that start now
             sess.raised[category] = sess.limit(category) + add
+            sess.peak[category] = max(sess.peak.get(category, 0), sess.raised[category])
             return [(ALLOWED, st)]
         if action == "lower":
             if category not in sess.raised or expired:
@@ -426,6 +431,7 @@ class State:
             return [(ALLOWED, st)]
         assert action == "reset"
         sess.counts = {}
+        sess.peak = dict(sess.raised)
         sess.generation += 1
         if not expired:
             return [(ALLOWED, st)]
