@@ -1,0 +1,426 @@
+"""Every call the model test makes into the service, in one place: the HTTP routes through
+Chalice's test client, the injected clock, the captured emails and the injected store
+faults. When the service's routes, bodies or wiring change, this is the file to adapt.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import ClientError
+from chalice.test import Client
+
+import app as app_module
+from chalicelib.observability import SERVICE
+from chalicelib.observability import logger as service_logger
+from chalicelib.ports import BudgetCounters, SessionCounters, StoreUnavailable
+from chalicelib.wiring import CLIENT_CONFIG, Container
+from tests.support import ROOT, T0, FixedClock, client_for, fresh_settings, provisioned
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
+
+    from chalicelib.notify import Notifier
+    from chalicelib.settings import Settings
+
+SERVER_TOKEN = "dev-server-token"  # the fixed development tokens
+ADMIN_TOKEN = "dev-admin-token"
+TOPIC = "arn:aws:sns:us-east-1:000000000000:model-alerts"
+ESCALATED = re.compile(r"principal (\S+) suspended$")
+THROTTLED = "ProvisionedThroughputExceededException"
+
+
+# -- injected faults ---------------------------------------------------------------------
+
+
+@dataclass
+class FaultPlan:
+    """Fail store requests `skip` .. `skip + count - 1` (counted from 0) of one operation
+    with a throttling fault: a request that was certainly not applied."""
+
+    skip: int
+    count: int
+    seen: int = 0
+    fired: int = 0
+
+    def next_request_fails(self) -> bool:
+        index = self.seen
+        self.seen += 1
+        if self.skip <= index < self.skip + self.count:
+            self.fired += 1
+            return True
+        return False
+
+
+@dataclass
+class Faults:
+    """The plan in force, if any: armed for one operation by `Driver`."""
+
+    plan: FaultPlan | None = None
+
+    def hit(self) -> bool:
+        return self.plan is not None and self.plan.next_request_fails()
+
+
+class FaultyStore:
+    """A memory store whose every method call is one store request that may fail."""
+
+    def __init__(self, store: object, faults: Faults) -> None:
+        self._store = store
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)
+        if name.startswith("_") or not callable(target):
+            return target
+
+        def request(*args: Any, **kwargs: Any) -> Any:
+            if self._faults.hit():
+                raise StoreUnavailable(f"injected fault in {name}", 1, throttled=True)
+            return target(*args, **kwargs)
+
+        return request
+
+
+def _tables(params: dict[str, Any]) -> set[str]:
+    """The tables one DynamoDB request touches."""
+    names = {str(params["TableName"])} if "TableName" in params else set()
+    names.update(str(t) for t in params.get("RequestItems", {}))
+    for item in params.get("TransactItems", []):
+        for action in item.values():
+            if isinstance(action, dict) and "TableName" in action:
+                names.add(str(action["TableName"]))
+    return names
+
+
+def install_fault_hook(client: DynamoDBClient, faults: Faults, table: str) -> None:
+    """Make requests to `table` fail as the plan says, before they are sent (botocore's
+    own retries never see them: the fault is what the service gets after its retries)."""
+
+    def before(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if table in _tables(params) and faults.hit():
+            error = {"Error": {"Code": THROTTLED, "Message": "injected by the model test"}}
+            raise ClientError(error, model.name)  # type: ignore[arg-type]
+
+    client.meta.events.register("before-parameter-build.dynamodb", before)
+
+
+# -- captured email --------------------------------------------------------------------
+
+
+@dataclass
+class Outbox:
+    """Stands in for SNS: keeps what the notifier publishes."""
+
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def publish(self, **message: Any) -> dict[str, str]:
+        self.sent.append(message)
+        return {"MessageId": f"m-{len(self.sent)}"}
+
+    def escalations(self) -> dict[str, int]:
+        """Principal-suspended emails, by principal."""
+        out: dict[str, int] = {}
+        for message in self.sent:
+            event = message.get("MessageAttributes", {}).get("event", {}).get("StringValue")
+            found = ESCALATED.search(str(message.get("Subject", "")))
+            if event == "principal_suspended" and found:
+                out[found.group(1)] = out.get(found.group(1), 0) + 1
+        return out
+
+
+# -- the service -----------------------------------------------------------------------
+
+
+class ModelContainer(Container):
+    """The service's container with the model test's clock, email capture, DynamoDB
+    client, and (memory backend) stores that fail on demand."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: FixedClock,
+        faults: Faults,
+        outbox: Outbox,
+        dynamodb: DynamoDBClient | None,
+    ) -> None:
+        super().__init__(settings=settings, clock=clock)
+        self._faults = faults
+        self._outbox = outbox
+        self._client = dynamodb
+
+    @cached_property
+    def dynamodb(self) -> DynamoDBClient:
+        assert self._client is not None
+        return self._client
+
+    @cached_property
+    def counters(self) -> SessionCounters:
+        store = super().counters
+        return (
+            cast("SessionCounters", FaultyStore(store, self._faults)) if self.in_memory else store
+        )
+
+    @cached_property
+    def budgets(self) -> BudgetCounters:
+        store = super().budgets
+        return cast("BudgetCounters", FaultyStore(store, self._faults)) if self.in_memory else store
+
+    @cached_property
+    def notifier(self) -> Notifier:
+        from chalicelib.notify import Notifier  # noqa: PLC0415 - as wiring imports it
+
+        return Notifier(lambda: cast("SNSClient", self._outbox), TOPIC)
+
+
+@dataclass
+class Backend:
+    """One backend for a whole test: the test client, and DynamoDB tables if any."""
+
+    name: str
+    http: Client
+    policy: str
+    faults: Faults
+    dynamodb: DynamoDBClient | None = None
+    tables: Settings | None = None
+
+
+@contextmanager
+def open_backend(name: str, policy: Path, dynalite: str | None = None) -> Iterator[Backend]:
+    """The service on the memory backend, or on dynalite at `dynalite` (fresh tables)."""
+    faults = Faults()
+    client = tables = None
+    # Built here, outside the requests' redirected stdout, with its usual level, so that
+    # later tests in this process log as before.
+    service_logger._get()
+    service_log = logging.getLogger(SERVICE)
+    level = service_log.level
+    service_log.setLevel(logging.CRITICAL)  # refusals and faults are the point, not news
+    if dynalite is not None:
+        client = client_for(dynalite, pool=4, base=CLIENT_CONFIG)
+        tables = provisioned(client, fresh_settings(f"m{uuid.uuid4().hex[:8]}"))
+        install_fault_hook(client, faults, tables.counters_table)
+    try:
+        with Client(app_module.app, stage_name="local", project_dir=str(ROOT)) as http:
+            yield Backend(name, http, str(policy), faults, client, tables)
+    finally:
+        service_log.setLevel(level)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the service answered, in the terms the model predicts."""
+
+    status: int
+    body: dict[str, Any]
+    retry_after: str | None
+    faulted: bool = False  # an injected fault fired while answering
+
+    @property
+    def code(self) -> str | None:
+        error = self.body.get("error")
+        return str(error.get("code")) if isinstance(error, dict) else None
+
+    @property
+    def scope(self) -> str | None:
+        error = self.body.get("error")
+        return str(error.get("scope")) if isinstance(error, dict) else None
+
+    @property
+    def duplicate(self) -> bool:
+        return bool(self.body.get("duplicate"))
+
+    @property
+    def lease_id(self) -> str | None:
+        lease = self.body.get("lease")
+        return str(lease["id"]) if isinstance(lease, dict) else None
+
+    @property
+    def granted(self) -> int | None:
+        lease = self.body.get("lease")
+        return int(lease["granted"]) if isinstance(lease, dict) else None
+
+    @property
+    def returned(self) -> int | None:
+        value = self.body.get("returned")
+        return int(value) if isinstance(value, int) else None
+
+    def describe(self) -> str:
+        return f"{self.status} {json.dumps(self.body, sort_keys=True)[:300]}"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The admin views, read back after a step, in the shape of `model.View`."""
+
+    sessions: dict[str, tuple[str, dict[str, int]]]  # shown by GET /v1/sessions/{id}
+    limits: dict[str, dict[str, int]]
+    listing: dict[str, tuple[str, ...]]  # the states the listing reports, by session
+    principals: dict[str, tuple[str, int]]
+    principal_limits: dict[str, int]
+    tenant: dict[str, int]
+    tenant_limits: dict[str, int]
+    escalations: dict[str, int]
+
+
+class Driver:
+    """One fresh tenant of the service: every request of one Hypothesis example."""
+
+    def __init__(self, backend: Backend, tenant: str) -> None:
+        self._backend = backend
+        self.clock = FixedClock(T0)
+        self.outbox = Outbox()
+        base = backend.tables or fresh_settings("memory")
+        settings = fresh_settings(
+            "unused",
+            backend="dynamodb" if backend.dynamodb is not None else "memory",
+            counters_table=base.counters_table,
+            tokens_table=base.tokens_table,
+            audit_table=base.audit_table,
+            grants_table=base.grants_table,
+            topic_arn=TOPIC,
+            policy=backend.policy,
+            idle_timeout_seconds=30,
+            dev_tenant=tenant,
+        )
+        backend.faults.plan = None
+        container = ModelContainer(
+            settings, self.clock, backend.faults, self.outbox, backend.dynamodb
+        )
+        app_module.reset_dependencies(container)
+
+    def close(self) -> None:
+        self._backend.faults.plan = None
+        app_module.reset_dependencies(None)
+
+    # -- transport ---------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        token: str,
+        fault: FaultPlan | None,
+    ) -> Answer:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._backend.faults.plan = fault
+        try:
+            raw = json.dumps(body).encode() if body is not None else b""
+            with redirect_stdout(io.StringIO()):  # the service's metric lines (EMF)
+                response = self._backend.http.http.request(method, path, headers=headers, body=raw)
+        finally:
+            self._backend.faults.plan = None
+        parsed = json.loads(response.body) if response.body else {}
+        return Answer(
+            response.status_code,
+            parsed if isinstance(parsed, dict) else {},
+            response.headers.get("Retry-After"),
+            fault is not None and fault.fired > 0,
+        )
+
+    def _admin(self, path: str, body: dict[str, Any]) -> Answer:
+        return self._request("POST", path, body, ADMIN_TOKEN, None)
+
+    def _get(self, path: str) -> Answer:
+        return self._request("GET", path, None, ADMIN_TOKEN, None)
+
+    # -- the MCP server's side -----------------------------------------------------------
+
+    def check(
+        self,
+        session: str,
+        tool: str,
+        *,
+        category: str | None = None,
+        principal: str | None = None,
+        call_id: str | None = None,
+        lease: int | None = None,
+        fault: FaultPlan | None = None,
+    ) -> Answer:
+        body: dict[str, Any] = {"session_id": session, "tool": tool}
+        optional = {"category": category, "principal": principal, "call_id": call_id}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if lease is not None:
+            body["lease"] = lease
+        return self._request("POST", "/v1/check", body, SERVER_TOKEN, fault)
+
+    def return_lease(
+        self, session: str, lease_id: str, unused: int, fault: FaultPlan | None = None
+    ) -> Answer:
+        body = {"session_id": session, "lease": lease_id, "unused": unused}
+        return self._request("POST", "/v1/leases/return", body, SERVER_TOKEN, fault)
+
+    # -- the administrator's side --------------------------------------------------------
+
+    def session_admin(self, action: str, session: str, category: str, add: int) -> Answer:
+        """raise (by `add`), lower, suspend, resume or reset a session."""
+        body: dict[str, Any] = {"reason": "model test"}
+        if action == "raise":
+            body.update(category=category, add=add)
+        elif action == "lower":
+            body.update(category=category)
+        return self._admin(f"/v1/sessions/{session}/{action}", body)
+
+    def principal_admin(self, action: str, principal: str, category: str, add: int) -> Answer:
+        """raise (by `add`), suspend, resume or reset a principal."""
+        body: dict[str, Any] = {"reason": "model test"}
+        if action == "raise":
+            body.update(category=category, add=add)
+        return self._admin(f"/v1/principals/{principal}/{action}", body)
+
+    def advance(self, ms: int) -> None:
+        self.clock.now_ms += ms
+
+    # -- what the views show ----------------------------------------------------------
+
+    def observe(self, sessions: list[str], principals: tuple[str, ...]) -> Observed:
+        shown: dict[str, tuple[str, dict[str, int]]] = {}
+        limits: dict[str, dict[str, int]] = {}
+        for sid in sessions:
+            answer = self._get(f"/v1/sessions/{sid}")
+            if answer.status == 404:
+                shown[sid] = ("(not found)", {})
+                continue
+            assert answer.status == 200, answer.describe()
+            cats = answer.body["categories"]
+            shown[sid] = (str(answer.body["state"]), {c: int(v["used"]) for c, v in cats.items()})
+            limits[sid] = {c: int(v["limit"]) for c, v in cats.items()}
+        listed = self._get("/v1/sessions?limit=100")
+        assert listed.status == 200, listed.describe()
+        listing: dict[str, tuple[str, ...]] = {}
+        for row in listed.body["sessions"]:
+            states = (str(row["state"]), str(row.get("listing_state", row["state"])))
+            listing[str(row["session_id"])] = states
+        people: dict[str, tuple[str, int]] = {}
+        people_limits: dict[str, int] = {}
+        for name in principals:
+            answer = self._get(f"/v1/principals/{name}")
+            assert answer.status == 200, answer.describe()
+            write = answer.body["categories"]["write"]
+            people[name] = (str(answer.body["state"]), int(write["used"]))
+            people_limits[name] = int(write["limit"])
+        tenant = self._get("/v1/tenant")
+        assert tenant.status == 200, tenant.describe()
+        cats = tenant.body["categories"]
+        return Observed(
+            shown,
+            limits,
+            listing,
+            people,
+            people_limits,
+            {c: int(v["used"]) for c, v in cats.items()},
+            {c: int(v["limit"]) for c, v in cats.items()},
+            self.outbox.escalations(),
+        )
