@@ -209,7 +209,7 @@ class SessionCounters(Protocol):
         """
 
     def return_lease(
-        self, session: SessionKey, lease: LeaseId, unused: int
+        self, session: SessionKey, lease: LeaseId, unused: int, cutoff_ms: int
     ) -> SessionSnapshot | None:
         """Give back `unused` calls of a lease: the count and the leased count go down, if
         the counters are still the generation that granted it (`lease.started_ms`), hold

@@ -166,6 +166,7 @@ class CallRecord:
     replay: bool = False
     check_id: str | None = None
     repeats: int = 1  # refusals of the same tool in a row, kept as one record
+    units: int = 1  # the calls asked for at once (a lease's size): part of what an id binds
 
     def repeats_of(self, earlier: CallRecord) -> bool:
         """Whether this refused call repeats `earlier`: a runaway loop's next attempt at
@@ -289,11 +290,15 @@ class SessionSnapshot:
         ]
         return max(times, default=0)
 
-    def binds(self, call_id: str, tool: str, category: str) -> bool:
-        """Whether this call id, if counted here, was counted for this tool and category:
-        an id names one call, and is never a pass for another."""
+    def binds(self, call_id: str, tool: str, category: str, units: int = 1) -> bool:
+        """Whether this call id, if counted here, was counted for this tool, category and
+        number of calls asked: an id names one call, and is never a pass for another."""
         original = self.find_call(call_id)
-        return original is None or (original.tool, original.category) == (tool, category)
+        return original is None or (original.tool, original.category, original.units) == (
+            tool,
+            category,
+            units,
+        )
 
     def find_call(self, call_id: str) -> CallRecord | None:
         """The allowed (counted) call recorded under this call id, if still in the record."""
@@ -338,6 +343,7 @@ class Attempt:
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one
+    asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
 
     @property
     def tenant(self) -> str:
@@ -381,6 +387,7 @@ class Attempt:
             call_id,
             replay,
             self.check_id,
+            units=self.asked,
         )
 
 
@@ -399,7 +406,7 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
     if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
         return Verdict.EXPIRED
     if attempt.call_id is not None and not snapshot.binds(
-        attempt.call_id, attempt.tool, attempt.category
+        attempt.call_id, attempt.tool, attempt.category, attempt.asked
     ):
         return Verdict.CALL_ID_CONFLICT
     call_id = attempt.dedupe_call_id

@@ -275,6 +275,7 @@ class CheckService:
             base_limit=base_limit,
             units=units,
             leased=leased,
+            asked=min(request.lease or 1, category.lease_max) if leased else 1,
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             check_id=new_check_id(),
@@ -321,9 +322,10 @@ class CheckService:
         self._store.uncount(attempt, snapshot.started_ms)
         step, seen = refusal
         suspended = seen is not None and seen.suspended
-        if attempt.units > 1 and not suspended and _use(step, seen or BudgetSnapshot()).remaining:
-            # A wider budget had room for fewer calls than the lease: this call alone.
-            return self.check(tenant, replace(request, lease=1))
+        remaining = _use(step, seen or BudgetSnapshot()).remaining
+        if attempt.units > 1 and not suspended and remaining:
+            # A wider budget had room for fewer calls than the lease: what remains there.
+            return self.check(tenant, replace(request, lease=min(remaining, attempt.units - 1)))
         since = snapshot.last_allowed_ms(besides=attempt)
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
 
@@ -651,19 +653,14 @@ class CheckService:
     # -- returned leases -------------------------------------------------------------
 
     def return_lease(self, tenant: str, request: LeaseReturn) -> int:
-        """Give back the calls of a lease that the client did not spend, best effort: to
-        the session only if its counters are the generation that granted the lease, to a
-        wider budget only in the window that granted it; a retried return applies once.
-        Returns the calls given back to the session (0: nothing applied).
-
-        Unverified by design: a server token is trusted to enforce quotas anyway (it
-        could skip checks), so a return is capped at what the lease id says it granted,
-        at the category's lease_max and at what the session has counted through leases;
-        the session remembers the lease it last took back, so a retry is not applied
-        twice.
+        """Give back the calls of a lease that the client did not spend: to the session
+        only if it is the category's last lease, exactly as granted, to counters still
+        live (the same generation, not idle-expired), once; then to a wider budget, best
+        effort, only in the window that granted it. Returns the calls given back to the
+        session (0: nothing applied).
 
         Raises:
-            StorageError: the store failed.
+            StorageError: the store failed before the session took the calls back.
         """
         lease = request.lease
         category = self._policy.categories.get(lease.category)
@@ -671,11 +668,11 @@ class CheckService:
             return 0
         unused = min(request.unused, lease.granted, category.lease_max)
         session = SessionKey(tenant, request.session_id)
-        snapshot = self._store.return_lease(session, lease, unused)
+        now_ms = self._clock()
+        snapshot = self._store.return_lease(session, lease, unused, now_ms - self._idle_ms)
         if snapshot is None:
             return 0
         if self._budgets is not None:
-            now_ms = self._clock()
             principal = snapshot.principal
             for window in category.windows:
                 if window.window_start_ms(now_ms) != window.window_start_ms(lease.granted_ms):
@@ -694,7 +691,15 @@ class CheckService:
                     now_ms,
                     unused,
                 )
-                self._budgets.give_back(key, spend)
+                try:
+                    self._budgets.give_back(key, spend)
+                except StorageError as exc:
+                    # The session has its calls back; the wider budget keeps them until
+                    # its window ends (under-admission, never over).
+                    logger.warning(
+                        "lease return: a wider budget kept its calls",
+                        extra={"scope": key.scope.value, "error": exc.doing},
+                    )
         return unused
 
     def _principal_suspended(self, attempt: Attempt) -> Refused:

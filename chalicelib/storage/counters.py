@@ -199,7 +199,9 @@ UNCOUNT_LEASED = " ADD #l :minus REMOVE #g"
 # Unspent calls of a lease come back to the generation that granted them, never more than
 # the leases counted, only for the lease last granted in the category, exactly as it was
 # granted (`#g`), and once (`#g` goes).
-RETURN_CONDITION = f"{_SAME_COUNTERS} AND #l >= :unused AND #n >= :unused AND #g = :grant"
+RETURN_CONDITION = (
+    f"{_SAME_COUNTERS} AND {_ACTIVE} AND #l >= :unused AND #n >= :unused AND #g = :grant"
+)
 RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused REMOVE #g"
 UNCOUNT_RECORD_ONLY = f"SET {_APPEND_CALL}"
 
@@ -263,6 +265,8 @@ def encode_call(record: CallRecord) -> str:
     fields = [_base36(record.at_ms), record.category, record.tool, allowed]
     if record.repeats > 1:
         fields.append(str(record.repeats))
+    if record.units > 1:
+        fields.append(f"x{record.units}")
     return _SEP.join(fields)
 
 
@@ -290,7 +294,8 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
     elif stored.startswith((BLOCKED, REPLAYED, UNCOUNTED)) and _SEP in stored:
         call_id, check_id = stored[2:].rsplit(_SEP, 1)
     replay = stored.startswith(REPLAYED)
-    repeats = int(more[0]) if more else 1
+    repeats = next((int(f) for f in more if f.isdigit()), 1)
+    units = next((int(f[1:]) for f in more if f.startswith("x")), 1)
     return CallRecord(
         int(at, 36),
         category,
@@ -301,6 +306,7 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
         replay,
         check_id,
         repeats,
+        units,
     )
 
 
@@ -934,7 +940,7 @@ class CounterStore:
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
 
     def return_lease(
-        self, session: SessionKey, lease: LeaseId, unused: int
+        self, session: SessionKey, lease: LeaseId, unused: int, cutoff_ms: int
     ) -> SessionSnapshot | None:
         """Give back unspent leased calls to the counters that granted them; None if
         nothing was given back (another generation, just returned, not leased).
@@ -947,8 +953,10 @@ class CounterStore:
             "#n": COUNT_PREFIX + lease.category,
             "#l": LEASED_PREFIX + lease.category,
             "#g": GRANT_PREFIX + lease.category,
+            "#ls": LAST_SEEN,
         }
         values = {
+            ":cutoff": _n(cutoff_ms),
             ":started": _n(lease.started_ms),
             ":unused": _n(unused),
             ":grant": _s(lease.grant),

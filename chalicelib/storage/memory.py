@@ -252,7 +252,7 @@ class MemoryCounters:
             self._append(session, attempt.record(allowed=False))
 
     def return_lease(
-        self, session: SessionKey, lease: LeaseId, unused: int
+        self, session: SessionKey, lease: LeaseId, unused: int, cutoff_ms: int
     ) -> SessionSnapshot | None:
         """Give back unspent leased calls of the category's last lease, exactly as it was
         granted, once."""
@@ -262,6 +262,7 @@ class MemoryCounters:
             if (
                 found is None
                 or found.started_ms != lease.started_ms
+                or found.last_seen_ms < cutoff_ms
                 or found.grants.get(category) != lease.grant
                 or found.leased.get(category, 0) < unused
                 or found.counts.get(category, 0) < unused

@@ -50,3 +50,14 @@ def test_an_exact_retry_is_answered_as_the_original_and_counted_once(any_api: Ap
     retry = any_api.check(session_id="r", tool="delete_tag", call_id="x-9")
     assert first.status_code == retry.status_code == 200
     assert body(retry)["duplicate"] is True and used(any_api, "r", "write") == 1
+
+
+def test_a_call_id_is_bound_to_the_calls_it_asked_for(any_api: Api) -> None:
+    read = {"session_id": "l", "tool": "search_articles", "call_id": "c-2"}
+    leased = any_api.check(**read, lease=2)
+    assert leased.status_code == 200 and body(leased)["lease"]["granted"] == 2
+    alone = any_api.check(**read)  # the same id, asking for one call: another call
+    assert alone.status_code == 409 and body(alone)["error"]["code"] == "call_id_conflict"
+    again = any_api.check(**read, lease=2)  # the same call exactly: its retry
+    assert again.status_code == 200 and body(again)["duplicate"] is True
+    assert used(any_api, "l", "read") == 2
