@@ -173,6 +173,16 @@ class SessionCounters(Protocol):
             StorageError: the store failed.
         """
 
+    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+        """Refuse a suspended session's first attempt after idle expiry: its counters
+        start again (raises, refusals and leases go), with this refusal as their first
+        record; it stays suspended. None if another attempt touched it since
+        `old_last_seen_ms` was read.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
     def record_block(
         self,
         attempt: Attempt,

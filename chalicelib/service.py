@@ -510,10 +510,33 @@ class CheckService:
             lease_seconds=category.lease_seconds,
         )
 
+    def _refused_suspended(self, attempt: Attempt, snapshot: SessionSnapshot) -> Refused | None:
+        """A suspended session idle past the timeout: its counters start again with this
+        refusal (idle expiry holds while suspended too). None if it changed meanwhile."""
+        restarted = self._store.restart_suspended(attempt, snapshot.last_seen_ms)
+        if restarted is None:
+            return None
+        limit = restarted.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        return Refused(
+            session_id=attempt.session_id,
+            tool=attempt.tool,
+            category=attempt.category,
+            used=0,
+            limit=limit,
+            now_ms=attempt.now_ms,
+            resets_at_ms=attempt.resets_at_ms,
+            reason=RefusalReason.SESSION_SUSPENDED,
+            last_calls=restarted.calls[-self._keep :],
+            principal=attempt.principal,
+            started_ms=restarted.started_ms,
+        )
+
     def _refuse(
         self, attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict
     ) -> Refused | None:
         suspended = verdict is Verdict.SUSPENDED
+        if suspended and snapshot.is_idle(attempt.now_ms, self._idle_ms):
+            return self._refused_suspended(attempt, snapshot)
         limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:

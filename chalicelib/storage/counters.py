@@ -163,6 +163,10 @@ CONSUME_SERVER = ", #srv = :srv"
 
 # After idle expiry: start the counters again, exactly as if TTL had deleted the item.
 RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
+# A suspended session's first attempt after idle expiry: its counters start again with
+# the refusal as their first record; it stays suspended, and keeps no TTL.
+RESTART_SUSPENDED_CONDITION = f"#ls = :old_ls AND {_IS_SUSPENDED}"
+RESTART_SUSPENDED_SET = "SET #started = :now, #ls = :now, #calls = :rec, #ids = :cidl"
 _RESET_SET = "#n = :units, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
 
 # A refused attempt still refreshes the idle clock and is recorded. z_<cat> names the
@@ -731,6 +735,43 @@ class CounterStore:
             return None
         self._tails.learn(_key(attempt.session), item)
         return Consumed(snapshot_from_item(item))
+
+    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+        """A suspended session's first attempt after idle expiry, refused: its counters
+        start again, this refusal their first record. None if another attempt came first.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        removed = _counter_names(
+            (
+                COUNT_PREFIX,
+                LEASED_PREFIX,
+                GRANT_PREFIX,
+                RAISED_PREFIX,
+                RAISED_UNTIL_PREFIX,
+                NOTIFIED_PREFIX,
+                REFUSED_PREFIX,
+            ),
+            self._categories,
+        )
+        clause, names = _remove_clause(removed)
+        values = self._call_values(attempt, attempt.record(allowed=False))
+        values[":old_ls"] = _n(old_last_seen_ms)
+        key = _key(attempt.session)
+        try:
+            item = self._update(
+                key,
+                RESTART_SUSPENDED_SET + clause,
+                RESTART_SUSPENDED_CONDITION,
+                {**_BASE_NAMES, **names},
+                values,
+                "restarting a suspended session's counters",
+            )
+        except _ConditionFailed:
+            return None
+        self._tails.learn(key, item)
+        return snapshot_from_item(item)
 
     def record_block(
         self,

@@ -171,6 +171,24 @@ class MemoryCounters:
             self._touch(session, attempt)
             return Consumed(session.snapshot())
 
+    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+        """A suspended session's first attempt after idle expiry: counters start again."""
+        with self._lock:
+            session = self._sessions.get(attempt.session)
+            if (
+                session is None
+                or session.last_seen_ms != old_last_seen_ms
+                or session.suspended_reason is None
+            ):
+                return None
+            session.zero()
+            session.raised.clear()
+            session.raised_until.clear()
+            session.started_ms = session.last_seen_ms = attempt.now_ms
+            session.calls = []
+            self._append(session, attempt.record(allowed=False))
+            return session.snapshot()
+
     def record_block(
         self,
         attempt: Attempt,

@@ -109,12 +109,12 @@ def test_a_suspended_session_refuses_everything_whatever_the_idle_time(
         answer = refused(service.check("demo", request))
         assert answer.reason is RefusalReason.SESSION_SUSPENDED and not answer.first_exhaustion
         assert answer.remaining == 0 and "NOT run" in answer.message
-    clock.advance(IDLE * 3)  # suspension survives idle expiry
+    clock.advance(IDLE * 3)  # suspension survives idle expiry; the counters do not
     assert refused(service.check("demo", read())).reason is RefusalReason.SESSION_SUSPENDED
     clock.advance(IDLE * 3)
     stored = counters.get(S1)
     assert stored is not None and stored.state(clock(), IDLE_MS) is SessionState.SUSPENDED
-    assert stored.counts == {"read": 1}
+    assert stored.counts == {} and [c.allowed for c in stored.calls] == [False]
 
 
 def test_suspending_an_unseen_session_refuses_its_first_check(
@@ -175,13 +175,17 @@ def test_reset_zeroes_the_counters_and_keeps_raises_suspension_and_last_calls(
     assert after.suspended and after.suspended_reason == "looping"
     assert before is not None and after.calls == before.calls  # the evidence stays
     assert refused(service.check("demo", write())).reason is RefusalReason.SESSION_SUSPENDED
-    clock.advance(IDLE * 2)  # still suspended after the reset
-    assert refused(service.check("demo", write())).reason is RefusalReason.SESSION_SUSPENDED
+    clock.advance(1)
     counters.resume(S1, clock(), IDLE_MS)
     clock.advance(1)
     counters.reset(S1, clock(), IDLE_MS)
     first = allowed(service.check("demo", write()))
-    assert first.used == 1 and first.limit == 20
+    assert first.used == 1 and first.limit == 20  # the raise stayed through both resets
+    counters.suspend(S1, "again", clock())
+    clock.advance(IDLE * 2)  # idle expiry while suspended: counters and raise go
+    assert refused(service.check("demo", write())).reason is RefusalReason.SESSION_SUSPENDED
+    counters.resume(S1, clock(), IDLE_MS)
+    assert allowed(service.check("demo", write())).limit == 15
 
 
 def test_reset_of_an_active_session_counts_again_from_zero(
