@@ -100,7 +100,10 @@ function principalLink(p) {
   return p ? el("a", { href: `#/principal/${encodeURIComponent(p)}`, text: p }) : "-";
 }
 
-function show(...nodes) { main.replaceChildren(...nodes); }
+// replaceChildren() turns null into the text "null": drop the parts a page leaves out.
+function show(...nodes) {
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
 
 // -- sign in ---------------------------------------------------------------------------
 
@@ -175,13 +178,15 @@ function categoryRows(categories) {
   ]);
 }
 
-function actionForm(id, categories, state, after) {
+function actionForm(id, categories, state, after, chosen) {
   const status = el("div", { "aria-live": "polite" });
   const category = el("select", { name: "category", "aria-label": "Category" },
     Object.keys(categories).map((c) => el("option", { value: c, text: c })));
-  // Preselect the category that is spent: that is the one the admin came to raise.
+  // Keep the category the admin last acted on; else preselect the one that is spent:
+  // that is the one the admin came to raise.
   const spent = Object.keys(categories).find((c) => categories[c].remaining === 0);
-  if (spent) category.value = spent;
+  if (chosen && Object.hasOwn(categories, chosen)) category.value = chosen;
+  else if (spent) category.value = spent;
   const mode = el("select", { name: "mode", "aria-label": "Raise mode" },
     el("option", { value: "add", text: "raise by (+N)" }), el("option", { value: "limit", text: "raise to (N)" }));
   const amount = el("input", { name: "amount", type: "number", min: "1", value: "10", "aria-label": "Amount" });
@@ -193,7 +198,7 @@ function actionForm(id, categories, state, after) {
     try {
       const result = await api("POST", `${path}/${action}`, { ...body, reason: reason.value.trim() });
       const change = result.before !== undefined ? `: ${result.before} → ${result.after}` : "";
-      after(notice("ok", `Done: ${action}${change}.`));
+      after(notice("ok", `Done: ${action}${change}.`), category.value);
     } catch (err) {
       status.replaceChildren(notice("error", err.message));
     }
@@ -229,7 +234,7 @@ async function auditTable(sessionId, params) {
     : el("p", { class: "muted", text: "No events." }) };
 }
 
-async function sessionPage(id, message) {
+async function sessionPage(id, message, chosen) {
   const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   const audit = await auditTable(id, { limit: "100" });
   const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.allowed ? "allowed" : c.repeats > 1 ? `REFUSED ×${c.repeats} in a row` : "REFUSED"]);
@@ -244,7 +249,8 @@ async function sessionPage(id, message) {
     ])),
     el("section", {}, el("h2", { text: "Counters" }),
       table(["Category", "Used", "Used / limit", "Leased", "Raised", "Refused"], categoryRows(s.categories), "stack counters")),
-    actionForm(id, s.categories, s.state, (note) => sessionPage(id, note).catch(fail)),
+    actionForm(id, s.categories, s.state,
+      (note, kept) => sessionPage(id, note, kept).catch(fail), chosen),
     el("section", {}, el("h2", { text: "Last calls" }),
       calls.length ? table(["When", "Tool", "Category", "Result"], calls) : el("p", { class: "muted", text: "None." })),
     el("section", {}, el("h2", { text: "Audit trail" }), audit.node),
