@@ -195,11 +195,12 @@ def _categories(categories: Mapping[str, Any]) -> str:
 
 
 def _outcome(call: Mapping[str, Any]) -> str:
-    """Allowed, or blocked; a run of refusals of one tool is one row with a count."""
+    """Allowed or refused (the console's and the email's word); a run of refusals of one
+    tool is one row with a count."""
     if call.get("allowed"):
         return "allowed"
     repeats = call.get("repeats")
-    return f"BLOCKED x{repeats} in a row" if isinstance(repeats, int) and repeats > 1 else "BLOCKED"
+    return f"refused ×{repeats} in a row" if isinstance(repeats, int) and repeats > 1 else "refused"
 
 
 def _calls(calls: list[Any]) -> str:
