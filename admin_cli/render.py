@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 EMPTY = "-"
+TIMES = "\N{MULTIPLICATION SIGN}"
 MAX_CELL = 60
 # Control (C0, DEL, C1), format (bidi overrides, zero-width) and surrogate characters.
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
@@ -200,7 +201,9 @@ def _outcome(call: Mapping[str, Any]) -> str:
     if call.get("allowed"):
         return "allowed"
     repeats = call.get("repeats")
-    return f"refused ×{repeats} in a row" if isinstance(repeats, int) and repeats > 1 else "refused"
+    if isinstance(repeats, int) and repeats > 1:
+        return f"refused {TIMES}{repeats} in a row"
+    return "refused"
 
 
 def _calls(calls: list[Any]) -> str:

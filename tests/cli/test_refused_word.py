@@ -19,7 +19,15 @@ def test_a_run_of_refusals_reads_refused_with_its_count(cli: Cli, api: FakeAdmin
 
     assert run.code == 0, run.err
     row = next(line for line in run.out.splitlines() if "in a row" in line)
-    assert row.split()[1:8] == ["delete_article", "write", "refused", "×26", "in", "a", "row"]
+    assert row.split()[1:8] == [
+        "delete_article",
+        "write",
+        "refused",
+        "\N{MULTIPLICATION SIGN}26",
+        "in",
+        "a",
+        "row",
+    ]
     assert "BLOCKED" not in run.out
 
 
@@ -34,5 +42,5 @@ def test_a_single_refusal_reads_refused(cli: Cli, api: FakeAdminApi) -> None:
 
 def test_the_console_uses_the_same_words() -> None:
     script = CONSOLE_JS.read_text()
-    assert "`refused ×${c.repeats} in a row`" in script
+    assert "`refused \N{MULTIPLICATION SIGN}${c.repeats} in a row`" in script
     assert "REFUSED" not in script
