@@ -136,10 +136,12 @@ async function overview() {
   const data = await api("GET", `/v1/sessions?since=${encodeURIComponent(since)}&limit=100`);
   const sessions = data.sessions;
   const count = (s) => sessions.filter((x) => x.listing_state === s).length;
-  const byPrincipal = {};
+  const principals = new Set(sessions.map((s) => s.principal || "(none)"));
+  // Two servers' incidents must not look alike: group by where and for whom.
+  const groups = new Map();
   for (const s of sessions) {
-    const p = s.principal || "(none)";
-    byPrincipal[p] = (byPrincipal[p] || 0) + 1;
+    const key = JSON.stringify([s.server || "(not given)", s.principal || "(none)"]);
+    groups.set(key, (groups.get(key) || 0) + 1);
   }
   const rows = sessions.map((s) => [
     sessionLink(s.session_id), stateBadge(s.listing_state), principalLink(s.principal),
@@ -154,13 +156,15 @@ async function overview() {
         el("div", {}, el("b", { text: String(count("suspended")) }), "suspended"),
         el("div", {}, el("b", { text: String(count("active")) }), "active again"),
         el("div", {}, el("b", { text: String(count("expired")) }), "expired"),
-        el("div", {}, el("b", { text: String(Object.keys(byPrincipal).length) }), "principals")),
+        el("div", {}, el("b", { text: String(principals.size) }), "principals")),
       sessions.length === 0 ? el("p", { class: "muted", text: "No session was blocked or suspended in the last 24 hours." })
         : table(["Session", "State", "Principal", "Server", "Event", "When", "Last call"], rows)),
-    el("section", {}, el("h2", { text: "By principal" }),
-      table(["Principal", "Sessions in trouble"],
-        Object.entries(byPrincipal).sort((a, b) => b[1] - a[1]).map(([p, n]) =>
-          [p === "(none)" ? p : principalLink(p), String(n)]))),
+    el("section", {}, el("h2", { text: "By server and principal" }),
+      table(["Server", "Principal", "Sessions in trouble"],
+        [...groups.entries()].sort((a, b) => b[1] - a[1]).map(([key, n]) => {
+          const [server, p] = JSON.parse(key);
+          return [server, p === "(none)" ? p : principalLink(p), String(n)];
+        }))),
     el("section", {}, el("h2", { text: "Open a session" }),
       el("form", { class: "actions", onsubmit: (event) => {
         event.preventDefault();
