@@ -204,7 +204,10 @@ function actionForm(id, categories, state, after, chosen) {
       const change = result.before !== undefined ? `: ${result.before} → ${result.after}` : "";
       after(notice("ok", `Done: ${action}${change}.`), category.value);
     } catch (err) {
-      status.replaceChildren(notice("error", err.message));
+      // The service's words serve every client; here the way out is a button.
+      const advice = err.status === 409 && action === "raise"
+        ? " To bring the limit back to the base, use the “Lower to base” button." : "";
+      status.replaceChildren(notice("error", err.message + advice));
     }
   }
   const raise = () => {

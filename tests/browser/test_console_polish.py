@@ -173,3 +173,18 @@ def test_the_overview_groups_sessions_by_server_and_principal(
     expect(row).to_contain_text("ops-bot")
     expect(row.get_by_role("cell").last).to_have_text("2")
     watched.assert_clean()
+
+
+def test_a_raise_that_would_lower_names_the_button(stack: Stack, watched: Watched) -> None:
+    run_away(stack, "polish-lower")
+    sign_in(watched.page, stack)
+    page = watched.page
+    page.goto(f"{stack.url}/console#/session/polish-lower")
+    page.get_by_label("Reason").fill("too low")
+    page.get_by_label("Raise mode").select_option("limit")
+    page.get_by_label("Amount").fill("3")
+    page.get_by_role("button", name="Raise", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("use the “Lower to base” button")
+    # The refused raise itself: its 409 response and Chromium's console line about it.
+    watched.errors = [e for e in watched.errors if "409" not in e]
+    watched.assert_clean()

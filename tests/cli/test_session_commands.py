@@ -217,7 +217,9 @@ def test_raise_that_would_lower_exits_5_with_the_servers_message(
 
     assert run.code == 5
     assert run.out == ""
-    assert run.err.strip() == f"mcp-quota: error: {message}"
+    [line] = run.err.strip().splitlines()
+    assert line.startswith(f"mcp-quota: error: {message} ")
+    assert line.endswith('mcp-quota session lower sess-1 --category write --reason "..."')
 
 
 def test_raise_above_the_policy_maximum_exits_2_naming_the_field(
