@@ -583,18 +583,28 @@ def perform_link(token: str) -> Response:
     return html_response(_link_desk().perform(unquote(token)))
 
 
-@app.route("/console", methods=["GET"])
+@app.route("/console", methods=["GET", "HEAD"])
 @handled
 def console_page() -> Response:
-    """The web console's page."""
+    """The web console's page; `/console/` redirects here so its relative links work."""
+    request = app.current_request
+    assert request is not None
+    if console_files.trailing_slash(str(request.context.get("path", ""))):
+        return Response(body="", status_code=308, headers={"Location": "../console"})
     return console_response("index.html")
 
 
-@app.route("/console/{name}", methods=["GET"])
+@app.route("/console/{name}", methods=["GET", "HEAD"])
 @handled
 def console_asset(name: str) -> Response:
-    """The console's script and style sheet."""
+    """The console's script, style sheet and icon."""
     return console_response(name)
+
+
+@app.route("/favicon.ico", methods=["GET", "HEAD"])
+def favicon() -> Response:
+    """No icon at the root (the console links its own): 204 instead of a 404 in the log."""
+    return Response(body="", status_code=204, headers={"Cache-Control": "max-age=86400"})
 
 
 def console_response(name: str) -> Response:

@@ -6,6 +6,7 @@ human reads. Printing is left to `admin_cli.main`.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,7 +130,19 @@ def session_raise(
             (409 when it would lower the limit, 400 above the policy's maximum).
     """
     body = _raise_body(category, reason, limit, add)
-    data = client.call("POST", _session_path(session_id, "raise"), body)
+    try:
+        data = client.call("POST", _session_path(session_id, "raise"), body)
+    except CliError as exc:
+        if exc.exit_code is not ExitCode.CONFLICT:
+            raise
+        # The service's words are for every client; a CLI user wants the command.
+        command = shlex.join(
+            ["mcp-quota", "session", "lower", session_id, "--category", category, "--reason"]
+        )
+        raise CliError(
+            f'{exc.message} To bring the limit back to the base: {command} "..."',
+            exc.exit_code,
+        ) from exc
     session = _object(data, "session")
     headline = (
         f"Raised {render.cell(data.get('category', category))} for session {session_id}: "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 EMPTY = "-"
+TIMES = "\N{MULTIPLICATION SIGN}"
 MAX_CELL = 60
 # Control (C0, DEL, C1), format (bidi overrides, zero-width) and surrogate characters.
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
@@ -195,11 +196,14 @@ def _categories(categories: Mapping[str, Any]) -> str:
 
 
 def _outcome(call: Mapping[str, Any]) -> str:
-    """Allowed, or blocked; a run of refusals of one tool is one row with a count."""
+    """Allowed or refused (the console's and the email's word); a run of refusals of one
+    tool is one row with a count."""
     if call.get("allowed"):
         return "allowed"
     repeats = call.get("repeats")
-    return f"BLOCKED x{repeats} in a row" if isinstance(repeats, int) and repeats > 1 else "BLOCKED"
+    if isinstance(repeats, int) and repeats > 1:
+        return f"refused {TIMES}{repeats} in a row"
+    return "refused"
 
 
 def _calls(calls: list[Any]) -> str:

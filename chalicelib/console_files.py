@@ -10,6 +10,7 @@ CONTENT_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 # Same-origin only: the token pasted into the page goes nowhere but this API.
 CSP = (
@@ -37,3 +38,8 @@ def console_headers(content_type: str) -> dict[str, str | list[str]]:
         "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-cache",
     }
+
+
+def trailing_slash(request_path: str) -> bool:
+    """Whether the page was asked for as `.../console/`, where its relative links break."""
+    return request_path.endswith("/console/")

@@ -9,10 +9,13 @@ set, the one already running is used). At the end it prints what happened.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import shlex
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -63,8 +66,7 @@ async def agent_loop(mcp_url: str, session: str, calls: int) -> dict[str, Any]:
     """What a runaway agent does: call delete_tag in a tight loop, ignoring refusals."""
     meta = {META_SESSION_KEY: session}
     allowed = refused = 0
-    first_refusal: mt.CallToolResult | None = None
-    first_refused_at = 0
+    told: dict[str, tuple[int, mt.CallToolResult]] = {}
     async with Client(mcp_url) as client:
         before = await read_stats(client)
         started = time.perf_counter()
@@ -72,8 +74,8 @@ async def agent_loop(mcp_url: str, session: str, calls: int) -> dict[str, Any]:
             result = await client.call_tool_mcp("delete_tag", {"tag": f"tag-{number}"}, meta=meta)
             if result.is_error:
                 refused += 1
-                if first_refusal is None:
-                    first_refusal, first_refused_at = result, number
+                kind = str((result.structured_content or {}).get("kind"))
+                told.setdefault(kind, (number, result))
             else:
                 allowed += 1
         elapsed = time.perf_counter() - started
@@ -83,115 +85,83 @@ async def agent_loop(mcp_url: str, session: str, calls: int) -> dict[str, Any]:
         "refused": refused,
         "elapsed": elapsed,
         "deletions": after["deletions"] - before["deletions"],
-        "first_refusal": first_refusal,
-        "first_refused_at": first_refused_at,
+        "told": told,
     }
 
 
-def _get(http: httpx2.Client, path: str, params: dict[str, str]) -> dict[str, Any] | str:
-    try:
-        response = http.get(path, params=params)
-    except httpx2.TransportError as exc:
-        return f"unreachable ({type(exc).__name__})"
-    if response.status_code != 200:
-        return f"not available on this service ({response.status_code})"
-    body: dict[str, Any] = response.json()
-    return body
-
-
 def admin_view(base_url: str, session: str) -> list[str]:
-    """What an administrator sees afterwards: the session and its audit trail."""
+    """The session's state and counters now, as an administrator's API call shows them."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with httpx2.Client(base_url=base_url, headers=headers, timeout=5.0) as http:
-        state = _get(http, f"/v1/sessions/{session}", {})
-        audit = _get(http, "/v1/audit", {"session_id": session})
-    lines = [f"The session, as an administrator sees it (GET /v1/sessions/{session}):"]
-    if isinstance(state, str):
-        lines.append(f"    {state}")
-    else:
-        lines.append(f"    state: {state.get('state')}, resets at {state.get('resets_at')}")
-        for name, counts in sorted(state.get("categories", {}).items()):
-            lines.append(
-                f"    {name:<6} {counts.get('used')}/{counts.get('limit')} used, "
-                f"{counts.get('refused')} refused"
-            )
-        lines.append(f"    last calls kept: {len(state.get('last_calls', []))}")
-    lines += ["", "Its audit trail (GET /v1/audit):"]
-    if isinstance(audit, str):
-        lines.append(f"    {audit}")
-    else:
-        for event in audit.get("events", []):
-            detail = event.get("detail", {})
-            after = event.get("after") or {}
-            if event.get("type") == "principal_suspended":
-                summary = (
-                    f"principal {after.get('principal')} suspended: "
-                    f"{event.get('reason') or 'by an administrator'}"
-                )
-            else:
-                summary = detail.get("subject") or (
-                    f"{detail.get('tool')}: {detail.get('category')} "
-                    f"{detail.get('used')}/{detail.get('limit')} ({detail.get('scope')} "
-                    f"scope), {len(detail.get('last_calls', []))} last calls kept as evidence"
-                )
-            lines.append(f"    {event.get('at')}  {event.get('type'):<20} {summary}")
+        try:
+            response = http.get(f"/v1/sessions/{session}")
+        except httpx2.TransportError as exc:
+            return [f"  (the service could not be reached: {type(exc).__name__})"]
+    if response.status_code != 200:
+        return [f"  (not available on this service: {response.status_code})"]
+    state: dict[str, Any] = response.json()
+    counts = ", ".join(
+        f"{name} {c.get('used')}/{c.get('limit')} ({c.get('refused')} refused)"
+        for name, c in sorted(state.get("categories", {}).items())
+    )
+    return [f"  state {state.get('state')}: {counts}"]
+
+
+def emails_from(log: Path | None) -> list[list[str]]:
+    """The e-mails the local stage printed on the service's console, each as its lines."""
+    if log is None:
+        return []
+    lines = log.read_text(errors="replace").splitlines()
+    emails: list[list[str]] = []
+    for marker in (i for i, line in enumerate(lines) if "=== notification" in line):
+        email: list[str] = []
+        for line in lines[marker + 1 :]:
+            if "=== notification" in line or line.startswith(
+                ("127.0.0.1 - -", "{", "Found ", "refused ", "admin ")
+            ):
+                break
+            email.append(line)
+        while email and not email[-1].strip():
+            email.pop()
+        emails.append(email)
+    return emails
+
+
+def email_summary(email: list[str]) -> list[str]:
+    """An e-mail's subject and its links, one line each."""
+    subject = next((line.strip() for line in email if line.startswith("Subject:")), "(no subject)")
+    lines = [f"  {subject}"]
+    for label, link in itertools.pairwise(email):
+        if link.strip().startswith("http") and label.strip().endswith(":"):
+            lines.append(f"    {label.strip()} {link.strip()}")
     return lines
 
 
-def notification_from(log: Path | None) -> list[str]:
-    """The e-mail the local stage prints on the service console, if this demo started it."""
-    if log is None:
-        return ["(The notification, if any, is printed on the quota service's console.)"]
-    lines = log.read_text(errors="replace").splitlines()
-    markers = [i for i, line in enumerate(lines) if "=== notification" in line]
-    if not markers:
-        return ["(No notification was printed by the service.)"]
-    email: list[str] = []
-    for marker in markers:
-        for line in lines[marker + (1 if email else 0) :]:
-            if line.startswith(("127.0.0.1 - -", "{", "Found ", "refused ", "admin ")):
-                break
-            if email and "=== notification" in line:
-                break
-            email.append("    " + line if line else "")
-    heading = (
-        f"The {len(markers)} e-mails sent for the whole loop: the exhaustion, then the "
-        "principal's suspension once the loop kept ignoring refusals (printed by the local "
-        "stage):"
-        if len(markers) > 1
-        else "The one e-mail sent for the whole loop (printed by the local stage):"
-    )
-    return [heading, *email]
+def wrap(text: str, indent: str = "    ", width: int = 100) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent)
 
 
-def report(outcome: dict[str, Any], calls: int, session: str, where: dict[str, str]) -> str:
-    refusal: mt.CallToolResult | None = outcome["first_refusal"]
-    per_call_ms = 1000 * outcome["elapsed"] / calls
+def report(
+    outcome: dict[str, Any], calls: int, session: str, where: dict[str, str], emails_file: Path
+) -> list[str]:
+    told: dict[str, tuple[int, mt.CallToolResult]] = outcome["told"]
     lines = [
         "",
-        f"mcp-quota demo: an agent loop called delete_tag {calls} times, as fast as it could.",
-        f"  quota service:  {where['quota']} ({where['quota_note']})",
-        f"  MCP server:     {where['mcp']} (examples/articles_server.py + QuotaMiddleware)",
-        f"  quota session:  {session}  (sent as _meta['{META_SESSION_KEY}'])",
+        "What the agent did",
+        f"  called delete_tag {calls} times in {outcome['elapsed']:.1f} s, in session {session}",
+        f"  through the MCP server {where['mcp']} (examples/articles_server.py)",
+        f"  {outcome['allowed']} ran (tags really deleted: {outcome['deletions']}), "
+        f"{outcome['refused']} were refused without running",
         "",
-        f"  allowed:        {outcome['allowed']}",
-        f"  refused:        {outcome['refused']}",
-        f"  elapsed:        {outcome['elapsed']:.1f} s ({per_call_ms:.0f} ms per call)",
-        f"  tags really deleted (server-side counter): {outcome['deletions']}",
-        "",
+        "What the agent was told (a tool result with isError: true, not a protocol error)",
     ]
-    if refusal is None:
-        lines.append("No call was refused: is the write limit above the number of calls?")
-    else:
-        lines += [
-            f"What the agent saw from call {outcome['first_refused_at']} on "
-            "(a tool result with isError: true, not a protocol error):",
-            "",
-            "    " + text_of(refusal),
-            "",
-            "    structuredContent: " + json.dumps(refusal.structured_content),
-        ]
-    return "\n".join(lines)
+    if not told:
+        lines.append("  nothing: no call was refused (is the write limit above the calls made?)")
+    for kind, (number, result) in sorted(told.items(), key=lambda item: item[1][0]):
+        lines.append(f"  from call {number} on ({kind}):")
+        lines += wrap(text_of(result))
+    emails = where["emails"]
+    return [*lines, "", emails, *where["summaries"].splitlines()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,13 +174,42 @@ def main(argv: list[str] | None = None) -> int:
     with pieces(logs) as (base_url, service_log, mcp_url):
         print(f"Replaying the incident: {args.calls} delete_tag calls...", flush=True)
         outcome = anyio.run(agent_loop, mcp_url, session, args.calls)
-        note = f"started for this demo, log {service_log}" if service_log else "MCP_QUOTA_URL"
-        where = {"quota": base_url, "quota_note": note, "mcp": mcp_url}
-        print(report(outcome, args.calls, session, where))
-        print()
-        print("\n".join(admin_view(base_url, session)))
-        print()
-        print("\n".join(notification_from(service_log)))
+        state = admin_view(base_url, session)
+        emails = emails_from(service_log)
+    emails_file = logs / "emails.txt"
+    emails_file.write_text("\n\n".join("\n".join(email) for email in emails) + "\n")
+    if service_log is None:
+        heading = "What the administrator received: see the quota service's console"
+        summaries: list[str] = []
+    else:
+        heading = (
+            f"What the administrator received: {len(emails)} e-mails; "
+            f"the full e-mails are in: {emails_file}"
+        )
+        summaries = [line for email in emails for line in email_summary(email)]
+    where = {"mcp": mcp_url, "emails": heading, "summaries": "\n".join(summaries)}
+    lines = report(outcome, args.calls, session, where, emails_file)
+    lines += ["", "The session now", *state]
+    principal = "token:dev-server"
+    admin = f"MCP_QUOTA_URL={base_url} MCP_QUOTA_TOKEN={ADMIN_TOKEN}"
+    if service_log is None:
+        further = f"Look further (with {admin})"
+    else:
+        further = (
+            "Look further (this demo's service stopped with it: run `make run`, then "
+            "`MCP_QUOTA_URL=http://127.0.0.1:8000 make demo`, and use its URL)"
+        )
+    lines += [
+        "",
+        further,
+        f"  mcp-quota session show {shlex.quote(session)}",
+        f"  mcp-quota audit --session {shlex.quote(session)}",
+        f"  mcp-quota principal show {shlex.quote(principal)}",
+        f"  console: {base_url}/console#/session/{session}",
+    ]
+    if service_log is not None:
+        lines.append(f"  service log: {service_log}")
+    print("\n".join(lines))
     return 0
 
 

@@ -13,6 +13,10 @@ gateway emulation, never the service's routes:
 - one line per refused check and per admin action, instead of an access log line per
   request, a Powertools metrics (EMF) line per check and botocore's INFO lines.
   `VERBOSE=1` keeps all of those as well;
+- HTTP/1.1 kept in step on a kept-alive connection: HEAD answers carry headers only, a
+  chunked body is read, a body that cannot be read (a bad `Content-Length`, over
+  `MAX_BODY_BYTES`) answers 400/413 and closes, and a fault inside the emulation answers
+  500 instead of dropping the connection;
 - SIGINT and SIGTERM end the server quietly with status 0 (the runner says "stopped").
 """
 
@@ -41,11 +45,18 @@ Every connection still gets its thread at once, but the embedded backend answers
 request at a time: with hundreds of requests inside the app together, the last ones wait
 there longer than the service's DynamoDB read timeout (2 s) and come back as 503."""
 
+MAX_BODY_BYTES = 10 * 1024 * 1024
+"""API Gateway's payload limit: a larger body is refused unread, and the connection closed."""
+LOG_BODY_BYTES = 64 * 1024
+"""Bodies past this size are not parsed for the log line (the app refuses them anyway)."""
+
 _ERROR_CODES = {
+    HTTPStatus.BAD_REQUEST: "bad_request",
     HTTPStatus.UNAUTHORIZED: "unauthorized",
     HTTPStatus.FORBIDDEN: "forbidden",
     HTTPStatus.NOT_FOUND: "not_found",
     HTTPStatus.METHOD_NOT_ALLOWED: "method_not_allowed",
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: "payload_too_large",
     HTTPStatus.UNSUPPORTED_MEDIA_TYPE: "unsupported_media_type",
     HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
 }
@@ -57,11 +68,27 @@ def verbose(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return environ.get("VERBOSE", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def error_message(status: int, method: str, path: str) -> str:
+class BadBody(Exception):
+    """A request body the emulation cannot read; the connection is closed after the answer."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_message(
+    status: int,
+    method: str,
+    path: str,
+    sent_type: str | None = None,
+    accepted: tuple[str, ...] = ("application/json",),
+) -> str:
     """The message of an error the gateway emulation answers itself.
 
-    Built from the status, the method and the path only: nothing the caller sent in a
-    header (a token above all) can end up in a response.
+    Built from the status, the method, the path and, for a 415, the media type's name
+    (cut to its `type/subtype`): nothing else the caller sent in a header (a token above
+    all) can end up in a response.
     """
     if status == HTTPStatus.UNAUTHORIZED:
         return "This route needs an 'Authorization: Bearer <token>' header."
@@ -75,7 +102,12 @@ def error_message(status: int, method: str, path: str) -> str:
     if status == HTTPStatus.METHOD_NOT_ALLOWED:
         return f"The route {path!r} does not accept {method}; see openapi.yaml."
     if status == HTTPStatus.UNSUPPORTED_MEDIA_TYPE:
-        return "Send the body as JSON, with 'Content-Type: application/json'."
+        sent = media_type(sent_type)
+        what = f"'Content-Type: {sent}'" if sent else "no Content-Type"
+        return (
+            f"{method} {path!r} takes a body of type {' or '.join(accepted)}; "
+            f"the request sent {what}."
+        )
     return "The service failed to authorize this request; see the server's log."
 
 
@@ -91,11 +123,75 @@ def service_shaped(body: bytes | str | None) -> bool:
     return isinstance(error, dict) and isinstance(error.get("code"), str)
 
 
-def error_body(status: int, method: str, path: str) -> bytes:
+def media_type(header: str | None) -> str | None:
+    """The `type/subtype` of a Content-Type header, lower-cased; None if it is not one."""
+    if header is None:
+        return None
+    name = header.split(";", 1)[0].strip().lower()
+    kind, slash, sub = name.partition("/")
+    printable = all(c.isalnum() or c in "!#$&-^_.+" for c in kind + sub)
+    return name[:80] if slash and kind and sub and printable else None
+
+
+def error_body(
+    status: int,
+    method: str,
+    path: str,
+    sent_type: str | None = None,
+    accepted: tuple[str, ...] = ("application/json",),
+) -> bytes:
     """The service-shaped body for an error the gateway emulation produced."""
     code = _ERROR_CODES.get(HTTPStatus(status), "internal_error")
-    message = error_message(status, method, path)
+    message = error_message(status, method, path, sent_type, accepted)
     return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+def _fault_body(status: HTTPStatus, message: str) -> bytes:
+    code = _ERROR_CODES.get(status, "internal_error")
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+def read_body(headers: Any, rfile: Any) -> bytes | None:
+    """The request's body, read whole so the next request on the connection starts clean.
+
+    Raises:
+        BadBody: a `Content-Length` that is not a number, a body over `MAX_BODY_BYTES`,
+            or a chunked body that does not parse.
+    """
+    if "chunked" in str(headers.get("transfer-encoding", "")).lower():
+        return _read_chunked(rfile)
+    raw = str(headers.get("content-length", "0")).strip() or "0"
+    if not raw.isdigit():
+        raise BadBody(HTTPStatus.BAD_REQUEST, "The Content-Length header is not a number.")
+    length = int(raw)
+    if length > MAX_BODY_BYTES:
+        raise BadBody(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"The request body is over {MAX_BODY_BYTES} bytes.",
+        )
+    return bytes(rfile.read(length)) if length else None
+
+
+def _read_chunked(rfile: Any) -> bytes | None:
+    body = b""
+    while True:
+        line = rfile.readline(1024).split(b";", 1)[0].strip()
+        try:
+            size = int(line, 16)
+        except ValueError:
+            raise BadBody(HTTPStatus.BAD_REQUEST, "The chunked body does not parse.") from None
+        if size < 0 or len(body) + size > MAX_BODY_BYTES:
+            raise BadBody(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"The request body is over {MAX_BODY_BYTES} bytes.",
+            )
+        if size == 0:
+            # Trailers, if any, end with an empty line.
+            while rfile.readline(1024).strip():
+                pass
+            return body or None
+        body += rfile.read(size)
+        rfile.readline(1024)  # the CRLF after the chunk
 
 
 def _request_path(raw: str) -> str:
@@ -103,9 +199,11 @@ def _request_path(raw: str) -> str:
 
 
 def _json(raw: bytes | str | None) -> dict[str, Any]:
+    if raw is not None and len(raw) > LOG_BODY_BYTES:
+        return {}
     try:
         parsed = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
 
@@ -193,6 +291,15 @@ def install(quiet: bool) -> None:
             _emit(line)
         return response
 
+    def accepted_types(self: local.ChaliceRequestHandler) -> tuple[str, ...]:
+        gateway = self.local_gateway
+        try:
+            matched = gateway.mcp_routes.match_route(self.path)  # type: ignore[attr-defined]
+            entry = gateway._app_object.routes[matched.route][self.command]
+        except (ValueError, KeyError):
+            return ("application/json",)
+        return tuple(entry.content_types)
+
     def send(
         self: local.ChaliceRequestHandler,
         code: int,
@@ -205,18 +312,63 @@ def install(quiet: bool) -> None:
         )
         # The app's own pages (the email links' 403/410) stay as they are.
         if code in _ERROR_CODES and not page and not service_shaped(body):
-            body = error_body(code, self.command, _request_path(self.path))
+            sent_type = self.headers.get("content-type")
+            accepted = accepted_types(self) if code == HTTPStatus.UNSUPPORTED_MEDIA_TYPE else ()
+            body = error_body(code, self.command, _request_path(self.path), sent_type, accepted)
             headers = {
                 name: value
                 for name, value in headers.items()
                 if name.lower() not in ("content-type", "content-length", "x-amzn-errortype")
             }
             headers["Content-Type"] = "application/json"
+        if self.command == "HEAD":
+            # Headers only: a body after a HEAD answer is read as the next answer.
+            encoded = body.encode() if isinstance(body, str) else body or b""
+            headers = {n: v for n, v in headers.items() if n.lower() != "content-length"}
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(encoded)))
+            self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+            self._send_headers(headers)
+            return
         send_response(self, code, headers, body)
+
+    def refuse(self: local.ChaliceRequestHandler, status: HTTPStatus, message: str) -> None:
+        self.close_connection = True
+        send(self, status, {"Connection": "close"}, _fault_body(status, message))
+
+    def generic_handle(self: local.ChaliceRequestHandler) -> None:
+        try:
+            body = read_body(self.headers, self.rfile)
+        except BadBody as bad:
+            # What is left of the body cannot be told from the next request: close.
+            refuse(self, bad.status, bad.message)
+            return
+        try:
+            response = self.local_gateway.handle_request(
+                method=self.command, path=self.path, headers=dict(self.headers), body=body
+            )
+            headers = response["headers"].copy()
+            headers.update(response["multiValueHeaders"])
+            response = self._handle_binary(response)
+            send(self, response["statusCode"], headers, response["body"])
+        except local.LocalGatewayException as error:
+            send(self, error.CODE, error.headers, error.body)
+        except (ConnectionError, TimeoutError):
+            raise
+        except Exception:
+            # A fault here must answer, not drop the connection mid-request.
+            logging.getLogger(__name__).exception("local gateway fault")
+            refuse(
+                self,
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                "The local gateway failed on this request; see the server's log.",
+            )
 
     local.LocalGateway.__init__ = init  # type: ignore[method-assign]
     local.LocalGateway.handle_request = handle  # type: ignore[method-assign]
     local.ChaliceRequestHandler._send_http_response = send  # type: ignore[method-assign]
+    for verb in ("GET", "PUT", "POST", "HEAD", "DELETE", "PATCH", "OPTIONS"):
+        setattr(local.ChaliceRequestHandler, f"do_{verb}", generic_handle)
 
     if quiet:
         local.ChaliceRequestHandler.log_request = _no_log

@@ -100,7 +100,10 @@ function principalLink(p) {
   return p ? el("a", { href: `#/principal/${encodeURIComponent(p)}`, text: p }) : "-";
 }
 
-function show(...nodes) { main.replaceChildren(...nodes); }
+// replaceChildren() turns null into the text "null": drop the parts a page leaves out.
+function show(...nodes) {
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
 
 // -- sign in ---------------------------------------------------------------------------
 
@@ -133,10 +136,12 @@ async function overview() {
   const data = await api("GET", `/v1/sessions?since=${encodeURIComponent(since)}&limit=100`);
   const sessions = data.sessions;
   const count = (s) => sessions.filter((x) => x.listing_state === s).length;
-  const byPrincipal = {};
+  const principals = new Set(sessions.map((s) => s.principal || "(none)"));
+  // Two servers' incidents must not look alike: group by where and for whom.
+  const groups = new Map();
   for (const s of sessions) {
-    const p = s.principal || "(none)";
-    byPrincipal[p] = (byPrincipal[p] || 0) + 1;
+    const key = JSON.stringify([s.server || "(not given)", s.principal || "(none)"]);
+    groups.set(key, (groups.get(key) || 0) + 1);
   }
   const rows = sessions.map((s) => [
     sessionLink(s.session_id), stateBadge(s.listing_state), principalLink(s.principal),
@@ -151,13 +156,15 @@ async function overview() {
         el("div", {}, el("b", { text: String(count("suspended")) }), "suspended"),
         el("div", {}, el("b", { text: String(count("active")) }), "active again"),
         el("div", {}, el("b", { text: String(count("expired")) }), "expired"),
-        el("div", {}, el("b", { text: String(Object.keys(byPrincipal).length) }), "principals")),
+        el("div", {}, el("b", { text: String(principals.size) }), "principals")),
       sessions.length === 0 ? el("p", { class: "muted", text: "No session was blocked or suspended in the last 24 hours." })
         : table(["Session", "State", "Principal", "Server", "Event", "When", "Last call"], rows)),
-    el("section", {}, el("h2", { text: "By principal" }),
-      table(["Principal", "Sessions in trouble"],
-        Object.entries(byPrincipal).sort((a, b) => b[1] - a[1]).map(([p, n]) =>
-          [p === "(none)" ? p : principalLink(p), String(n)]))),
+    el("section", {}, el("h2", { text: "By server and principal" }),
+      table(["Server", "Principal", "Sessions in trouble"],
+        [...groups.entries()].sort((a, b) => b[1] - a[1]).map(([key, n]) => {
+          const [server, p] = JSON.parse(key);
+          return [server, p === "(none)" ? p : principalLink(p), String(n)];
+        }))),
     el("section", {}, el("h2", { text: "Open a session" }),
       el("form", { class: "actions", onsubmit: (event) => {
         event.preventDefault();
@@ -175,13 +182,15 @@ function categoryRows(categories) {
   ]);
 }
 
-function actionForm(id, categories, state, after) {
+function actionForm(id, categories, state, after, chosen) {
   const status = el("div", { "aria-live": "polite" });
   const category = el("select", { name: "category", "aria-label": "Category" },
     Object.keys(categories).map((c) => el("option", { value: c, text: c })));
-  // Preselect the category that is spent: that is the one the admin came to raise.
+  // Keep the category the admin last acted on; else preselect the one that is spent:
+  // that is the one the admin came to raise.
   const spent = Object.keys(categories).find((c) => categories[c].remaining === 0);
-  if (spent) category.value = spent;
+  if (chosen && Object.hasOwn(categories, chosen)) category.value = chosen;
+  else if (spent) category.value = spent;
   const mode = el("select", { name: "mode", "aria-label": "Raise mode" },
     el("option", { value: "add", text: "raise by (+N)" }), el("option", { value: "limit", text: "raise to (N)" }));
   const amount = el("input", { name: "amount", type: "number", min: "1", value: "10", "aria-label": "Amount" });
@@ -193,9 +202,12 @@ function actionForm(id, categories, state, after) {
     try {
       const result = await api("POST", `${path}/${action}`, { ...body, reason: reason.value.trim() });
       const change = result.before !== undefined ? `: ${result.before} → ${result.after}` : "";
-      after(notice("ok", `Done: ${action}${change}.`));
+      after(notice("ok", `Done: ${action}${change}.`), category.value);
     } catch (err) {
-      status.replaceChildren(notice("error", err.message));
+      // The service's words serve every client; here the way out is a button.
+      const advice = err.status === 409 && action === "raise"
+        ? " To bring the limit back to the base, use the “Lower to base” button." : "";
+      status.replaceChildren(notice("error", err.message + advice));
     }
   }
   const raise = () => {
@@ -229,10 +241,10 @@ async function auditTable(sessionId, params) {
     : el("p", { class: "muted", text: "No events." }) };
 }
 
-async function sessionPage(id, message) {
+async function sessionPage(id, message, chosen) {
   const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   const audit = await auditTable(id, { limit: "100" });
-  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.allowed ? "allowed" : c.repeats > 1 ? `REFUSED ×${c.repeats} in a row` : "REFUSED"]);
+  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.allowed ? "allowed" : c.repeats > 1 ? `refused ×${c.repeats} in a row` : "refused"]);
   show(
     el("h1", {}, "Session ", el("span", { class: "id", text: id })),
     message || null,
@@ -244,7 +256,8 @@ async function sessionPage(id, message) {
     ])),
     el("section", {}, el("h2", { text: "Counters" }),
       table(["Category", "Used", "Used / limit", "Leased", "Raised", "Refused"], categoryRows(s.categories), "stack counters")),
-    actionForm(id, s.categories, s.state, (note) => sessionPage(id, note).catch(fail)),
+    actionForm(id, s.categories, s.state,
+      (note, kept) => sessionPage(id, note, kept).catch(fail), chosen),
     el("section", {}, el("h2", { text: "Last calls" }),
       calls.length ? table(["When", "Tool", "Category", "Result"], calls) : el("p", { class: "muted", text: "None." })),
     el("section", {}, el("h2", { text: "Audit trail" }), audit.node),

@@ -52,8 +52,8 @@ def test_show_sends_an_authenticated_get_and_renders_the_session(
         "0",
         "1",
     ]
-    blocked = next(line for line in lines if "BLOCKED" in line)
-    assert blocked.split()[:4] == ["2026-12-02T11:59:00Z", "delete_article", "write", "BLOCKED"]
+    refused = next(line for line in lines if "refused" in line)
+    assert refused.split()[:4] == ["2026-12-02T11:59:00Z", "delete_article", "write", "refused"]
     assert run.err == ""
 
 
@@ -217,7 +217,9 @@ def test_raise_that_would_lower_exits_5_with_the_servers_message(
 
     assert run.code == 5
     assert run.out == ""
-    assert run.err.strip() == f"mcp-quota: error: {message}"
+    [line] = run.err.strip().splitlines()
+    assert line.startswith(f"mcp-quota: error: {message} ")
+    assert line.endswith('mcp-quota session lower sess-1 --category write --reason "..."')
 
 
 def test_raise_above_the_policy_maximum_exits_2_naming_the_field(
@@ -315,5 +317,5 @@ def test_show_prints_a_runaway_loop_as_one_row_with_its_count(cli: Cli, api: Fak
 
     run = cli.admin(api, "session", "show", "sess-1")
 
-    blocked = next(line for line in run.out.splitlines() if "BLOCKED" in line)
-    assert blocked.split()[3:7] == ["BLOCKED", "x385", "in", "a"]
+    refused = next(line for line in run.out.splitlines() if "in a row" in line)
+    assert refused.split()[3:7] == ["refused", "\N{MULTIPLICATION SIGN}385", "in", "a"]

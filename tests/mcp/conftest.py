@@ -77,6 +77,7 @@ class FakeQuotaService:
             "category",
             "annotations",
             "principal",
+            "server",
             "call_id",
             "lease",  # accepted, never granted: this fake counts one call per check
             *(["fail_open"] if self.accepts_fail_open else []),

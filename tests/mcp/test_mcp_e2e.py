@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -267,8 +266,6 @@ def test_make_demo_replays_the_incident() -> None:
 
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert re.search(r"allowed:\s+15\n", out)
-    assert re.search(r"refused:\s+5\n", out)
-    assert "tags really deleted (server-side counter): 15" in out
+    assert "15 ran (tags really deleted: 15), 5 were refused without running" in out
     assert "The tool 'delete_tag' was NOT run" in out
-    assert '"kind": "quota_exceeded"' in out
+    assert "(quota_exceeded)" in out

@@ -23,7 +23,7 @@ import app as app_module
 from tests.support import ROOT, running_service
 
 SPEC = ROOT / "openapi.yaml"
-METHODS = {"get", "post", "put", "patch", "delete"}
+METHODS = {"get", "head", "post", "put", "patch", "delete"}
 ADMIN = {"Authorization": "Bearer dev-admin-token"}
 
 # What the contract promises: no 5xx, and every answer as documented. (Not that every
@@ -79,7 +79,11 @@ def test_the_spec_marks_only_health_as_public() -> None:
         == {
             ("/health", "get"),
             ("/console", "get"),
+            ("/console", "head"),
             ("/console/{name}", "get"),
+            ("/console/{name}", "head"),
+            ("/favicon.ico", "get"),
+            ("/favicon.ico", "head"),
             ("/actions/{token}", "get"),
             ("/actions/{token}", "post"),
         }

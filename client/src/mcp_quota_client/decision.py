@@ -62,6 +62,8 @@ class CheckRequest:
     lease: int | None = None
     """Calls to reserve at once, this one included. Leave it None: `QuotaClient` sets it
     for leased reads and spends what the service grants."""
+    server: str | None = None
+    """The MCP server's name, shown with the session in every administrator's view."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -72,6 +74,8 @@ class CheckRequest:
             body["annotations"] = dict(self.annotations)
         if self.principal is not None:
             body["principal"] = self.principal
+        if self.server is not None:
+            body["server"] = self.server
         if self.call_id is not None:
             body["call_id"] = self.call_id
         if self.lease is not None:

@@ -23,6 +23,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
 from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
+from mcp_quota_client.startup import client_from_env
 
 
 def default_principal() -> str | None:
@@ -58,10 +59,10 @@ class QuotaMiddleware(Middleware):
 
         Raises:
             QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
-                (a `ValueError`).
+                or invalid (a `ValueError`; uncaught, it prints one line).
         """
         self.guard = ToolCallGuard.create(
-            client,
+            client if client is not None else client_from_env(),
             keying=keying,
             categories=categories,
             principal_resolver=principal_resolver,

@@ -76,6 +76,14 @@ class GuardedCall:
         return Refusal(refusal_text(self.decision), refusal_structured(self.decision))
 
 
+def server_field(name: str | None) -> str | None:
+    """The server's name as the check's `server` field takes it: printable ASCII, at most
+    128 characters (others become `?`), so an unusual name never makes a check invalid."""
+    if name is None or not name.strip():
+        return None
+    return "".join(c if " " <= c <= "~" else "?" for c in name.strip())[:128]
+
+
 @dataclass
 class ToolCallGuard:
     """Counts each tool call with the quota service before it runs."""
@@ -132,6 +140,7 @@ class ToolCallGuard:
             annotations=annotations,
             principal=caller.principal,
             call_id=resolve_call_id(caller),
+            server=server_field(caller.server_name),
         )
         decision = await self.client.check(request)
         meta = None

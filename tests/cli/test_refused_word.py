@@ -1,0 +1,46 @@
+"""One word for a refused call in every view: the CLI says `refused`, as the console does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cli.conftest import Cli
+from tests.cli.fake_api import FakeAdminApi, session_view
+
+CONSOLE_JS = Path(__file__).resolve().parents[2] / "chalicelib" / "console" / "console.js"
+
+
+def test_a_run_of_refusals_reads_refused_with_its_count(cli: Cli, api: FakeAdminApi) -> None:
+    view = session_view()
+    view["last_calls"][-1]["repeats"] = 26
+    api.reply("GET", "/v1/sessions/sess-1", 200, view)
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    assert run.code == 0, run.err
+    row = next(line for line in run.out.splitlines() if "in a row" in line)
+    assert row.split()[1:8] == [
+        "delete_article",
+        "write",
+        "refused",
+        "\N{MULTIPLICATION SIGN}26",
+        "in",
+        "a",
+        "row",
+    ]
+    assert "BLOCKED" not in run.out
+
+
+def test_a_single_refusal_reads_refused(cli: Cli, api: FakeAdminApi) -> None:
+    api.reply("GET", "/v1/sessions/sess-1", 200, session_view())
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    rows = [line.split() for line in run.out.splitlines() if "delete_article" in line]
+    assert [row[3] for row in rows] == ["allowed", "refused"]
+
+
+def test_the_console_uses_the_same_words() -> None:
+    script = CONSOLE_JS.read_text()
+    assert "`refused \N{MULTIPLICATION SIGN}${c.repeats} in a row`" in script
+    assert "REFUSED" not in script
