@@ -134,9 +134,10 @@ class AdminService:
             if new < current:
                 raise Conflict(
                     f"A raise can never lower a limit: '{category}' is {current} for this "
-                    f"session and {new} would lower it. Use the lower action (POST "
-                    "/v1/sessions/{id}/lower) to bring a raised limit back to the base; "
-                    "reset zeroes the counters and keeps the raise."
+                    f"session and {new} would lower it. To bring a raised limit back to the "
+                    f"base, lower it (`mcp-quota session lower {session_id} --category "
+                    f"{category}`, or the console's Lower to base button); a reset zeroes "
+                    "the counters and keeps the raise."
                 )
             if new > maximum:
                 raise InvalidRequest(

@@ -26,7 +26,7 @@ def _result(allowed: bool, repeats: int) -> str:
     (its time is the last attempt's)."""
     if allowed:
         return "allowed"
-    return f"REFUSED x{repeats} in a row" if repeats > 1 else "REFUSED"
+    return f"refused \u00d7{repeats} in a row" if repeats > 1 else "refused"
 
 
 def _calls_table(calls: tuple[CallRecord, ...]) -> str:

@@ -46,7 +46,7 @@ def test_the_incident_one_email_per_event_then_escalation_then_a_raise_of_ten(
     _, message, subject, attributes, _ = sent[0]
     assert subject is not None and len(subject) <= 100 and "\n" not in subject
     assert "cleanup-7" in subject and "write" in subject
-    for needle in ("tenant:     demo", "tag-bot", "15/15", "delete_tag", "REFUSED", "session"):
+    for needle in ("tenant:     demo", "tag-bot", "15/15", "delete_tag", "refused", "session"):
         assert needle in message
     assert "mcp-quota session raise 'cleanup-7' --category write" in message
     assert "mcp-quota session suspend 'cleanup-7'" in message

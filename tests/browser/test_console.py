@@ -106,7 +106,7 @@ def test_the_console_finds_the_blocked_session_and_raises_it(
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text("That would contradict the current state")
     expect(alert).not_to_contain_text('"code"')
-    expect(alert).to_contain_text("lower action")
+    expect(alert).to_contain_text("Lower to base")
 
     small = browser.new_context(viewport={"width": 390, "height": 844})
     phone = small.new_page()

@@ -208,4 +208,4 @@ def test_the_email_shows_a_runaway_loop_as_one_line() -> None:
         last_calls=(CallRecord(T0 - 1000, "write", "delete_tag", True), loop),
     )
     body = exhaustion_email("demo", attempt(), decision).body
-    assert "delete_tag  write     REFUSED x385 in a row" in body
+    assert "delete_tag  write     refused \u00d7385 in a row" in body
