@@ -248,12 +248,17 @@ def test_a_reset_between_refusal_and_its_record_keeps_the_next_first_exhaustion(
         done = False
 
         def record_block(
-            self, attempt: Attempt, seen: SessionSnapshot, limit: int, suspended: bool
+            self,
+            attempt: Attempt,
+            seen: SessionSnapshot,
+            limit: int,
+            suspended: bool,
+            expected: bool = False,
         ) -> bool | None:
             if not self.done:
                 self.done = True
                 counters.reset(S1, clock(), IDLE_MS)
-            return counters.record_block(attempt, seen, limit, suspended)
+            return counters.record_block(attempt, seen, limit, suspended, expected)
 
     plain = checks(counters, clock)
     for _ in range(15):
