@@ -18,10 +18,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
@@ -66,34 +65,36 @@ from chalicelib.validation import CheckRequest, LeaseReturn
 MAX_ROUNDS = 4
 SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
 _T = TypeVar("_T")
-_POOL_LOCK = threading.Lock()
-_POOL: list[ThreadPoolExecutor] = []
 
 
 def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
     """Run independent store requests at once (one round trip for all); the first
-    exception is raised once every call has finished, so none is left half-seen."""
+    exception is raised once every call has finished, so none is left half-seen. The
+    extra calls run on daemon threads: nothing is left for the interpreter to join at
+    exit (a pool's atexit join is what a Ctrl-C of `make run` used to interrupt)."""
     if len(calls) <= 1:
         return [call() for call in calls]
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=8, thread_name_prefix="quota-step"))
-    futures = [_POOL[0].submit(call) for call in calls[1:]]
-    first: list[_T] = []
-    error: BaseException | None = None
-    try:
-        first.append(calls[0]())
-    except BaseException as exc:  # re-raised below, after the others finish
-        error = exc
-    results: list[_T] = []
-    for future in futures:
+    results: list[_T | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
         try:
-            results.append(future.result())
-        except BaseException as exc:
-            error = error or exc
-    if error is not None:
-        raise error
-    return first + results
+            results[index] = calls[index]()
+        except BaseException as exc:  # handed to the caller below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(i,), daemon=True, name="quota-step")
+        for i in range(1, len(calls))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return cast("list[_T]", results)  # every call ran: each slot holds its result
 
 
 COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
