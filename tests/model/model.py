@@ -116,6 +116,7 @@ class CallId:
     records_low: int
     records_high: int
     replays: int = 0
+    reissued: bool = False  # counted anew (60 s or 3 replays spent): may replay or count
 
 
 @dataclass
@@ -316,7 +317,7 @@ class State:
                 else:
                     after_sess.record(maybe=True)
                     out.append((CONFLICT, after))
-                if held and not stopped:
+                if held and not stopped and not record.reissued:
                     return out
                 keep = stopped
         out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
@@ -379,7 +380,9 @@ class State:
         sess.last_was_refusal = False
         sess.record()
         if call_id is not None:
+            reissued = call_id in sess.call_ids
             record = CallId(tool, cat, units, st.now_ms, sess.records_low, sess.records_high)
+            record.reissued = reissued
             sess.call_ids[call_id] = record
         if leased:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
