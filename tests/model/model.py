@@ -26,6 +26,7 @@ SUSPEND_AFTER = 3
 IDLE_SECONDS = 30
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
+RECORD_CALLS = 10  # the session's record holds its last 10 calls
 OWN_PRINCIPAL = "token:dev-server"  # what a check without a principal counts as
 TOOL_CATEGORY = {"search_docs": READ, "get_page": READ, "delete_tag": WRITE, "update_page": WRITE}
 UNRULED_TOOL = "misc_tool"  # no policy rule: the category the request names
@@ -105,15 +106,17 @@ NOT_FOUND = Expected(404)
 
 @dataclass
 class CallId:
-    """A call id whose original call was allowed: what it is bound to."""
+    """A call id whose original call was allowed: what it is bound to, and the session's
+    record counts (lowest, highest possible) just after the original was recorded."""
 
     tool: str
     category: str
     units: int
     at_ms: int
-    generation: int
+    records_low: int
+    records_high: int
     replays: int = 0
-    reissued: bool = False  # counted anew after its replays ran out: may or may not replay
+    reissued: bool = False  # counted anew (60 s or 3 replays spent): may replay or count
 
 
 @dataclass
@@ -134,8 +137,32 @@ class Session:
     raised: dict[str, int] = field(default_factory=dict)
     suspended: bool = False
     call_ids: dict[str, CallId] = field(default_factory=dict)
-    last_allowed_seq: int = -1
+    last_allowed_ms: int = -1
     peak: dict[str, int] = field(default_factory=dict)  # highest raise of this generation
+    # The session's record of calls, counted as bounds: a run of identical refusals folds
+    # into one record, and whether a replay or a 409 is recorded is the service's business.
+    records_low: int = 0
+    records_high: int = 0
+    last_was_refusal: bool = False
+    marked: bool = False  # ever refused or suspended: may be in the trouble listing
+    trouble: bool = False  # refused or suspended since its last restart or admin change
+
+    def held(self, call_id: str) -> bool | None:
+        """Whether the record still holds the call id's counted original (None: maybe)."""
+        record = self.call_ids[call_id]
+        if self.records_high - record.records_high < RECORD_CALLS:
+            return True
+        if self.records_low - record.records_low >= RECORD_CALLS:
+            return False
+        return None
+
+    def record(self, refusal: bool = False, maybe: bool = False) -> None:
+        """One more call in the session's record (`maybe`: it may not be recorded)."""
+        certain = not maybe and not (refusal and self.last_was_refusal)
+        self.records_low += 1 if certain else 0
+        self.records_high += 1
+        if not maybe:
+            self.last_was_refusal = refusal
 
     def expired(self, now_ms: int) -> bool:
         return now_ms - self.last_seen_ms > IDLE_SECONDS * 1000
@@ -151,6 +178,8 @@ class Session:
         self.raised = {}
         self.peak = {}
         self.last_seen_ms = now_ms
+        self.call_ids = {}  # the record starts again with the counters
+        self.trouble = False
 
 
 @dataclass
@@ -159,7 +188,7 @@ class Principal:
     raised: dict[str, int] = field(default_factory=dict)
     suspended: bool = False
     streak: int = 0
-    last_refusal_seq: int = -1
+    last_refusal_ms: int = -1
     stored: bool = False  # certainly has a stored budget (a counted call or an admin's act)
 
     def limit(self, category: str) -> int:
@@ -267,26 +296,28 @@ class State:
         base.seq += 1
         base.pending_lease = None
         sess = base.sessions.get(sid)
+        # Idle expiry clears the record with the counters.
+        live_session = sess is not None and not sess.expired(base.now_ms)
         record = None if sess is None or call_id is None else sess.call_ids.get(call_id)
-        if sess is not None and record is not None and call_id is not None:
-            gen = sess.generation + (1 if sess.expired(base.now_ms) else 0)
-            live = base.now_ms - record.at_ms <= REPLAY_WINDOW_MS and record.replays < MAX_REPLAYS
-            if live:
-                # The counters restarted since the original, or the id was spent once.
-                uncertain = record.generation != gen or record.reissued
-                same = (record.tool, record.category, record.units) == (tool, cat, units)
-                stopped = sess.suspended or base.principal(who).suspended
+        if sess is not None and live_session and record is not None and call_id is not None:
+            held = sess.held(call_id)
+            same = (record.tool, record.category, record.units) == (tool, cat, units)
+            fresh = base.now_ms - record.at_ms <= REPLAY_WINDOW_MS
+            live = fresh and record.replays < MAX_REPLAYS
+            stopped = sess.suspended or base.principal(who).suspended
+            answered = held is not False and (live or not same)
+            if answered:
                 after = base.copy()
+                after_sess = after.sessions[sid]
                 if same:
-                    after_sess = after.sessions[sid]
                     after_sess.call_ids[call_id].replays += 1
-                    if after_sess.expired(base.now_ms):
-                        after_sess.restart(base.now_ms)
                     after_sess.last_seen_ms = base.now_ms
+                    after_sess.record(maybe=True)
                     out.append((REPLAYED, after))
                 else:
+                    after_sess.record(maybe=True)
                     out.append((CONFLICT, after))
-                if not (uncertain or stopped):
+                if held and not stopped and not record.reissued:
                     return out
                 keep = stopped
         out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
@@ -304,24 +335,25 @@ class State:
         keep_call_id: bool = False,
     ) -> list[tuple[Expected, State]]:
         st = self.copy()
+        p = st.principal(who)
+        out: list[tuple[Expected, State]] = []
+        if p.suspended:
+            # Refused before the session is touched: not created, no idle refresh, nothing
+            # recorded, no streak.
+            untouched = self.copy()
+            refusal = frozenset({"principal_suspended"})
+            out.append((Expected(429, codes=refusal, scopes=frozenset({"principal"})), untouched))
+            existing = st.sessions.get(sid)
+            if existing is None or not existing.suspended:
+                return out
         sess = st.sessions.setdefault(sid, Session(last_seen_ms=st.now_ms))
         if sess.expired(st.now_ms):
             sess.restart(st.now_ms)
         sess.last_seen_ms = st.now_ms
-        reused = None
-        if call_id is not None and not keep_call_id:
-            reused = sess.call_ids.pop(call_id, None)
-        p = st.principal(who)
-        codes = set()
         if sess.suspended:
-            codes.add("session_suspended")
-        if p.suspended:
-            codes.add("principal_suspended")
-        if codes:
-            scopes = {"session"} if sess.suspended else set()
-            scopes |= {"principal"} if p.suspended else set()
-            st._refused(sid, who)
-            return [(Expected(429, codes=frozenset(codes), scopes=frozenset(scopes)), st)]
+            st._refused(sid, who, keep_call_id)
+            refusal = frozenset({"session_suspended"})
+            return [*out, (Expected(429, codes=refusal, scopes=frozenset({"session"})), st)]
         remaining = {"session": sess.limit(cat) - sess.counts.get(cat, 0)}
         if cat in PRINCIPAL_WINDOW:
             start = window_start(st.now_ms, PRINCIPAL_WINDOW[cat][1])
@@ -332,7 +364,7 @@ class State:
         granted = min(units, LEASE_MAX.get(cat, 1), *remaining.values())
         if granted < 1:
             spent = frozenset(s for s, left in remaining.items() if left <= 0)
-            st._refused(sid, who)
+            st._refused(sid, who, keep_call_id)
             return [(Expected(429, codes=frozenset({"quota_exceeded"}), scopes=spent), st)]
         sess.counts[cat] = sess.counts.get(cat, 0) + granted
         tenant_window = None
@@ -344,23 +376,30 @@ class State:
         if cat in TENANT_WINDOW:
             tenant_window = window_start(st.now_ms, TENANT_WINDOW[cat][1])
             st.tenant[(cat, tenant_window)] = st.tenant.get((cat, tenant_window), 0) + granted
-        sess.last_allowed_seq = st.seq
+        sess.last_allowed_ms = st.now_ms
+        sess.last_was_refusal = False
+        sess.record()
         if call_id is not None:
-            record = CallId(tool, cat, units, st.now_ms, sess.generation, 0, reused is not None)
+            reissued = call_id in sess.call_ids
+            record = CallId(tool, cat, units, st.now_ms, sess.records_low, sess.records_high)
+            record.reissued = reissued
             sess.call_ids[call_id] = record
         if leased:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
         return [(Expected(200, granted=granted if leased else None), st)]
 
-    def _refused(self, sid: str, who: str) -> None:
-        """A refusal of `who`'s call in session `sid`: its streak, and escalation."""
+    def _refused(self, sid: str, who: str, retried: bool = False) -> None:
+        """A refusal of `who`'s call in session `sid`: the session's record and mark, the
+        principal's streak, and escalation."""
         p = self.principal(who)
         sess = self.sessions[sid]
-        if sess.last_allowed_seq > p.last_refusal_seq:
+        sess.record(refusal=True, maybe=retried)
+        sess.marked = sess.trouble = True
+        if sess.last_allowed_ms > p.last_refusal_ms:
             p.streak = 1  # the session went on after the last refusal: a new streak
         else:
             p.streak += 1
-        p.last_refusal_seq = self.seq
+        p.last_refusal_ms = self.now_ms
         if p.streak >= SUSPEND_AFTER and not p.suspended:
             p.suspended = True
             p.stored = True
@@ -409,6 +448,7 @@ class State:
         if sess is None:
             return [(NOT_FOUND, st)]
         expired = sess.expired(st.now_ms)
+        sess.trouble = False  # whether an admin's act keeps it listed: the service's business
         if action == "raise":
             if expired:
                 sess.restart(st.now_ms)  # the raise applies to the counters that start now
@@ -424,7 +464,7 @@ class State:
             del sess.raised[category]
             return [(ALLOWED, st)]
         if action == "suspend":
-            sess.suspended = True
+            sess.suspended = sess.marked = True
             return [(ALLOWED, st)]
         if action == "resume":
             sess.suspended = False
@@ -433,6 +473,7 @@ class State:
         sess.counts = {}
         sess.peak = dict(sess.raised)
         sess.generation += 1
+        sess.call_ids = {}  # the record starts again with the counters
         if not expired:
             return [(ALLOWED, st)]
         refreshed = st.copy()
@@ -463,6 +504,19 @@ class State:
         # Never counted nor acted on: whether a budget is stored (refusals only) is the
         # service's business; 404 changes nothing.
         return [(ALLOWED, st), (NOT_FOUND, unchanged)]
+
+    def faulted(self, sid: str | None) -> list[State]:
+        """The states a check answered 503 may leave: nothing counted anywhere, but the
+        session it reached may have been seen (idle expiry applied, idle clock refreshed)."""
+        out = [self.copy()]
+        if sid is not None and sid in self.sessions:
+            seen = self.copy()
+            sess = seen.sessions[sid]
+            if sess.expired(seen.now_ms):
+                sess.restart(seen.now_ms)
+            sess.last_seen_ms = seen.now_ms
+            out.append(seen)
+        return out
 
     def advance(self, ms: int) -> State:
         st = self.copy()

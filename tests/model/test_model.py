@@ -151,10 +151,16 @@ class QuotaMachine(RuleBasedStateMachine):
         unique = {state.key(): state for state in kept}
         self.states = list(unique.values())[:MAX_STATES]
 
-    def _step(self, what: str, answer: Answer, run: list[list[tuple[Expected, State]]]) -> None:
+    def _step(
+        self,
+        what: str,
+        answer: Answer,
+        run: list[list[tuple[Expected, State]]],
+        session: str | None = None,
+    ) -> None:
         candidates = [c for per_state in run for c in per_state]
         if answer.faulted:
-            candidates += [(FAULT, state.copy()) for state in self.states]
+            candidates += [(FAULT, s) for state in self.states for s in state.faulted(session)]
         self._settle(what, answer, candidates)
 
     # -- the MCP server's calls ------------------------------------------------------------
@@ -180,7 +186,7 @@ class QuotaMachine(RuleBasedStateMachine):
         )
         what = f"check {session} {name}/{category} as {principal} id={call_id} lease={lease}"
         run = [s.check(session, name, category, principal, call_id, lease) for s in self.states]
-        self._step(what, answer, run)
+        self._step(what, answer, run, session)
         if answer.status == 200 and answer.lease_id is not None and not answer.duplicate:
             for state in self.states:
                 state.bind_lease(answer.lease_id)
@@ -349,10 +355,17 @@ class QuotaMachine(RuleBasedStateMachine):
             )
         views = mailed or views
         if "listing" not in SKIP:
-            _, view = views[0]
-            for sid, (state, _) in view.sessions.items():
-                if state in ("blocked", "suspended"):
+            lead, lead_view = views[0]
+            for sid, (state, _) in lead_view.sessions.items():
+                troubled = state == "blocked" and lead.sessions[sid].trouble
+                if state == "suspended" or troubled:
                     assert sid in seen.listing, f"{sid} is {state} but not in GET /v1/sessions"
+            unmarked = [
+                sid
+                for sid in seen.listing
+                if all(sid not in s.sessions or not s.sessions[sid].marked for s, _ in views)
+            ]
+            assert not unmarked, f"{unmarked} listed but never refused nor suspended"
         self.states = list({s.key(): s for s, _ in views}.values())
 
     def _no_scope_over_its_limit(self, seen: Observed) -> None:
