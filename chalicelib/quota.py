@@ -301,9 +301,12 @@ class SessionSnapshot:
         )
 
     def find_call(self, call_id: str) -> CallRecord | None:
-        """The allowed (counted) call recorded under this call id, if still in the record."""
+        """The allowed (counted) call recorded under this call id since the counters
+        started, if still in the record: a reset or an idle restart ends what an id binds."""
         key = call_id_key(call_id)
         for record in reversed(self.calls):
+            if record.at_ms < self.started_ms:
+                break
             if record.call_id == key and record.allowed and not record.replay:
                 return record
         return None
@@ -314,7 +317,7 @@ class SessionSnapshot:
         and was never refused. A loop that reuses one id fails this after a few calls, for
         as long as its entries are in the record."""
         key = call_id_key(call_id)
-        seen = [r for r in self.calls if r.call_id == key]
+        seen = [r for r in self.calls if r.call_id == key and r.at_ms >= self.started_ms]
         counted = [i for i, r in enumerate(seen) if r.allowed and not r.replay]
         if len(counted) != 1:
             return False

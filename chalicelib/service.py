@@ -276,7 +276,7 @@ class CheckService:
             base_limit=base_limit,
             units=units,
             leased=leased,
-            asked=min(request.lease or 1, category.lease_max) if leased else 1,
+            asked=(request.asked or request.lease or 1) if leased else 1,
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             check_id=new_check_id(),
@@ -319,14 +319,17 @@ class CheckService:
         if refusal is None:
             self._end_streaks(attempt, taken)
             return replace(allowed, scopes=tuple(_use(s, b) for s, b in taken))
-        self._give_back(s for s, _ in taken)
-        self._store.uncount(attempt, snapshot.started_ms)
+        # Refused by a wider budget: what was taken goes back before any answer, over a
+        # throttle too (a 503 here must leave nothing counted, as on the fault path).
+        compensate(partial(self._give_back, [s for s, _ in taken]), attempt)
+        compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
         step, seen = refusal
         suspended = seen is not None and seen.suspended
         remaining = _use(step, seen or BudgetSnapshot()).remaining
         if attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
-            return self.check(tenant, replace(request, lease=min(remaining, attempt.units - 1)))
+            smaller = min(remaining, attempt.units - 1)
+            return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
         since = snapshot.last_allowed_ms(besides=attempt)
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
 

@@ -57,6 +57,7 @@ class CheckRequest:
     fail_open: Mapping[str, int] | None = None
     server: str | None = None
     lease: int | None = None  # calls to reserve, this one included (leased categories only)
+    asked: int | None = None  # internal: the lease first asked, when cut to what remains
 
 
 @dataclass(frozen=True)

@@ -8,5 +8,5 @@ MODEL_STEPS ?= 80
 
 ## Run the model test long: thousands of random sequences against the reference model.
 fuzz: $(BIN)/.installed node_modules/.installed
-	MODEL_ALL_BUGS=1 MODEL_EXAMPLES=$(MODEL_EXAMPLES) MODEL_STEPS=$(MODEL_STEPS) \
+	MODEL_RANDOM=1 MODEL_SHRINK=1 MODEL_ALL_BUGS=1 MODEL_EXAMPLES=$(MODEL_EXAMPLES) MODEL_STEPS=$(MODEL_STEPS) \
 		$(BIN)/pytest -q tests/model

@@ -238,6 +238,10 @@ def _emit(line: str) -> None:
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
+    # Once: a second signal (Ctrl-C reaches the whole group, then make run's own stop
+    # follows) landing in the interpreter's exit would print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(0)
 
 
