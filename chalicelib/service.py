@@ -412,19 +412,7 @@ class CheckService:
         if self._store.record_block(attempt, known, limit, False, expected=True) is None:
             self._spent.pop(attempt.session, None)
             return None
-        decision = Refused(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=known.counts.get(attempt.category, 0),
-            limit=limit,
-            now_ms=attempt.now_ms,
-            resets_at_ms=attempt.resets_at_ms,
-            reason=RefusalReason.QUOTA_EXCEEDED,
-            last_calls=with_call(known.calls, attempt.record(allowed=False))[-self._keep :],
-            principal=attempt.principal,
-            started_ms=known.started_ms,
-        )
+        decision = self._session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED)
         self._remember_spent(attempt, known)
         decision = self._escalation(attempt, known.last_allowed_ms(), decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
@@ -521,19 +509,8 @@ class CheckService:
         if restarted is None:
             return None
         limit = restarted.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-        return Refused(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=0,
-            limit=limit,
-            now_ms=attempt.now_ms,
-            resets_at_ms=attempt.resets_at_ms,
-            reason=RefusalReason.SESSION_SUSPENDED,
-            last_calls=restarted.calls[-self._keep :],
-            principal=attempt.principal,
-            started_ms=restarted.started_ms,
-        )
+        reason = RefusalReason.SESSION_SUSPENDED
+        return self._session_refusal(attempt, restarted, limit, reason, recorded=True)
 
     def _refuse(
         self, attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict
@@ -545,19 +522,34 @@ class CheckService:
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
+        reason = RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
+        return self._session_refusal(attempt, snapshot, limit, reason, first)
+
+    def _session_refusal(
+        self,
+        attempt: Attempt,
+        seen: SessionSnapshot,
+        limit: int,
+        reason: RefusalReason,
+        first: bool = False,
+        recorded: bool = False,
+    ) -> Refused:
+        """A refusal by the session itself, as it stood (`seen`) when it refused: its
+        last calls with this refusal folded in, unless `seen` already holds it."""
+        calls = seen.calls if recorded else with_call(seen.calls, attempt.record(allowed=False))
         return Refused(
             session_id=attempt.session_id,
             tool=attempt.tool,
             category=attempt.category,
-            used=snapshot.counts.get(attempt.category, 0),
+            used=seen.counts.get(attempt.category, 0),
             limit=limit,
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
-            reason=RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
+            reason=reason,
             first_exhaustion=first,
-            last_calls=with_call(snapshot.calls, attempt.record(allowed=False))[-self._keep :],
+            last_calls=calls[-self._keep :],
             principal=attempt.principal,
-            started_ms=snapshot.started_ms,
+            started_ms=seen.started_ms,
         )
 
     # -- the wider budgets ---------------------------------------------------------------
