@@ -15,33 +15,27 @@ from chalicelib.lazy import lazy_module
 from chalicelib.observability import count, logger
 
 if TYPE_CHECKING:
-    from chalicelib import (
-        admin_requests,
-        clock,
-        console_files,
-        errors,
-        notify,
-        pages,
-        ports,
-        quota,
-        tokens,
-        validation,
-        wiring,
-    )
-    from chalicelib.link_actions import LinkDesk
+    from chalicelib import clock, console_files, errors, notify, wiring
+    from chalicelib.admin import requests as admin_requests
+    from chalicelib.auth import tokens
+    from chalicelib.check import requests as validation
+    from chalicelib.links import pages
+    from chalicelib.links.actions import LinkDesk
+    from chalicelib.quota import core as quota
+    from chalicelib.storage import ports
 else:
     # Loaded on first use: the init phase imports Chalice and little of ours, and a
     # check never loads the admin side (bench/cold_start.py).
-    admin_requests = lazy_module("chalicelib.admin_requests")
+    admin_requests = lazy_module("chalicelib.admin.requests")
     clock = lazy_module("chalicelib.clock")
     console_files = lazy_module("chalicelib.console_files")
     errors = lazy_module("chalicelib.errors")
     notify = lazy_module("chalicelib.notify")
-    pages = lazy_module("chalicelib.pages")
-    ports = lazy_module("chalicelib.ports")
-    quota = lazy_module("chalicelib.quota")
-    tokens = lazy_module("chalicelib.tokens")
-    validation = lazy_module("chalicelib.validation")
+    pages = lazy_module("chalicelib.links.pages")
+    ports = lazy_module("chalicelib.storage.ports")
+    quota = lazy_module("chalicelib.quota.core")
+    tokens = lazy_module("chalicelib.auth.tokens")
+    validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
 
 app = Chalice(app_name="mcp-quota")

@@ -14,9 +14,9 @@ from admin_cli import render
 from admin_cli.api_client import AdminClient, quote_segment
 from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
+from chalicelib.check.requests import check_printable, reason_field, session_id_param
 from chalicelib.clock import iso_utc, parse_iso_utc
 from chalicelib.errors import InvalidRequest
-from chalicelib.validation import check_printable, reason_field, session_id_param
 
 MAX_AUDIT_PAGES = 1000
 

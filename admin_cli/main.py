@@ -20,10 +20,10 @@ from admin_cli import commands, render
 from admin_cli.api_client import AdminClient, is_plain_http_to_remote
 from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
+from chalicelib.auth.tokens import ROLES
 from chalicelib.clock import system_clock
 from chalicelib.errors import ConfigurationError
 from chalicelib.settings import Settings
-from chalicelib.tokens import ROLES
 
 PROG = "mcp-quota"
 DEFAULT_URL = "http://127.0.0.1:8000"

@@ -21,14 +21,14 @@ from botocore.exceptions import NoCredentialsError, NoRegionError
 from admin_cli import render
 from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 from admin_cli.render import Output
-from chalicelib.admin_views import token_view
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.admin.views import token_view
+from chalicelib.auth.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
 from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
-from chalicelib.ports import RecordNotFound, StorageError
 from chalicelib.storage.audit import AuditStore
+from chalicelib.storage.ports import RecordNotFound, StorageError
 from chalicelib.storage.tokens import TokenStore
-from chalicelib.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from moto import mock_aws
 
 from bench.sizing import item_size, write_units
-from chalicelib.quota import Refused
+from chalicelib.check.requests import CheckRequest
+from chalicelib.quota.core import Refused
 from chalicelib.settings import Settings
-from chalicelib.validation import CheckRequest
 from chalicelib.wiring import CLIENT_CONFIG, Container
 from tests.support import client_for, fake_aws_env, fresh_settings, provisioned
 

@@ -6,7 +6,7 @@ A blocked call is not here: it is a normal outcome, returned as a `Decision`.
 
 from __future__ import annotations
 
-from chalicelib import ports
+from chalicelib.storage import ports
 
 
 class QuotaServiceError(Exception):

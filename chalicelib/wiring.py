@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
+from chalicelib.admin.grants import GrantLimits
+from chalicelib.check.service import CheckService, PrincipalGate
 from chalicelib.clock import Clock, system_clock
 from chalicelib.errors import ConfigurationError, Misconfigured
-from chalicelib.grants import GrantLimits
 from chalicelib.observability import count, logger
-from chalicelib.policy import Policy, load_policy
-from chalicelib.ports import (
+from chalicelib.quota.policy import Policy, load_policy
+from chalicelib.settings import Settings
+from chalicelib.storage.ports import (
     AuditLog,
     BudgetCounters,
     GrantRepository,
@@ -27,8 +29,6 @@ from chalicelib.ports import (
     TroubleIndex,
     TroubleMark,
 )
-from chalicelib.service import CheckService, PrincipalGate
-from chalicelib.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,17 +36,17 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
 
-    from chalicelib.admin_actions import AdminService
-    from chalicelib.admin_budgets import BudgetAdmin
-    from chalicelib.admin_tokens import TokenAdmin
-    from chalicelib.admin_views import SessionViews
-    from chalicelib.audit import Auditor
-    from chalicelib.auth import Authenticator
-    from chalicelib.link_actions import LinkDesk, LinkMaker
-    from chalicelib.links import LinkSigner
+    from chalicelib.admin.actions import AdminService
+    from chalicelib.admin.audit import Auditor
+    from chalicelib.admin.budgets import BudgetAdmin
+    from chalicelib.admin.tokens import TokenAdmin
+    from chalicelib.admin.views import SessionViews
+    from chalicelib.auth.authorizer import Authenticator
+    from chalicelib.check.service import BlockListener
+    from chalicelib.links.actions import LinkDesk, LinkMaker
+    from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
-    from chalicelib.quota import Attempt, Refused
-    from chalicelib.service import BlockListener
+    from chalicelib.quota.core import Attempt, Refused
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
 MISCONFIGURED_METRIC = "Misconfigured"
@@ -227,7 +227,7 @@ class Container:
         secret = self.settings.link_secret.encode("utf-8")
         if secret or not self.settings.link_secret_arn:
             return [secret] if secret else []
-        from chalicelib.link_secret import read_link_keys
+        from chalicelib.links.secret import read_link_keys
 
         client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
         return read_link_keys(client, self.settings.link_secret_arn)
@@ -239,7 +239,7 @@ class Container:
         within the hour (and sooner verifies one it has not seen)."""
         now = self.clock()
         if self._signer_read_at is None or now - self._signer_read_at >= LINK_KEYS_CACHE_MS:
-            from chalicelib.links import LinkSigner
+            from chalicelib.links.signing import LinkSigner
 
             keys = self._link_keys()
             self._signer = LinkSigner(keys, reload=self._link_keys) if keys else None
@@ -252,7 +252,7 @@ class Container:
 
     def link_maker(self) -> LinkMaker | None:
         """Signs the email's links; None without a secret or a base URL."""
-        from chalicelib.link_actions import LinkMaker
+        from chalicelib.links.actions import LinkMaker
 
         signer = self.link_signer
         if signer is None or not self.base_url:
@@ -261,7 +261,7 @@ class Container:
 
     def link_desk(self) -> LinkDesk | None:
         """Answers the links' pages; None without a secret."""
-        from chalicelib.link_actions import LinkDesk
+        from chalicelib.links.actions import LinkDesk
 
         signer = self.link_signer
         if signer is None:
@@ -283,7 +283,7 @@ class Container:
     # container that only answers allowed checks never loads them (a shorter cold start).
     @cached_property
     def auditor(self) -> Auditor:
-        from chalicelib.audit import Auditor
+        from chalicelib.admin.audit import Auditor
 
         return Auditor(self.audit_log)
 
@@ -316,7 +316,7 @@ class Container:
 
     @cached_property
     def views(self) -> SessionViews:
-        from chalicelib.admin_views import SessionViews
+        from chalicelib.admin.views import SessionViews
 
         return SessionViews(
             self.policy,
@@ -328,7 +328,7 @@ class Container:
 
     @cached_property
     def admin(self) -> AdminService:
-        from chalicelib.admin_actions import AdminService
+        from chalicelib.admin.actions import AdminService
 
         return AdminService(
             self.policy,
@@ -345,7 +345,7 @@ class Container:
 
     @cached_property
     def budget_admin(self) -> BudgetAdmin:
-        from chalicelib.admin_budgets import BudgetAdmin
+        from chalicelib.admin.budgets import BudgetAdmin
 
         return BudgetAdmin(
             self.policy, self.budgets, self.limits, self.gate, self.auditor, self.clock
@@ -353,19 +353,19 @@ class Container:
 
     @cached_property
     def token_admin(self) -> TokenAdmin:
-        from chalicelib.admin_tokens import TokenAdmin
+        from chalicelib.admin.tokens import TokenAdmin
 
         return TokenAdmin(self.tokens, self.auditor, self.clock)
 
     @cached_property
     def authenticator(self) -> Authenticator:
-        from chalicelib.auth import Authenticator
+        from chalicelib.auth.authorizer import Authenticator
 
         return Authenticator(self.settings, lambda: self.tokens, self.clock)
 
     def block_reporter(self) -> BlockListener:
         """Audits a refusal, and emails the administrators of a write refusal."""
-        from chalicelib.alerts import BlockReporter
+        from chalicelib.check.alerts import BlockReporter
 
         return BlockReporter(
             self.policy,

@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 
 from chalice.utils import to_cfn_resource_name  # noqa: E402
 
-from chalicelib.policy import load_policy  # noqa: E402
+from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
 from deploy.monitoring import (  # noqa: E402
     DEAD_LETTERS,

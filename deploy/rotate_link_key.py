@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from chalicelib.link_secret import CURRENT  # noqa: E402
+from chalicelib.links.secret import CURRENT  # noqa: E402
 
 MIN_INTERVAL = timedelta(hours=48)
 KEY_LENGTH = 64  # as the stack generates it: letters and digits

@@ -75,7 +75,7 @@ def _stopped_early(signum: int, frame: FrameType | None) -> None:
 def configuration_problem() -> str | None:
     """What makes the settings or the policy unusable, in one line; None if nothing."""
     from chalicelib.errors import ConfigurationError
-    from chalicelib.policy import load_policy
+    from chalicelib.quota.policy import load_policy
     from chalicelib.settings import Settings
 
     try:

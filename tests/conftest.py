@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from chalicelib.policy import load_policy
+from chalicelib.quota.policy import load_policy
 from tests.support import (
     Backend,
     FixedClock,

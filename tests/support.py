@@ -19,13 +19,6 @@ import boto3
 from botocore.config import Config
 
 from admin_cli.provision import create_tables
-from chalicelib.ports import (
-    AuditLog,
-    BudgetCounters,
-    GrantRepository,
-    SessionCounters,
-    TokenRepository,
-)
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.budgets import BudgetStore
@@ -37,6 +30,13 @@ from chalicelib.storage.memory import (
     MemoryCounters,
     MemoryGrants,
     MemoryTokens,
+)
+from chalicelib.storage.ports import (
+    AuditLog,
+    BudgetCounters,
+    GrantRepository,
+    SessionCounters,
+    TokenRepository,
 )
 from chalicelib.storage.tokens import TokenStore
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.audit import AuditEvent, EventType
-from chalicelib.ports import AuditPage
+from chalicelib.admin.audit import AuditEvent, EventType
 from chalicelib.storage import page_tokens
 from chalicelib.storage.faults import translate
+from chalicelib.storage.ports import AuditPage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

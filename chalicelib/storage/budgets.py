@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.ports import NotTaken, RecordChanged, RecordNotFound, Taken
-from chalicelib.quota import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
 from chalicelib.storage import updates
+from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 from chalicelib.storage.updates import ConditionFailed, n, s
 
 if TYPE_CHECKING:

@@ -43,15 +43,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.ports import (
-    Consumed,
-    LimitChange,
-    NotConsumed,
-    RecordChanged,
-    RecordNotFound,
-    StorageError,
-)
-from chalicelib.quota import (
+from chalicelib.quota.core import (
     Attempt,
     CallRecord,
     LeaseId,
@@ -61,6 +53,14 @@ from chalicelib.quota import (
     fold_repeats,
 )
 from chalicelib.storage import updates
+from chalicelib.storage.ports import (
+    Consumed,
+    LimitChange,
+    NotConsumed,
+    RecordChanged,
+    RecordNotFound,
+    StorageError,
+)
 from chalicelib.storage.updates import ConditionFailed as _ConditionFailed
 from chalicelib.storage.updates import n as _n
 from chalicelib.storage.updates import s as _s

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.ports import StorageError, StoreMisconfigured, StoreRejected, StoreUnavailable
+from chalicelib.storage.ports import (
+    StorageError,
+    StoreMisconfigured,
+    StoreRejected,
+    StoreUnavailable,
+)
 
 _THROTTLED = frozenset(
     {

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.grants import Grant
-from chalicelib.ports import RecordNotFound
+from chalicelib.admin.grants import Grant
 from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.ports import RecordNotFound
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.ports import LinkUse
 from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.ports import LinkUse
 from chalicelib.storage.updates import n, s
 
 if TYPE_CHECKING:

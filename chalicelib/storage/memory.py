@@ -11,22 +11,10 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from chalicelib.audit import AuditEvent
-from chalicelib.grants import Grant
-from chalicelib.ports import (
-    AuditPage,
-    Consumed,
-    LimitChange,
-    LinkUse,
-    NotConsumed,
-    NotTaken,
-    RecordChanged,
-    RecordNotFound,
-    StoreRejected,
-    Taken,
-    TroubleMark,
-)
-from chalicelib.quota import (
+from chalicelib.admin.audit import AuditEvent
+from chalicelib.admin.grants import Grant
+from chalicelib.auth.tokens import TokenRecord
+from chalicelib.quota.core import (
     Attempt,
     BudgetKey,
     BudgetSnapshot,
@@ -42,7 +30,19 @@ from chalicelib.quota import (
     with_call,
 )
 from chalicelib.storage import page_tokens
-from chalicelib.tokens import TokenRecord
+from chalicelib.storage.ports import (
+    AuditPage,
+    Consumed,
+    LimitChange,
+    LinkUse,
+    NotConsumed,
+    NotTaken,
+    RecordChanged,
+    RecordNotFound,
+    StoreRejected,
+    Taken,
+    TroubleMark,
+)
 
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from chalicelib.ports import BadPageToken
+from chalicelib.storage.ports import BadPageToken
 
 _TOKEN = re.compile(r"a1\.([0-9]{13})([0-9a-f]{12})\.([0-9a-f]{16})")
 MAX_LENGTH = 45

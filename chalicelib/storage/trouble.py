@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.ports import TroubleKind, TroubleMark
 from chalicelib.storage.faults import translate
+from chalicelib.storage.ports import TroubleKind, TroubleMark
 from chalicelib.storage.updates import n, s
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns import sns_backends
 
 import app as app_module
+from chalicelib.auth.tokens import TokenRecord, hash_secret, new_token
 from chalicelib.settings import Settings
-from chalicelib.tokens import TokenRecord, hash_secret, new_token
 from chalicelib.wiring import Container
 from tests.support import ROOT, FixedClock, client_for, fresh_settings, provisioned
 

@@ -36,24 +36,24 @@ print(json.dumps(report))
 """
 
 ADMIN_SIDE = (
-    "chalicelib.admin_actions",
-    "chalicelib.admin_budgets",
-    "chalicelib.admin_requests",
-    "chalicelib.admin_tokens",
-    "chalicelib.admin_views",
-    "chalicelib.link_actions",
-    "chalicelib.links",
-    "chalicelib.pages",
+    "chalicelib.admin.actions",
+    "chalicelib.admin.budgets",
+    "chalicelib.admin.requests",
+    "chalicelib.admin.tokens",
+    "chalicelib.admin.views",
+    "chalicelib.links.actions",
+    "chalicelib.links.signing",
+    "chalicelib.links.pages",
     "chalicelib.console_files",
 )
 ADMIN_SERVICES = (
-    "chalicelib.admin_actions",
-    "chalicelib.admin_budgets",
-    "chalicelib.admin_tokens",
-    "chalicelib.admin_views",
+    "chalicelib.admin.actions",
+    "chalicelib.admin.budgets",
+    "chalicelib.admin.tokens",
+    "chalicelib.admin.views",
     "chalicelib.console_files",
 )
-REFUSAL_SIDE = ("chalicelib.alerts", "chalicelib.audit", "chalicelib.notify")
+REFUSAL_SIDE = ("chalicelib.check.alerts", "chalicelib.admin.audit", "chalicelib.notify")
 
 
 def cold_container(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -95,7 +95,11 @@ def test_an_allowed_check_loads_neither_powertools_nor_the_admin_or_refusal_side
 
     assert report["statuses"] == [200]
     after = set(report["after"])
-    assert {"chalicelib.service", "chalicelib.quota", "chalicelib.validation"} <= after
+    assert {
+        "chalicelib.check.service",
+        "chalicelib.quota.core",
+        "chalicelib.check.requests",
+    } <= after
     assert [m for m in after if m.startswith("aws_lambda_powertools")] == []
     assert after.isdisjoint(ADMIN_SIDE)
     assert after.isdisjoint(REFUSAL_SIDE)

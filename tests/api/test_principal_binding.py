@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.ports import StoreUnavailable, TokenRepository
-from chalicelib.tokens import TokenRecord
+from chalicelib.auth.tokens import TokenRecord
+from chalicelib.storage.ports import StoreUnavailable, TokenRepository
 from tests.api.conftest import SERVER, Api, body
 
 WRITE = {"tool": "delete_tag"}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib.ports import BudgetCounters, NotTaken, StoreUnavailable, Taken
-from chalicelib.quota import BudgetKey, Scope, Spend
+from chalicelib.quota.core import BudgetKey, Scope, Spend
+from chalicelib.storage.ports import BudgetCounters, NotTaken, StoreUnavailable, Taken
 from tests.api.conftest import Api, body
 from tests.api.test_scopes import scoped
 

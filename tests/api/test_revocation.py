@@ -1,5 +1,5 @@
 """A revoked admin token stops changing things at once; checks keep a cache of at most
-60 s; tokens may expire (chalicelib/auth.py)."""
+60 s; tokens may expire (chalicelib/auth/authorizer.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import app as app_module
-from chalicelib.auth import AUTHORIZER_TTL_SECONDS
+from chalicelib.auth.authorizer import AUTHORIZER_TTL_SECONDS
+from chalicelib.auth.tokens import TokenRecord, hash_secret, new_token
 from chalicelib.settings import TOKEN_CACHE_MAX_SECONDS, Settings
-from chalicelib.tokens import TokenRecord, hash_secret, new_token
 from tests.api.conftest import ADMIN, Api, body, running_api
 from tests.support import FixedClock
 

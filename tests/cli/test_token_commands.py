@@ -14,12 +14,12 @@ from moto import mock_aws
 
 from admin_cli.provision import create_tables
 from admin_cli.render import escape
-from chalicelib.audit import TENANT_SCOPE
-from chalicelib.auth import Authenticator
+from chalicelib.admin.audit import TENANT_SCOPE
+from chalicelib.auth.authorizer import Authenticator
+from chalicelib.auth.tokens import ADMIN, SERVER, TokenRecord, hash_secret
 from chalicelib.settings import Settings
 from chalicelib.storage.audit import AuditStore
 from chalicelib.storage.tokens import TokenStore
-from chalicelib.tokens import ADMIN, SERVER, TokenRecord, hash_secret
 from tests.cli.conftest import HOSTILE_TEXT, Cli, unsafe_characters
 from tests.support import FixedClock, client_for, fresh_settings
 

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from admin_cli.provision import create_tables
-from chalicelib.auth import Authenticator
+from chalicelib.auth.authorizer import Authenticator
 from chalicelib.settings import Settings
 from chalicelib.storage.tokens import TokenStore
 from tests.cli.conftest import Cli

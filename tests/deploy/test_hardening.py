@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chalicelib.observability import NAMESPACE, SERVICE
-from chalicelib.policy import load_policy
+from chalicelib.quota.policy import load_policy
 from chalicelib.schema import ALL_TABLES
 from deploy.build_template import THROTTLE_OPERATIONS, load_config
 from tests.deploy.code_calls import api_calls

@@ -269,7 +269,7 @@ def test_the_handlers_fallback_authentication_is_covered_and_granted(
 
 
 # The one module of the Lambda that mints, revokes and lists tokens: behind admin routes.
-TOKEN_ADMIN = "chalicelib/admin_tokens.py"
+TOKEN_ADMIN = "chalicelib/admin/tokens.py"
 
 
 @pytest.mark.parametrize("path", [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))])

@@ -11,8 +11,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from chalicelib.link_secret import read_link_keys
-from chalicelib.links import (
+from chalicelib.links.secret import read_link_keys
+from chalicelib.links.signing import (
     LINK_TTL_MS,
     LinkAction,
     LinkPayload,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from chalicelib.policy import load_policy
+from chalicelib.quota.policy import load_policy
 from deploy.build_template import LOGGING_CONFIG, load_config
 from deploy.package import release, release_version
 from tests.deploy.code_calls import ROOT

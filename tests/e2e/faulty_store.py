@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from chalicelib.quota import BudgetKey
+from chalicelib.quota.core import BudgetKey
 
 # The budget adapter's own key encoding: the proxy never restates the key format.
 from chalicelib.storage.budgets import _key as budget_item_key

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chalicelib.quota import BudgetKey, Scope
+from chalicelib.quota.core import BudgetKey, Scope
 from tests.e2e.faulty_store import FaultyStore, faulty_store
 from tests.e2e.http import ADMIN_TOKEN, Reply, call
 from tests.e2e.runner import Runner, make_run

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import chalicelib.policy
+import chalicelib.quota.policy
 from deploy.package import package
 from tests.support import ROOT, free_port
 
@@ -97,7 +97,7 @@ def test_make_package_refuses_an_impossible_policy_in_one_line(
     policies = tmp_path / "policies"
     policies.mkdir()
     _policy_file(policies, IMPOSSIBLE, "tight.json")
-    monkeypatch.setattr(chalicelib.policy, "POLICY_DIR", policies)
+    monkeypatch.setattr(chalicelib.quota.policy, "POLICY_DIR", policies)
     out = tmp_path / "build"
     with pytest.raises(SystemExit) as refused:
         package("prod", out, project_dir=_project(tmp_path / "project", "tight.json"))
@@ -109,7 +109,7 @@ def test_make_package_refuses_an_impossible_policy_in_one_line(
 def test_make_package_refuses_a_policy_the_zip_would_not_hold(tmp_path: Path) -> None:
     # A valid policy given by path: the Lambda would not find it, and answer 503.
     path = _policy_file(
-        tmp_path, json.loads((chalicelib.policy.POLICY_DIR / "default.json").read_text())
+        tmp_path, json.loads((chalicelib.quota.policy.POLICY_DIR / "default.json").read_text())
     )
     with pytest.raises(SystemExit) as refused:
         package("prod", tmp_path / "build", project_dir=_project(tmp_path / "project", str(path)))

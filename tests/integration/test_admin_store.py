@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from chalicelib.audit import AuditEvent, EventType
-from chalicelib.grants import Grant
-from chalicelib.ports import BadPageToken, RecordChanged, RecordNotFound, StorageError
-from chalicelib.quota import RefusalReason, SessionKey, SessionState
-from chalicelib.tokens import TokenRecord
+from chalicelib.admin.audit import AuditEvent, EventType
+from chalicelib.admin.grants import Grant
+from chalicelib.auth.tokens import TokenRecord
+from chalicelib.quota.core import RefusalReason, SessionKey, SessionState
+from chalicelib.storage.ports import BadPageToken, RecordChanged, RecordNotFound, StorageError
 from tests.integration.test_counter_store import (
     IDLE,
     IDLE_MS,

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from bench.sizing import item_size
-from chalicelib.ports import NotTaken, RecordChanged, RecordNotFound, Taken
-from chalicelib.quota import BudgetKey, Spend
+from chalicelib.quota.core import BudgetKey, Spend
 from chalicelib.storage.budgets import BudgetStore
+from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 from tests.support import T0, Backend, Stores
 
 DAY = 86_400_000

@@ -16,14 +16,14 @@ import pytest
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import ReadTimeoutError
 
+from chalicelib.check.requests import CheckRequest
+from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.policy import load_policy
-from chalicelib.ports import LimitChange, RecordChanged, SessionCounters
-from chalicelib.quota import Allowed, Decision, RefusalReason, Refused, SessionKey
-from chalicelib.service import CheckService
+from chalicelib.quota.core import Allowed, Decision, RefusalReason, Refused, SessionKey
+from chalicelib.quota.policy import load_policy
 from chalicelib.storage.counters import CounterStore
 from chalicelib.storage.memory import MemoryCounters
-from chalicelib.validation import CheckRequest
+from chalicelib.storage.ports import LimitChange, RecordChanged, SessionCounters
 from chalicelib.wiring import CLIENT_CONFIG
 from tests.support import client_for, fresh_settings, provisioned
 

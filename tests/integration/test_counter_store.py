@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bench.sizing import item_size
-from chalicelib.policy import POLICY_DIR, Policy, parse_policy
-from chalicelib.ports import Consumed, LimitChange, NotConsumed, SessionCounters
-from chalicelib.quota import (
+from chalicelib.check.requests import CheckRequest
+from chalicelib.check.service import CheckService
+from chalicelib.quota.core import (
     Allowed,
     Attempt,
     Decision,
@@ -24,10 +24,10 @@ from chalicelib.quota import (
     Verdict,
     explain_refusal,
 )
-from chalicelib.service import CheckService
+from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.storage.budgets import BudgetStore
 from chalicelib.storage.counters import CounterStore
-from chalicelib.validation import CheckRequest
+from chalicelib.storage.ports import Consumed, LimitChange, NotConsumed, SessionCounters
 from tests.support import Backend, FixedClock, Stores
 
 IDLE = 3600

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from chalicelib.check.requests import CheckRequest, LeaseReturn
+from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.policy import POLICY_DIR, Policy, parse_policy
-from chalicelib.ports import BudgetCounters, LimitChange, SessionCounters
-from chalicelib.quota import Allowed, BudgetKey, Decision, Lease, LeaseId, Refused, SessionKey
-from chalicelib.service import CheckService
+from chalicelib.quota.core import Allowed, BudgetKey, Decision, Lease, LeaseId, Refused, SessionKey
+from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.storage.budgets import BudgetStore
 from chalicelib.storage.counters import CounterStore
 from chalicelib.storage.memory import MemoryBudgets, MemoryCounters
-from chalicelib.validation import CheckRequest, LeaseReturn
+from chalicelib.storage.ports import BudgetCounters, LimitChange, SessionCounters
 from tests.support import FixedClock, Stores, client_for, fresh_settings, provisioned
 
 IDLE = 3600

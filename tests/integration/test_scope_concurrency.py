@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from chalicelib.check.requests import CheckRequest
+from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.policy import parse_policy
-from chalicelib.quota import BudgetKey, Decision, Refused, Scope
-from chalicelib.service import CheckService
+from chalicelib.quota.core import BudgetKey, Decision, Refused, Scope
+from chalicelib.quota.policy import parse_policy
 from chalicelib.storage.budgets import BudgetStore
 from chalicelib.storage.counters import CounterStore
-from chalicelib.validation import CheckRequest
 from tests.support import client_for, fresh_settings, provisioned
 
 SESSIONS = 8

@@ -1,7 +1,7 @@
 """Fail-open calls are reported to the service with the next check it answers.
 
 Against the loopback stub in conftest: the real service accepts the `fail_open` field
-only once the lead's change to chalicelib/validation.py and app.py lands (until then it
+only once the lead's change to chalicelib/check/requests.py and app.py lands (until then it
 answers 400 "Unknown field 'fail_open'", which the stub does by default). The real-service
 test is `tests/e2e/test_make_run.py::test_the_service_accepts_a_fail_open_report`.
 """

@@ -23,7 +23,7 @@ from chalice.test import Client
 import app as app_module
 from chalicelib.observability import SERVICE
 from chalicelib.observability import logger as service_logger
-from chalicelib.ports import BudgetCounters, SessionCounters, StoreUnavailable
+from chalicelib.storage.ports import BudgetCounters, SessionCounters, StoreUnavailable
 from chalicelib.wiring import CLIENT_CONFIG, Container
 from tests.support import ROOT, T0, FixedClock, client_for, fresh_settings, provisioned
 

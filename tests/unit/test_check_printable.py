@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from chalicelib.check.requests import check_printable
 from chalicelib.errors import InvalidRequest
-from chalicelib.validation import check_printable
 
 
 @pytest.mark.parametrize(

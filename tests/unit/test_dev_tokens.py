@@ -3,10 +3,10 @@ scripts/serve_local.py (`make run`) sets: never because of a stage's name."""
 
 from __future__ import annotations
 
-from chalicelib.auth import Authenticator
+from chalicelib.auth.authorizer import Authenticator
+from chalicelib.auth.tokens import SERVER
 from chalicelib.settings import Settings
 from chalicelib.storage.tokens import TokenStore
-from chalicelib.tokens import SERVER
 from tests.support import ROOT, FixedClock
 
 SERVER_HEADER = "Bearer dev-server-token"

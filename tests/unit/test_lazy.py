@@ -24,8 +24,8 @@ def test_a_lazy_module_is_imported_on_first_use_only(monkeypatch: pytest.MonkeyP
 def test_concurrent_first_uses_all_see_the_whole_module(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delitem(sys.modules, "chalicelib.admin_requests", raising=False)
-    module = lazy_module("chalicelib.admin_requests")
+    monkeypatch.delitem(sys.modules, "chalicelib.admin.requests", raising=False)
+    module = lazy_module("chalicelib.admin.requests")
     start = threading.Barrier(8)
     seen: list[object] = []
 

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.errors import ConfigurationError
-from chalicelib.policy import load_policy, parse_policy
-from chalicelib.quota import (
+from chalicelib.quota.core import (
     Attempt,
     Lease,
     LeaseId,
@@ -22,6 +21,7 @@ from chalicelib.quota import (
     explain_refusal,
     partial_units,
 )
+from chalicelib.quota.policy import load_policy, parse_policy
 from tests.support import T0
 
 HOUR = 3_600_000

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from chalicelib.errors import ConfigurationError
-from chalicelib.policy import load_policy, parse_policy
+from chalicelib.quota.policy import load_policy, parse_policy
 
 DOC: dict[str, Any] = {
     "version": 1,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chalicelib.errors import ConfigurationError
-from chalicelib.policy import MAX_CATEGORIES, MAX_LIMIT, load_policy, parse_policy
+from chalicelib.quota.policy import MAX_CATEGORIES, MAX_LIMIT, load_policy, parse_policy
 
 DOC: dict[str, Any] = {
     "version": 1,

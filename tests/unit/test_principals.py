@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.errors import Forbidden, PrincipalNotAllowed
-from chalicelib.tokens import (
+from chalicelib.auth.tokens import (
     ANY_PRINCIPAL,
     SERVER,
     Identity,
@@ -13,6 +12,7 @@ from chalicelib.tokens import (
     effective_principal,
     encode_principals,
 )
+from chalicelib.errors import Forbidden, PrincipalNotAllowed
 
 UNBOUND = Identity("demo", SERVER, "1a2b3c4d5e6f")
 BOUND = Identity("demo", SERVER, "0f0f0f0f0f0f", principals=("editor@example.com", "bot-*"))

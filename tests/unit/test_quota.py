@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from chalicelib.alerts import exhaustion_email
+from chalicelib.check.alerts import exhaustion_email
 from chalicelib.clock import iso_utc
-from chalicelib.quota import (
+from chalicelib.quota.core import (
     Allowed,
     Attempt,
     CallRecord,

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chalicelib.check.requests import MAX_BODY_BYTES, parse_check, parse_json_object
 from chalicelib.errors import InvalidRequest, PayloadTooLarge
-from chalicelib.policy import load_policy
-from chalicelib.validation import MAX_BODY_BYTES, parse_check, parse_json_object
+from chalicelib.quota.policy import load_policy
 
 POLICY = load_policy("default.json")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from chalicelib.auth.tokens import TokenRecord
+from chalicelib.check.service import LimitResolver
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.policy import Policy
-from chalicelib.quota import SessionSnapshot, SessionState
-from chalicelib.service import LimitResolver
-from chalicelib.tokens import TokenRecord
+from chalicelib.quota.core import SessionSnapshot, SessionState
+from chalicelib.quota.policy import Policy
 
 STORED_EMPTY_NAME = "-"  # how the token stores keep a token created without a name
 

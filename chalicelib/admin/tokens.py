@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.admin_requests import TokenRequest
-from chalicelib.admin_views import token_view
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
+from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
+from chalicelib.admin.requests import TokenRequest
+from chalicelib.admin.views import token_view
+from chalicelib.auth.tokens import Identity, TokenRecord, hash_secret, new_token
 from chalicelib.clock import Clock
 from chalicelib.errors import NotFound
-from chalicelib.ports import RecordNotFound, TokenRepository
-from chalicelib.tokens import Identity, TokenRecord, hash_secret, new_token
+from chalicelib.storage.ports import RecordNotFound, TokenRepository
 
 
 class TokenAdmin:

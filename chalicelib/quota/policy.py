@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.errors import ConfigurationError
-from chalicelib.quota import Scope
+from chalicelib.quota.core import Scope
 
-POLICY_DIR = Path(__file__).parent / "policies"
+POLICY_DIR = Path(__file__).parent.parent / "policies"
 CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 READ = "read"
 WRITE = "write"

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from chalicelib.audit import AuditEvent
-    from chalicelib.grants import Grant
-    from chalicelib.quota import (
+    from chalicelib.admin.audit import AuditEvent
+    from chalicelib.admin.grants import Grant
+    from chalicelib.auth.tokens import TokenRecord
+    from chalicelib.quota.core import (
         Attempt,
         BudgetKey,
         BudgetSnapshot,
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
         SessionSnapshot,
         Spend,
     )
-    from chalicelib.tokens import TokenRecord
 
 # -- storage errors: what went wrong, never how to say it over HTTP -------------------
 

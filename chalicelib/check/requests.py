@@ -11,8 +11,8 @@ from typing import Any
 
 from chalicelib.clock import parse_iso_utc
 from chalicelib.errors import InvalidRequest, PayloadTooLarge
-from chalicelib.policy import MAX_LEASE, Policy
-from chalicelib.quota import LeaseId
+from chalicelib.quota.core import LeaseId
+from chalicelib.quota.policy import MAX_LEASE, Policy
 
 MAX_BODY_BYTES = 16 * 1024
 MAX_SESSION_ID = 256

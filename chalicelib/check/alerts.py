@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chalicelib import audit
-from chalicelib.audit import AuditEvent, Auditor, EventType
+from chalicelib.admin import audit
+from chalicelib.admin.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Publisher
 from chalicelib.observability import count, logger
-from chalicelib.policy import Policy
-from chalicelib.ports import TroubleKind, TroubleMark
-from chalicelib.quota import Attempt, CallRecord, Refused, Scope
+from chalicelib.quota.core import Attempt, CallRecord, Refused, Scope
+from chalicelib.quota.policy import Policy
+from chalicelib.storage.ports import TroubleKind, TroubleMark
 
 if TYPE_CHECKING:
-    from chalicelib.link_actions import EmailLink, LinkMaker
+    from chalicelib.links.actions import EmailLink, LinkMaker
 
 CLI = "mcp-quota"
 

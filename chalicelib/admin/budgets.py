@@ -7,15 +7,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib.admin_requests import RaiseRequest
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType, actor_of, link_detail
+from chalicelib.admin.audit import (
+    TENANT_SCOPE,
+    AuditEvent,
+    Auditor,
+    EventType,
+    actor_of,
+    link_detail,
+)
+from chalicelib.admin.requests import RaiseRequest
+from chalicelib.auth.tokens import Identity
+from chalicelib.check.service import LimitResolver, PrincipalGate
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
-from chalicelib.policy import Policy, WindowLimit
-from chalicelib.ports import BudgetCounters, RecordChanged, RecordNotFound
-from chalicelib.quota import BudgetKey, BudgetSnapshot, Scope
-from chalicelib.service import LimitResolver, PrincipalGate
-from chalicelib.tokens import Identity
+from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
+from chalicelib.quota.policy import Policy, WindowLimit
+from chalicelib.storage.ports import BudgetCounters, RecordChanged, RecordNotFound
 
 MAX_WINDOW_LIMIT = 1_000_000
 ROUNDS = 4

@@ -22,23 +22,11 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol, TypeVar, cast
 
+from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
 from chalicelib.observability import count, logger
-from chalicelib.policy import Category, Policy, WindowLimit
-from chalicelib.ports import (
-    BudgetCounters,
-    Consumed,
-    NotTaken,
-    RecordChanged,
-    SessionCounters,
-    StorageError,
-    StoreMisconfigured,
-    StoreRejected,
-    StoreUnavailable,
-    Taken,
-)
-from chalicelib.quota import (
+from chalicelib.quota.core import (
     Allowed,
     Attempt,
     BudgetKey,
@@ -58,7 +46,19 @@ from chalicelib.quota import (
     partial_units,
     with_call,
 )
-from chalicelib.validation import CheckRequest, LeaseReturn
+from chalicelib.quota.policy import Category, Policy, WindowLimit
+from chalicelib.storage.ports import (
+    BudgetCounters,
+    Consumed,
+    NotTaken,
+    RecordChanged,
+    SessionCounters,
+    StorageError,
+    StoreMisconfigured,
+    StoreRejected,
+    StoreUnavailable,
+    Taken,
+)
 
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.

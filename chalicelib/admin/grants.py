@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.policy import Policy, WindowLimit
-from chalicelib.quota import Scope
+from chalicelib.quota.core import Scope
+from chalicelib.quota.policy import Policy, WindowLimit
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.audit import LINK_ROLE
-from chalicelib.tokens import Identity
+from chalicelib.admin.audit import LINK_ROLE
+from chalicelib.auth.tokens import Identity
 
 LINK_TTL_MS = 24 * 3600 * 1000
 LINK_ACTOR = "email-link"  # the audit actor of every action taken through a link

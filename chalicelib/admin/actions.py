@@ -7,21 +7,30 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib.admin_requests import (
+from chalicelib.admin.audit import (
+    TENANT_SCOPE,
+    AuditEvent,
+    Auditor,
+    EventType,
+    actor_of,
+    link_detail,
+)
+from chalicelib.admin.grants import Grant, GrantLimits
+from chalicelib.admin.requests import (
     AuditQuery,
     GrantRequest,
     LowerRequest,
     RaiseRequest,
     SessionsQuery,
 )
-from chalicelib.admin_views import SessionViews
-from chalicelib.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType, actor_of, link_detail
+from chalicelib.admin.views import SessionViews
+from chalicelib.auth.tokens import Identity
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
-from chalicelib.grants import Grant, GrantLimits
 from chalicelib.observability import logger
-from chalicelib.policy import Policy
-from chalicelib.ports import (
+from chalicelib.quota.core import SessionKey, SessionSnapshot, SessionState
+from chalicelib.quota.policy import Policy
+from chalicelib.storage.ports import (
     AuditLog,
     GrantRepository,
     LimitChange,
@@ -33,8 +42,6 @@ from chalicelib.ports import (
     TroubleKind,
     TroubleMark,
 )
-from chalicelib.quota import SessionKey, SessionSnapshot, SessionState
-from chalicelib.tokens import Identity
 
 ROUNDS = 4
 

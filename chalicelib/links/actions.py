@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from chalicelib.admin_requests import RaiseRequest
+from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import QuotaServiceError, from_storage
-from chalicelib.links import (
+from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
+from chalicelib.links.signing import (
     LINK_TTL_MS,
     LinkAction,
     LinkPayload,
@@ -21,14 +22,13 @@ from chalicelib.links import (
     LinkSigner,
     new_link_id,
 )
-from chalicelib.pages import Page, confirm_form, facts, link, paragraph, render
-from chalicelib.policy import Policy
-from chalicelib.ports import LinkUse, LinkUses, StorageError
-from chalicelib.quota import Attempt, BudgetKey, Refused, Scope
+from chalicelib.quota.core import Attempt, BudgetKey, Refused, Scope
+from chalicelib.quota.policy import Policy
+from chalicelib.storage.ports import LinkUse, LinkUses, StorageError
 
 if TYPE_CHECKING:
-    from chalicelib.admin_actions import AdminService
-    from chalicelib.admin_budgets import BudgetAdmin
+    from chalicelib.admin.actions import AdminService
+    from chalicelib.admin.budgets import BudgetAdmin
 
 
 @dataclass(frozen=True)

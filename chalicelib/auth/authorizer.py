@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chalicelib.auth.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
 from chalicelib.clock import Clock
-from chalicelib.ports import TokenRepository
 from chalicelib.settings import Settings
-from chalicelib.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
+from chalicelib.storage.ports import TokenRepository
 
 BEARER = "bearer "
 AUTHORIZER_TTL_SECONDS = 30

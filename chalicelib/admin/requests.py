@@ -8,11 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.errors import InvalidPageToken, InvalidRequest, NotFound
-from chalicelib.policy import Policy
-from chalicelib.quota import SessionState
-from chalicelib.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
-from chalicelib.validation import (
+from chalicelib.auth.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
+from chalicelib.check.requests import (
     VISIBLE_ASCII,
     category_field,
     int_field,
@@ -23,6 +20,9 @@ from chalicelib.validation import (
     text_field,
     time_field,
 )
+from chalicelib.errors import InvalidPageToken, InvalidRequest, NotFound
+from chalicelib.quota.core import SessionState
+from chalicelib.quota.policy import Policy
 
 GRANT_ID = re.compile(r"g-[0-9a-f]{12}")
 TOKEN_ID = re.compile(r"[0-9a-f]{12}")

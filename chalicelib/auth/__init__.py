@@ -1,0 +1,1 @@
+"""Bearer tokens and the authorizer."""

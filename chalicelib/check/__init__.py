@@ -1,0 +1,1 @@
+"""The check: parse a request, count it at every scope, and act on a refusal."""
