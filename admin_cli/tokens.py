@@ -26,9 +26,9 @@ from chalicelib.admin.views import token_view
 from chalicelib.auth.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
 from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
-from chalicelib.storage.audit import AuditStore
+from chalicelib.storage.dynamodb.audit import AuditStore
+from chalicelib.storage.dynamodb.tokens import TokenStore
 from chalicelib.storage.ports import RecordNotFound, StorageError
-from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -6,8 +6,9 @@ app costs little and tests can start moto (or point at dynalite) before anything
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -19,20 +20,20 @@ from chalicelib.errors import ConfigurationError, Misconfigured
 from chalicelib.observability import count, logger
 from chalicelib.quota.policy import Policy, load_policy
 from chalicelib.settings import Settings
+from chalicelib.storage import dynamodb, memory
 from chalicelib.storage.ports import (
     AuditLog,
     BudgetCounters,
     GrantRepository,
     LinkUses,
     SessionCounters,
+    Stores,
     TokenRepository,
     TroubleIndex,
     TroubleMark,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
 
@@ -78,6 +79,12 @@ LINK_KEYS_CACHE_MS = 3600 * 1000
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
     Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
+
+
+Opener = Callable[[Settings, tuple[str, ...], Callable[[], Any], Callable[[], Any]], Stores]
+
+# The one place a backend is chosen: each opens every port lazily.
+OPENERS: dict[str, Opener] = {"dynamodb": dynamodb.open_stores, "memory": memory.open_stores}
 
 
 class OnFirstBlock:
@@ -129,10 +136,6 @@ class Container:
                 "are alerted; retry later."
             ) from exc
 
-    @property
-    def in_memory(self) -> bool:
-        return self.settings.backend == "memory"
-
     @cached_property
     def dynamodb(self) -> DynamoDBClient:
         return boto3.client("dynamodb", config=CLIENT_CONFIG)
@@ -143,25 +146,20 @@ class Container:
         return boto3.client("dynamodb", config=TOKEN_CLIENT_CONFIG)
 
     @cached_property
+    def stores(self) -> Stores:
+        """The backend's ports (`QUOTA_BACKEND`), each opened on first use."""
+        opener = OPENERS[self.settings.backend]
+        categories = tuple(self.policy.categories)
+        return opener(self.settings, categories, lambda: self.dynamodb, lambda: self.token_dynamodb)
+
+    # One property per port, so that a test can put a faulty adapter in its place.
+    @cached_property
     def counters(self) -> SessionCounters:
-        categories, keep = tuple(self.policy.categories), self.settings.last_calls
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryCounters
-
-            return MemoryCounters(categories, keep)
-        from chalicelib.storage.counters import CounterStore
-
-        return CounterStore(self.dynamodb, self.settings.counters_table, categories, keep)
+        return self.stores.counters
 
     @cached_property
     def budgets(self) -> BudgetCounters:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryBudgets
-
-            return MemoryBudgets()
-        from chalicelib.storage.budgets import BudgetStore
-
-        return BudgetStore(self.dynamodb, self.settings.counters_table)
+        return self.stores.budgets
 
     @cached_property
     def gate(self) -> PrincipalGate:
@@ -169,53 +167,23 @@ class Container:
 
     @cached_property
     def tokens(self) -> TokenRepository:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryTokens
-
-            return MemoryTokens()
-        from chalicelib.storage.tokens import TokenStore
-
-        return TokenStore(self.token_dynamodb, self.settings.tokens_table)
+        return self.stores.tokens
 
     @cached_property
     def audit_log(self) -> AuditLog:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryAuditLog
-
-            return MemoryAuditLog()
-        from chalicelib.storage.audit import AuditStore
-
-        return AuditStore(self.dynamodb, self.settings.audit_table, self.settings.audit_ttl_days)
+        return self.stores.audit_log
 
     @cached_property
     def grants(self) -> GrantRepository:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryGrants
-
-            return MemoryGrants()
-        from chalicelib.storage.grants import GrantStore
-
-        return GrantStore(self.dynamodb, self.settings.grants_table)
+        return self.stores.grants
 
     @cached_property
     def link_uses(self) -> LinkUses:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryLinkUses
-
-            return MemoryLinkUses()
-        from chalicelib.storage.links import LinkUseStore
-
-        return LinkUseStore(self.dynamodb, self.settings.counters_table)
+        return self.stores.link_uses
 
     @cached_property
     def trouble(self) -> TroubleIndex:
-        if self.in_memory:
-            from chalicelib.storage.memory import MemoryTroubleIndex
-
-            return MemoryTroubleIndex()
-        from chalicelib.storage.trouble import TroubleStore
-
-        return TroubleStore(self.dynamodb, self.settings.audit_table)
+        return self.stores.trouble
 
     def mark_trouble(self, mark: TroubleMark) -> None:
         """Index a session in trouble (the index is built on the first refusal)."""

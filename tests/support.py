@@ -20,17 +20,16 @@ from botocore.config import Config
 
 from admin_cli.provision import create_tables
 from chalicelib.settings import Settings
-from chalicelib.storage.audit import AuditStore
-from chalicelib.storage.budgets import BudgetStore
-from chalicelib.storage.counters import CounterStore
-from chalicelib.storage.grants import GrantStore
-from chalicelib.storage.memory import (
-    MemoryAuditLog,
-    MemoryBudgets,
-    MemoryCounters,
-    MemoryGrants,
-    MemoryTokens,
-)
+from chalicelib.storage.dynamodb.audit import AuditStore
+from chalicelib.storage.dynamodb.budgets import BudgetStore
+from chalicelib.storage.dynamodb.counters import CounterStore
+from chalicelib.storage.dynamodb.grants import GrantStore
+from chalicelib.storage.dynamodb.tokens import TokenStore
+from chalicelib.storage.memory.audit import MemoryAuditLog
+from chalicelib.storage.memory.budgets import MemoryBudgets
+from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.grants import MemoryGrants
+from chalicelib.storage.memory.tokens import MemoryTokens
 from chalicelib.storage.ports import (
     AuditLog,
     BudgetCounters,
@@ -38,7 +37,6 @@ from chalicelib.storage.ports import (
     SessionCounters,
     TokenRepository,
 )
-from chalicelib.storage.tokens import TokenStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -503,3 +503,23 @@ class TroubleIndex(Protocol):
         Raises:
             StorageError: the store failed.
         """
+
+
+class Stores(Protocol):
+    """Every port of one backend, each opened on first use (`storage.dynamodb` and
+    `storage.memory` each have one `open_stores()` that returns this)."""
+
+    @property
+    def counters(self) -> SessionCounters: ...
+    @property
+    def budgets(self) -> BudgetCounters: ...
+    @property
+    def tokens(self) -> TokenRepository: ...
+    @property
+    def audit_log(self) -> AuditLog: ...
+    @property
+    def grants(self) -> GrantRepository: ...
+    @property
+    def link_uses(self) -> LinkUses: ...
+    @property
+    def trouble(self) -> TroubleIndex: ...

@@ -18,8 +18,8 @@ from chalicelib.admin.audit import TENANT_SCOPE
 from chalicelib.auth.authorizer import Authenticator
 from chalicelib.auth.tokens import ADMIN, SERVER, TokenRecord, hash_secret
 from chalicelib.settings import Settings
-from chalicelib.storage.audit import AuditStore
-from chalicelib.storage.tokens import TokenStore
+from chalicelib.storage.dynamodb.audit import AuditStore
+from chalicelib.storage.dynamodb.tokens import TokenStore
 from tests.cli.conftest import HOSTILE_TEXT, Cli, unsafe_characters
 from tests.support import FixedClock, client_for, fresh_settings
 

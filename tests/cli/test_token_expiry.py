@@ -13,7 +13,7 @@ from moto import mock_aws
 from admin_cli.provision import create_tables
 from chalicelib.auth.authorizer import Authenticator
 from chalicelib.settings import Settings
-from chalicelib.storage.tokens import TokenStore
+from chalicelib.storage.dynamodb.tokens import TokenStore
 from tests.cli.conftest import Cli
 from tests.support import FixedClock, client_for, fresh_settings
 

@@ -23,7 +23,7 @@ _CLIENT_NAME = re.compile(r"client|dynamodb|ddb|sns|sqs|secrets", re.IGNORECASE)
 class ApiCall:
     """One boto3 client call site."""
 
-    module: str  # path relative to the repository, e.g. chalicelib/storage/counters.py
+    module: str  # path relative to the repository, e.g. chalicelib/storage/dynamodb/counters.py
     function: str  # qualified name of the enclosing function, e.g. CounterStore.get
     service: str  # dynamodb | sns | secretsmanager | sqs
     operation: str  # the API operation, also the IAM action name: UpdateItem

@@ -73,9 +73,9 @@ ADMIN_TOKEN_FUNCTIONS = {
     # Minting, revoking and listing tokens: the CLI (with the operator's own AWS
     # credentials, the root of trust) and the admin routes `/v1/tokens`, which only the
     # API handler serves. The authorizer only ever looks a token up.
-    ("chalicelib/storage/tokens.py", "TokenStore.put"),
-    ("chalicelib/storage/tokens.py", "TokenStore.revoke"),
-    ("chalicelib/storage/tokens.py", "TokenStore.list"),
+    ("chalicelib/storage/dynamodb/tokens.py", "TokenStore.put"),
+    ("chalicelib/storage/dynamodb/tokens.py", "TokenStore.revoke"),
+    ("chalicelib/storage/dynamodb/tokens.py", "TokenStore.list"),
 }
 # The Lambda function that runs each kind of Chalice entry point in app.py.
 ENTRY_FUNCTION = {"authorizer": AUTHORIZER, "route": API_HANDLER, "on_sqs_message": NOTIFIER}
@@ -120,7 +120,7 @@ def target_of(call: ApiCall) -> str:
         return ALL_TABLES[stem].logical_name
     raise AssertionError(
         f"{call.module}:{call.line} calls {call.action}, but which table it acts on is "
-        "unknown: keep DynamoDB calls in chalicelib/storage/<table>.py"
+        "unknown: keep DynamoDB calls in chalicelib/storage/dynamodb/<table>.py"
     )
 
 
@@ -243,8 +243,8 @@ def test_every_call_the_code_makes_is_granted_and_nothing_more(packaged: Package
 
 def test_the_scan_sees_the_calls_we_know_about() -> None:
     found = {(c.module, c.function, c.action) for c in api_calls()}
-    assert ("chalicelib/storage/updates.py", "update", "dynamodb:UpdateItem") in found
-    assert ("chalicelib/storage/tokens.py", "TokenStore.get", "dynamodb:GetItem") in found
+    assert ("chalicelib/storage/dynamodb/updates.py", "update", "dynamodb:UpdateItem") in found
+    assert ("chalicelib/storage/dynamodb/tokens.py", "TokenStore.get", "dynamodb:GetItem") in found
     # Every token-changing function still names a function that makes a call.
     assert {(m, f) for m, f, _ in found} >= ADMIN_TOKEN_FUNCTIONS
 
@@ -277,7 +277,7 @@ def test_only_the_token_admin_mints_or_revokes_tokens(path: Path) -> None:
     """Token changes in the Lambda go through one module, which app.py reaches only after
     `admin_caller()`; no Lambda code imports the operator's CLI."""
     module = relative(path)
-    if module in ("chalicelib/storage/tokens.py", TOKEN_ADMIN):
+    if module in ("chalicelib/storage/dynamodb/tokens.py", TOKEN_ADMIN):
         return
     for imported in imported_modules(path):
         assert imported.split(".")[0] != "admin_cli", (module, imported)

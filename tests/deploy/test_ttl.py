@@ -8,7 +8,7 @@ import pytest
 
 from chalicelib.admin.grants import Grant
 from chalicelib.schema import GRANTS
-from chalicelib.storage.grants import GrantStore
+from chalicelib.storage.dynamodb.grants import GrantStore
 
 DAY_MS = 24 * 3600 * 1000
 ENDS_AT_MS = 1_800_000_000_000

@@ -9,7 +9,7 @@ import pytest
 
 from bench.sizing import item_size
 from chalicelib.quota.core import BudgetKey, Spend
-from chalicelib.storage.budgets import BudgetStore
+from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 from tests.support import T0, Backend, Stores
 

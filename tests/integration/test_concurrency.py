@@ -21,8 +21,8 @@ from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
 from chalicelib.quota.core import Allowed, Decision, RefusalReason, Refused, SessionKey
 from chalicelib.quota.policy import load_policy
-from chalicelib.storage.counters import CounterStore
-from chalicelib.storage.memory import MemoryCounters
+from chalicelib.storage.dynamodb.counters import CounterStore
+from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import LimitChange, RecordChanged, SessionCounters
 from chalicelib.wiring import CLIENT_CONFIG
 from tests.support import client_for, fresh_settings, provisioned

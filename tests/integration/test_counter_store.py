@@ -25,8 +25,8 @@ from chalicelib.quota.core import (
     explain_refusal,
 )
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
-from chalicelib.storage.budgets import BudgetStore
-from chalicelib.storage.counters import CounterStore
+from chalicelib.storage.dynamodb.budgets import BudgetStore
+from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.ports import Consumed, LimitChange, NotConsumed, SessionCounters
 from tests.support import Backend, FixedClock, Stores
 

@@ -20,9 +20,10 @@ from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
 from chalicelib.quota.core import Allowed, BudgetKey, Decision, Lease, LeaseId, Refused, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
-from chalicelib.storage.budgets import BudgetStore
-from chalicelib.storage.counters import CounterStore
-from chalicelib.storage.memory import MemoryBudgets, MemoryCounters
+from chalicelib.storage.dynamodb.budgets import BudgetStore
+from chalicelib.storage.dynamodb.counters import CounterStore
+from chalicelib.storage.memory.budgets import MemoryBudgets
+from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import BudgetCounters, LimitChange, SessionCounters
 from tests.support import FixedClock, Stores, client_for, fresh_settings, provisioned
 

@@ -16,8 +16,8 @@ from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
 from chalicelib.quota.core import BudgetKey, Decision, Refused, Scope
 from chalicelib.quota.policy import parse_policy
-from chalicelib.storage.budgets import BudgetStore
-from chalicelib.storage.counters import CounterStore
+from chalicelib.storage.dynamodb.budgets import BudgetStore
+from chalicelib.storage.dynamodb.counters import CounterStore
 from tests.support import client_for, fresh_settings, provisioned
 
 SESSIONS = 8

@@ -169,13 +169,19 @@ class ModelContainer(Container):
     def counters(self) -> SessionCounters:
         store = super().counters
         return (
-            cast("SessionCounters", FaultyStore(store, self._faults)) if self.in_memory else store
+            cast("SessionCounters", FaultyStore(store, self._faults))
+            if self.settings.backend == "memory"
+            else store
         )
 
     @cached_property
     def budgets(self) -> BudgetCounters:
         store = super().budgets
-        return cast("BudgetCounters", FaultyStore(store, self._faults)) if self.in_memory else store
+        return (
+            cast("BudgetCounters", FaultyStore(store, self._faults))
+            if self.settings.backend == "memory"
+            else store
+        )
 
     @cached_property
     def notifier(self) -> Notifier:

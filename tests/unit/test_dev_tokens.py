@@ -6,7 +6,7 @@ from __future__ import annotations
 from chalicelib.auth.authorizer import Authenticator
 from chalicelib.auth.tokens import SERVER
 from chalicelib.settings import Settings
-from chalicelib.storage.tokens import TokenStore
+from chalicelib.storage.dynamodb.tokens import TokenStore
 from tests.support import ROOT, FixedClock
 
 SERVER_HEADER = "Bearer dev-server-token"

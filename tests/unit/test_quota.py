@@ -18,7 +18,7 @@ from chalicelib.quota.core import (
     fold_repeats,
     with_call,
 )
-from chalicelib.storage.counters import decode_call, encode_call, stored_id
+from chalicelib.storage.dynamodb.counters import decode_call, encode_call, stored_id
 from tests.support import T0
 
 HOUR = 3_600_000

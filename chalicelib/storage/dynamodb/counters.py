@@ -52,7 +52,10 @@ from chalicelib.quota.core import (
     call_id_key,
     fold_repeats,
 )
-from chalicelib.storage import updates
+from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
+from chalicelib.storage.dynamodb.updates import n as _n
+from chalicelib.storage.dynamodb.updates import s as _s
 from chalicelib.storage.ports import (
     Consumed,
     LimitChange,
@@ -61,9 +64,6 @@ from chalicelib.storage.ports import (
     RecordNotFound,
     StorageError,
 )
-from chalicelib.storage.updates import ConditionFailed as _ConditionFailed
-from chalicelib.storage.updates import n as _n
-from chalicelib.storage.updates import s as _s
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chalicelib.storage.dynamodb.updates import n, s
 from chalicelib.storage.faults import translate
 from chalicelib.storage.ports import TroubleKind, TroubleMark
-from chalicelib.storage.updates import n, s
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

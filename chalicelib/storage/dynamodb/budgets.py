@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
-from chalicelib.storage import updates
+from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.updates import ConditionFailed, n, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
-from chalicelib.storage.updates import ConditionFailed, n, s
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -1,0 +1,150 @@
+"""In-memory principal and tenant budgets."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from chalicelib.quota.core import (
+    BudgetKey,
+    BudgetSnapshot,
+    Spend,
+)
+from chalicelib.storage.ports import (
+    NotTaken,
+    RecordChanged,
+    RecordNotFound,
+    Taken,
+)
+
+
+@dataclass
+class _Budget:
+    counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    raised: dict[str, int] = field(default_factory=dict)
+    notified: dict[str, tuple[int, int]] = field(default_factory=dict)
+    streak: int = 0
+    last_refusal_ms: int = 0
+    suspended_reason: str | None = None
+
+    def snapshot(self) -> BudgetSnapshot:
+        counts: dict[int, dict[str, int]] = {}
+        for (category, start), count in self.counts.items():
+            counts.setdefault(start, {})[category] = count
+        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak)
+
+
+class MemoryBudgets:
+    """The budgets port (principal and tenant windows) in a dict, under one lock."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[BudgetKey, _Budget] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
+        """Count one call if not suspended and under the limit in the current window."""
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            slot = (spend.category, spend.window_start_ms)
+            used = budget.counts.get(slot, 0)
+            limit = max(spend.limit, budget.raised.get(spend.category, 0))
+            if budget.suspended_reason is not None or used + spend.units > limit:
+                return NotTaken(budget.snapshot())
+            # As the DynamoDB item: one window counted per category, the current one.
+            for other in [s for s in budget.counts if s[0] == spend.category and s != slot]:
+                del budget.counts[other]
+            budget.counts[slot] = used + spend.units
+            return Taken(budget.snapshot())
+
+    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+        """Undo one take of this window."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            slot = (spend.category, spend.window_start_ms)
+            if budget is not None and budget.counts.get(slot, 0) >= spend.units:
+                budget.counts[slot] -= spend.units
+
+    def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
+        """Whether this is the first refusal at this window and limit."""
+        mark = (spend.window_start_ms, spend.limit)
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            first = budget.notified.get(spend.category) != mark
+            budget.notified[spend.category] = mark
+            return first
+
+    def note_streak(
+        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+    ) -> tuple[int, bool]:
+        """Count a refusal in the principal's streak (it starts again after an allowed
+        call of the refused session), marking this budget's own refusal if `spend`."""
+        first = spend is not None and self.note_refusal(key, spend)
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            fresh = budget.last_refusal_ms < allowed_since_ms
+            budget.streak = 1 if fresh else budget.streak + 1
+            budget.last_refusal_ms = now_ms
+            return budget.streak, first
+
+    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
+        """A call of this principal was allowed at every scope: its streak ends."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is not None and budget.last_refusal_ms <= now_ms:
+                budget.streak = 0
+
+    def get(self, key: BudgetKey) -> BudgetSnapshot | None:
+        """The budget as stored, or None."""
+        with self._lock:
+            budget = self._budgets.get(key)
+            return budget.snapshot() if budget else None
+
+    def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
+        """Raise a category's limit, never below a raise set meanwhile.
+
+        Raises:
+            RecordChanged: a higher raise was set meanwhile.
+        """
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            if budget.raised.get(category, 0) > new_limit:
+                raise RecordChanged("raising a budget")
+            budget.raised[category] = new_limit
+            budget.streak = 0
+            return budget.snapshot()
+
+    def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
+        """Suspend; returns the budget and whether it was newly suspended."""
+        with self._lock:
+            budget = self._budgets.setdefault(key, _Budget())
+            newly = budget.suspended_reason is None
+            budget.suspended_reason = reason
+            return budget.snapshot(), newly
+
+    def resume(self, key: BudgetKey) -> BudgetSnapshot:
+        """Lift a suspension and the refusal streak.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+        """
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is None:
+                raise RecordNotFound("resuming a budget")
+            budget.suspended_reason = None
+            budget.streak = 0
+            return budget.snapshot()
+
+    def reset(self, key: BudgetKey) -> BudgetSnapshot:
+        """Zero the counters of every window.
+
+        Raises:
+            RecordNotFound: the budget does not exist.
+        """
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is None:
+                raise RecordNotFound("resetting a budget")
+            budget.counts.clear()
+            budget.streak = 0
+            return budget.snapshot()
