@@ -1,8 +1,9 @@
 """Modules imported on their first attribute access.
 
-app.py names the modules its routes use without importing them in the Lambda init phase:
-an init then costs Chalice and little else of ours, and the first check imports what a
-check needs and nothing of the admin side (bench/cold_start.py measures both).
+The route modules (chalicelib/api/) name the modules they use without importing them in
+the Lambda init phase: an init then costs Chalice and the route table, and the first
+check imports what a check needs and nothing of the admin side (bench/cold_start.py
+measures both).
 
 The import itself is `importlib.import_module`, whose per-module locks make concurrent
 first uses safe (`make run` serves requests on threads); importlib's own LazyLoader is
@@ -36,5 +37,5 @@ class LazyModule:
 
 def lazy_module(name: str) -> Any:
     """A stand-in for the module `name`, imported when one of its attributes is first
-    read (typed Any: app.py imports the real modules for the type checker)."""
+    read (typed Any: the caller imports the real module for the type checker)."""
     return LazyModule(name)

@@ -13,8 +13,8 @@ BACKENDS = ("dynamodb", "memory")
 
 
 TOKEN_CACHE_MAX_SECONDS = 30
-"""With API Gateway's 30 s authorizer cache (app.py), a revoked token stops checks within
-60 s (chalicelib/auth/authorizer.py)."""
+"""With API Gateway's 30 s authorizer cache (chalicelib/api/authorizer.py), a revoked
+token stops checks within 60 s (chalicelib/auth/authorizer.py)."""
 
 
 def _int(

@@ -108,7 +108,7 @@ class Container:
         self._settings = settings
         self.clock = clock
         # The API's own base URL as a request showed it, for links when no
-        # QUOTA_PUBLIC_URL is set (app.py fills it in).
+        # QUOTA_PUBLIC_URL is set (chalicelib/api/context.py fills it in).
         self.seen_base_url = ""
         self._signer: LinkSigner | None = None
         self._signer_read_at: int | None = None

@@ -1,7 +1,7 @@
 """MkDocs hook: renders openapi.yaml as the site's HTTP API reference at build time.
 
 The page is generated in memory on every build, so it can never drift from the spec
-(which tests/reliability/test_openapi.py keeps true to app.py); nothing is fetched and no
+(which tests/reliability/test_openapi.py keeps true to the app's routes); nothing is fetched and no
 script runs in the reader's browser.
 """
 

@@ -1,4 +1,4 @@
-"""What a cold container loads: `import app` loads Chalice and almost nothing of ours; an
+"""What a cold container loads: `import app` loads Chalice and the route modules only; an
 allowed check loads the check path only (no Powertools, no admin side, no audit or
 email); the first refusal loads the rest. Each case runs in a fresh interpreter, with the
 handler invoked as Lambda invokes it (an API Gateway event), on DynamoDB (moto)."""
@@ -84,10 +84,24 @@ def write_event(session_id: str) -> dict[str, Any]:
     return event
 
 
-def test_init_loads_nothing_of_ours_but_two_small_modules() -> None:
+# The init phase registers every blueprint; each names the rest of chalicelib lazily.
+API_MODULES = {
+    f"chalicelib.api.{path.stem}"
+    for path in (ROOT / "chalicelib" / "api").glob("*.py")
+    if path.stem != "__init__"
+}
+
+
+def test_init_loads_the_routes_and_nothing_else_of_ours() -> None:
     report = cold_container([])
 
-    assert report["init"] == ["chalicelib", "chalicelib.lazy", "chalicelib.observability"]
+    assert set(report["init"]) == {
+        "chalicelib",
+        "chalicelib.api",
+        *API_MODULES,
+        "chalicelib.lazy",
+        "chalicelib.observability",
+    }
 
 
 def test_an_allowed_check_loads_neither_powertools_nor_the_admin_or_refusal_side() -> None:
@@ -150,3 +164,32 @@ def test_a_log_line_is_one_json_line_with_the_request_id_and_the_caller() -> Non
     assert line["tool"] == "delete_tag"
     assert line["location"].startswith("<module>:")  # the caller's line, not the wrapper's
     assert "handlers 1" in done.stderr
+
+
+AUTHORIZER_PROBE = """\
+import json, sys
+import chalicelib.api.authorizer
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "chalicelib")))
+"""
+
+
+def test_the_authorizer_function_loads_its_own_module_not_the_routes() -> None:
+    # Its Lambda handler is chalicelib.api.authorizer.bearer: app.py is never imported.
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "QUOTA_STAGE": "prod"}
+    done = subprocess.run(
+        [sys.executable, "-c", AUTHORIZER_PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    assert json.loads(done.stdout) == [
+        "chalicelib",
+        "chalicelib.api",
+        "chalicelib.api.authorizer",
+        "chalicelib.api.context",
+        "chalicelib.lazy",
+        "chalicelib.observability",
+    ]

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-import app as app_module
+from chalicelib.api.notifier import notifier
 from chalicelib.notify import Notification, NotificationFailed, QueuedNotifier, deliver, encode
 from tests.api.conftest import Api, running_api
 from tests.support import FixedClock
@@ -61,7 +61,7 @@ def test_a_refusal_enqueues_and_the_notifier_sends_the_email(queued_api: Api) ->
 
     messages = queued(api)
     assert len(messages) == 1
-    answer = app_module.notifier(sqs_event(messages), None)
+    answer = notifier(sqs_event(messages), None)
 
     assert answer == {"batchItemFailures": []}
     [(_, body, subject, attributes, _)] = api.sent()
@@ -75,7 +75,7 @@ def test_what_cannot_be_published_is_given_back_to_sqs_alone(queued_api: Api) ->
     good = {"MessageId": "m-good", "ReceiptHandle": "r1", "Body": encode(note("fine"))}
     bad = {"MessageId": "m-bad", "ReceiptHandle": "r2", "Body": "not a notification"}
 
-    answer = app_module.notifier(sqs_event([bad, good]), None)
+    answer = notifier(sqs_event([bad, good]), None)
 
     assert answer == {"batchItemFailures": [{"itemIdentifier": "m-bad"}]}
     assert [subject for _, _, subject, _, _ in api.sent()] == ["fine"]

@@ -139,12 +139,23 @@ def _called_names(node: ast.AST) -> set[str]:
     return names
 
 
-def lambda_entry_paths(path: Path | None = None) -> dict[str, set[str]]:
+def entry_point_files() -> list[Path]:
+    """The modules that define the Lambda entry points: app.py and chalicelib/api/."""
+    return [ROOT / "app.py", *sorted((ROOT / "chalicelib" / "api").glob("*.py"))]
+
+
+def lambda_entry_paths(paths: list[Path] | None = None) -> dict[str, set[str]]:
     """Chalice's function kind (`authorizer`, `route`, `on_sqs_message`) -> every call its
-    authorizers make in app.py, following calls to app.py's own functions."""
-    path = path or ROOT / "app.py"
-    tree = ast.parse(path.read_text(), filename=str(path))
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    entry points make in the entry modules (app.py and chalicelib/api/, which import each
+    other's helpers by name), following calls to those modules' own functions."""
+    functions: dict[str, ast.FunctionDef] = {}
+    for path in paths or entry_point_files():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                # One name, one function: the scan follows calls by name.
+                assert node.name not in functions, f"{relative(path)}: second {node.name}"
+                functions[node.name] = node
     reached: dict[str, set[str]] = {"authorizer": set(), "route": set(), "on_sqs_message": set()}
     for function in functions.values():
         kinds = {_decorator_name(d).rsplit(".", 1)[-1] for d in function.decorator_list}

@@ -51,7 +51,7 @@ def test_refusals_enqueue_and_the_notifier_reads_the_stacks_own_queue(
     assert source["Type"] == "SQS"
     assert source["Properties"]["Queue"] == {"Fn::GetAtt": ["NotificationQueue", "Arn"]}
     assert source["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert notifier["Handler"] == "app.notifier"
+    assert notifier["Handler"] == "chalicelib.api.notifier.notifier"
 
 
 def test_the_deployed_notifier_polls_the_queue(deployed: dict[str, Any]) -> None:

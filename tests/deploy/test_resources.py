@@ -82,7 +82,7 @@ def test_alarm_watches_the_metric_the_service_emits_and_notifies_the_topic(
     ]
     assert props["AlarmActions"] == [{"Ref": "OpsTopic"}]
     assert props["TreatMissingData"] == "notBreaching"
-    assert '"ChecksBlocked"' in (ROOT / "app.py").read_text()
+    assert '"ChecksBlocked"' in (ROOT / "chalicelib" / "check" / "binding.py").read_text()
 
 
 def test_api_stage_is_throttled(packaged: Packaged) -> None:

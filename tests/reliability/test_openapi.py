@@ -1,6 +1,7 @@
-"""openapi.yaml is the service's published contract: it names every route app.py serves
-(and no other), and schemathesis, generating requests from it against the service as
-`make run` starts it, finds no 5xx and no response that breaks the document."""
+"""openapi.yaml is the service's published contract: it names every route the app serves
+once app.py has registered its blueprints (and no other), and schemathesis, generating
+requests from it against the service as `make run` starts it, finds no 5xx and no
+response that breaks the document."""
 
 from __future__ import annotations
 

@@ -1,0 +1,29 @@
+"""The audit trail, a page at a time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chalice.app import Blueprint, Response
+
+from chalicelib.api.authorizer import bearer
+from chalicelib.api.context import admin_caller, deps, query
+from chalicelib.api.responses import handled, json_response
+from chalicelib.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from chalicelib.admin import requests as admin_requests
+else:
+    admin_requests = lazy_module("chalicelib.admin.requests")
+
+audit = Blueprint(__name__)
+
+
+@audit.route("/v1/audit", methods=["GET"], authorizer=bearer)
+@handled
+def audit_trail() -> Response:
+    """A page of the audit trail."""
+    request = audit.current_request
+    who = admin_caller(request)
+    parsed = admin_requests.parse_audit_query(query(request))
+    return json_response(deps().admin.audit_page(who, parsed))

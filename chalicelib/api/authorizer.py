@@ -1,0 +1,51 @@
+"""The built-in authorizer: which routes a bearer token may call. Its own Lambda
+function imports this module alone (handler `chalicelib.api.authorizer.bearer`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chalice.app import AuthRequest, AuthResponse, AuthRoute, Blueprint
+
+from chalicelib.api.context import deps
+from chalicelib.lazy import lazy_module
+from chalicelib.observability import logger
+
+if TYPE_CHECKING:
+    from chalicelib.auth import tokens
+    from chalicelib.storage import ports
+else:
+    ports = lazy_module("chalicelib.storage.ports")
+    tokens = lazy_module("chalicelib.auth.tokens")
+
+authorizers = Blueprint(__name__)
+
+SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return", ["POST"])]
+
+
+# API Gateway keeps the answer this long: auth.AUTHORIZER_TTL_SECONDS (with the container's
+# token cache, a revocation stops checks within 60 s; changing routes check afresh).
+@authorizers.authorizer(ttl_seconds=30)
+def bearer(auth_request: AuthRequest) -> AuthResponse:
+    """Server tokens may check; admin tokens may do everything."""
+    try:
+        result = deps().authenticator.authenticate(auth_request.token or "")
+    except ports.StorageError as exc:
+        # The token store is down. Let the request through unverified: every route
+        # authenticates again itself (`context.caller`), and answers 503 with Retry-After
+        # if the store is still down, instead of the gateway's bare 500.
+        logger.warning("token store unavailable in the authorizer", extra={"error": exc.doing})
+        return AuthResponse(routes=["*"], principal_id="unverified", context={"unverified": "1"})
+    identity = result.identity
+    if identity is None:
+        logger.info("token refused", extra={"reason": result.reason})
+        return AuthResponse(routes=[], principal_id="anonymous")
+    routes: list[str | AuthRoute] = ["*"] if identity.role == tokens.ADMIN else list(SERVER_ROUTES)
+    context = {
+        "tenant": identity.tenant,
+        "role": identity.role,
+        "token_id": identity.token_id,
+        "name": identity.name,
+        "principals": tokens.encode_principals(identity.principals),  # context values are strings
+    }
+    return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)

@@ -1,0 +1,155 @@
+"""What a route knows about its request: the container, the caller's identity, the JSON
+body and the path parameters, each validated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from chalice.app import Request, Response
+
+from chalicelib.lazy import lazy_module
+from chalicelib.observability import logger
+
+if TYPE_CHECKING:
+    from chalicelib import errors, wiring
+    from chalicelib.admin import requests as admin_requests
+    from chalicelib.auth import tokens
+    from chalicelib.check import requests as validation
+    from chalicelib.quota import core as quota
+else:
+    admin_requests = lazy_module("chalicelib.admin.requests")
+    errors = lazy_module("chalicelib.errors")
+    quota = lazy_module("chalicelib.quota.core")
+    tokens = lazy_module("chalicelib.auth.tokens")
+    validation = lazy_module("chalicelib.check.requests")
+    wiring = lazy_module("chalicelib.wiring")
+
+_container: wiring.Container | None = None
+
+
+def deps() -> wiring.Container:
+    """The per-container dependencies, built on first use."""
+    global _container
+    if _container is None:
+        _container = wiring.Container()
+    return _container
+
+
+def reset_dependencies(container: wiring.Container | None = None) -> None:
+    """Replace the dependencies (tests: a fixed clock, settings, or a fresh moto)."""
+    global _container
+    _container = container
+
+
+def on_request(request: Request, get_response: Callable[[Request], Response]) -> Response:
+    """HTTP middleware: every log line of the request carries its id, and the first
+    request through API Gateway teaches the container the API's base URL."""
+    logger.set_correlation_id(request.context.get("requestId"))
+    learn_base_url(request.headers, request.context)
+    return get_response(request)
+
+
+def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
+    """The API's base URL as API Gateway serves it, for the email's links when no
+    QUOTA_PUBLIC_URL is set: only its own execute-api host name is trusted."""
+    container = deps()
+    if container.seen_base_url or container.settings.public_url:
+        return
+    host = str(headers.get("host", ""))
+    stage = context.get("stage")
+    if host.endswith(".amazonaws.com") and ".execute-api." in host and stage:
+        container.seen_base_url = f"https://{host}/{stage}"
+
+
+def caller(request: Request) -> tokens.Identity:
+    """The authenticated identity, from the authorizer's context.
+
+    Raises:
+        errors.Forbidden: the authorizer could not verify the token, and it is not valid.
+        ports.StorageError: the token store is still unavailable.
+    """
+    context = request.context.get("authorizer", {})
+    if context.get("unverified"):
+        result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
+        if result.identity is None:
+            raise errors.Forbidden("The token is not valid.")
+        return result.identity
+    return tokens.Identity(
+        tenant=context["tenant"],
+        role=context["role"],
+        token_id=context["token_id"],
+        name=context.get("name", ""),
+        principals=tokens.decode_principals(context.get("principals")),
+    )
+
+
+def server_caller(request: Request) -> tokens.Identity:
+    """The identity of a caller that may check: a server or an admin token.
+
+    Raises:
+        errors.QuotaServiceError: the token has a role this version does not know.
+    """
+    identity = caller(request)
+    if identity.role not in (tokens.SERVER, tokens.ADMIN):
+        raise errors.QuotaServiceError("Unknown role.")
+    return identity
+
+
+def admin_caller(request: Request) -> tokens.Identity:
+    """The authenticated identity, which must hold the admin role.
+
+    Raises:
+        errors.Forbidden: the token is not an admin token.
+    """
+    identity = caller(request)
+    if identity.role != tokens.ADMIN:
+        raise errors.Forbidden("This endpoint needs an admin token.")
+    return identity
+
+
+def admin_writer(request: Request) -> tokens.Identity:
+    """The admin identity of a route that changes something, read from the token store
+    now, past the authorizer's and the container's caches: a revoked or expired admin
+    token changes nothing, from the moment it is revoked.
+
+    Raises:
+        errors.Unauthorized: the token is revoked, expired or unknown.
+        errors.Forbidden: the token is not an admin token.
+        ports.StorageError: the token store is unavailable.
+    """
+    admin_caller(request)
+    header = request.headers.get("authorization", "")
+    result = deps().authenticator.authenticate(header, fresh=True)
+    if result.identity is None:
+        raise errors.Unauthorized(f"The token is not valid ({result.reason}).")
+    if result.identity.role != tokens.ADMIN:
+        raise errors.Forbidden("This endpoint needs an admin token.")
+    return result.identity
+
+
+def request_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object body (size- and syntax-checked)."""
+    raw = request.raw_body
+    return validation.parse_json_object(raw.encode("utf-8") if isinstance(raw, str) else raw)
+
+
+def query(request: Request) -> dict[str, str]:
+    """The request's query parameters (the last value of a repeated one)."""
+    return dict(request.query_params or {})
+
+
+def path_session(raw: str) -> str:
+    """A session id from the URL path (percent-decoded, validated)."""
+    return validation.session_id_param(unquote(raw))
+
+
+def path_key(who: tokens.Identity, raw: str) -> quota.SessionKey:
+    """The caller's tenant's session named in the URL path."""
+    return quota.SessionKey(who.tenant, path_session(raw))
+
+
+def path_principal(who: tokens.Identity, raw: str) -> quota.BudgetKey:
+    """The caller's tenant's principal named in the URL path."""
+    return quota.BudgetKey.principal(who.tenant, admin_requests.principal_param(unquote(raw)))

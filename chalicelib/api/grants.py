@@ -1,0 +1,45 @@
+"""Grants: planned raises for a principal in a time window (add, list, delete)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chalice.app import Blueprint, Response
+
+from chalicelib.api.authorizer import bearer
+from chalicelib.api.context import admin_caller, admin_writer, deps, request_body
+from chalicelib.api.responses import handled, json_response
+from chalicelib.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from chalicelib.admin import requests as admin_requests
+else:
+    admin_requests = lazy_module("chalicelib.admin.requests")
+
+grants = Blueprint(__name__)
+
+
+@grants.route("/v1/grants", methods=["POST"], authorizer=bearer)
+@handled
+def add_grant() -> Response:
+    """Plan a raise for a principal in a time window."""
+    request = grants.current_request
+    who = admin_writer(request)
+    container = deps()
+    parsed = admin_requests.parse_grant(request_body(request), container.policy, container.clock())
+    return json_response(container.admin.add_grant(who, parsed), status=201)
+
+
+@grants.route("/v1/grants", methods=["GET"], authorizer=bearer)
+@handled
+def list_grants() -> Response:
+    """The tenant's grants."""
+    return json_response(deps().admin.list_grants(admin_caller(grants.current_request)))
+
+
+@grants.route("/v1/grants/{grant_id}", methods=["DELETE"], authorizer=bearer)
+@handled
+def delete_grant(grant_id: str) -> Response:
+    """Delete a grant."""
+    who = admin_writer(grants.current_request)
+    return json_response(deps().admin.delete_grant(who, admin_requests.grant_id_param(grant_id)))

@@ -1,0 +1,145 @@
+"""The one place an answer takes its HTTP shape: JSON bodies, a check's decision with its
+RateLimit headers and Retry-After, the email links' HTML pages, and the mapping from
+every error to its response."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from chalice.app import Response
+
+from chalicelib.lazy import lazy_module
+from chalicelib.observability import logger
+
+if TYPE_CHECKING:
+    from chalicelib import clock, errors
+    from chalicelib.links import pages
+    from chalicelib.quota import core as quota
+    from chalicelib.storage import ports
+else:
+    clock = lazy_module("chalicelib.clock")
+    errors = lazy_module("chalicelib.errors")
+    pages = lazy_module("chalicelib.links.pages")
+    ports = lazy_module("chalicelib.storage.ports")
+    quota = lazy_module("chalicelib.quota.core")
+
+Headers = dict[str, str | list[str]]
+
+
+def json_response(
+    body: Mapping[str, Any], status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A JSON answer (Chalice serialises the body)."""
+    return Response(body=dict(body), status_code=status, headers=dict(headers or {}))
+
+
+def error_response(exc: errors.QuotaServiceError) -> Response:
+    """The one mapping from a service error to its HTTP response."""
+    headers: Headers = dict(exc.headers())
+    return Response(body=exc.body(), status_code=exc.STATUS_CODE, headers=headers)
+
+
+def handled(view: Callable[..., Response]) -> Callable[..., Response]:
+    """Turn service errors into their responses, and anything else into a plain 500."""
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return view(*args, **kwargs)
+        except ports.StorageError as exc:
+            error = errors.from_storage(exc)
+            logger.warning("store failed", extra={"code": error.CODE, "error": error.message})
+            return error_response(error)
+        except errors.QuotaServiceError as exc:
+            if exc.STATUS_CODE >= 500:
+                logger.warning("request failed", extra={"code": exc.CODE, "error": exc.message})
+            return error_response(exc)
+        except Exception:
+            logger.exception("unhandled error")
+            return error_response(errors.QuotaServiceError("Internal error; it has been logged."))
+
+    return wrapper
+
+
+def html_response(page: pages.Page) -> Response:
+    """An HTML page with the headers that keep a token-bearing URL private."""
+    return Response(body=page.html, status_code=page.status, headers=dict(pages.HEADERS))
+
+
+def rate_limit_headers(decision: quota.Decision) -> Headers:
+    """One RateLimit-Policy / RateLimit entry per scope that applies, the session's first
+    (named after the category), then `<category>-principal` and `<category>-tenant`."""
+    window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
+    session_remaining = decision.remaining
+    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
+        session_remaining = 0  # refused: no headroom, whichever budget said no
+    policies = [f'"{decision.category}";q={decision.limit};w={window}']
+    remaining = [f'"{decision.category}";r={session_remaining};t={window}']
+    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
+        policies, remaining = [], []
+    for use in decision.scopes:
+        name = f"{decision.category}-{use.scope.value}"
+        reset = max(1, -(-(use.resets_at_ms - decision.now_ms) // 1000))
+        policies.append(f'"{name}";q={use.limit};w={use.window_seconds}')
+        left = (
+            0
+            if isinstance(decision, quota.Refused) and use.scope is decision.scope
+            else use.remaining
+        )
+        remaining.append(f'"{name}";r={left};t={reset}')
+    return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(remaining)}
+
+
+def decision_response(decision: quota.Decision) -> Response:
+    """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
+    body: dict[str, Any] = {
+        "allowed": decision.allowed,
+        "session_id": decision.session_id,
+        "tool": decision.tool,
+        "category": decision.category,
+        "used": decision.used,
+        "limit": decision.limit,
+        "remaining": decision.remaining,
+        "resets_at": clock.iso_utc(decision.resets_at_ms),
+        "duplicate": not isinstance(decision, quota.Refused) and decision.duplicate,
+    }
+    if decision.scopes:
+        body["scopes"] = {
+            use.scope.value: {
+                "used": use.used,
+                "limit": use.limit,
+                "remaining": use.remaining,
+                "window_seconds": use.window_seconds,
+                "resets_at": clock.iso_utc(use.resets_at_ms),
+            }
+            for use in decision.scopes
+        }
+    headers = rate_limit_headers(decision)
+    if not isinstance(decision, quota.Refused):
+        if decision.lease is not None:
+            lease = decision.lease
+            body["lease"] = {
+                "id": lease.lease_id,
+                "granted": lease.granted,
+                "expires_at": clock.iso_utc(lease.expires_at_ms),
+                "lease_seconds": lease.lease_seconds,
+                "lease_max": lease.lease_max,
+            }
+        return Response(body=body, status_code=200, headers=headers)
+    body["error"] = {
+        "code": str(decision.reason),
+        "scope": str(decision.scope),
+        "message": decision.message,
+    }
+    if decision.principal is not None:
+        body["principal"] = decision.principal
+    if decision.suspended:
+        # Waiting does not help: only an administrator's resume does.
+        body["resets_at"] = None
+        body["retry_after_seconds"] = None
+        return Response(body=body, status_code=429, headers=headers)
+    body["retry_after_seconds"] = decision.retry_after_seconds
+    headers["Retry-After"] = str(decision.retry_after_seconds)
+    return Response(body=body, status_code=429, headers=headers)

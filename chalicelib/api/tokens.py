@@ -1,0 +1,45 @@
+"""The tenant's bearer tokens: create (the secret is in that answer only), list, revoke."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chalice.app import Blueprint, Response
+
+from chalicelib.api.authorizer import bearer
+from chalicelib.api.context import admin_caller, admin_writer, deps, request_body
+from chalicelib.api.responses import handled, json_response
+from chalicelib.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from chalicelib.admin import requests as admin_requests
+else:
+    admin_requests = lazy_module("chalicelib.admin.requests")
+
+tokens = Blueprint(__name__)
+
+
+@tokens.route("/v1/tokens", methods=["POST"], authorizer=bearer)
+@handled
+def create_token() -> Response:
+    """A new token of the caller's tenant; the token itself is in this answer only."""
+    request = tokens.current_request
+    who = admin_writer(request)
+    parsed = admin_requests.parse_token(request_body(request))
+    body = deps().token_admin.create(who, parsed)
+    return json_response(body, status=201, headers={"Cache-Control": "no-store"})
+
+
+@tokens.route("/v1/tokens", methods=["GET"], authorizer=bearer)
+@handled
+def list_tokens() -> Response:
+    """The tenant's tokens, without secrets."""
+    return json_response(deps().token_admin.list(admin_caller(tokens.current_request)))
+
+
+@tokens.route("/v1/tokens/{token_id}", methods=["DELETE"], authorizer=bearer)
+@handled
+def revoke_token(token_id: str) -> Response:
+    """Revoke one of the tenant's tokens (again is harmless)."""
+    who = admin_writer(tokens.current_request)
+    return json_response(deps().token_admin.revoke(who, admin_requests.token_id_param(token_id)))
