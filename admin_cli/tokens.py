@@ -207,7 +207,7 @@ def list_tokens(store: TokenStore, tenant: str | None) -> list[TokenRecord]:
 def token_json(record: TokenRecord) -> dict[str, Any]:
     """A token's public fields for `--json` (never the hash): as the admin API shows it,
     plus its expiry when it has one."""
-    view = token_view(record)
+    view: dict[str, Any] = dict(token_view(record))
     if record.expires_at_ms is not None:
         view["expires_at"] = iso_utc(record.expires_at_ms)
     return view

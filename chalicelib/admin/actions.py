@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin.audit import (
     TENANT_SCOPE,
@@ -42,6 +42,19 @@ from chalicelib.storage.ports import (
     TroubleKind,
     TroubleMark,
 )
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import (
+        AuditPage,
+        GrantAnswer,
+        GrantList,
+        ListedSession,
+        SessionChanged,
+        SessionLimitChanged,
+        SessionListing,
+        SessionView,
+        TroubleView,
+    )
 
 ROUNDS = 4
 
@@ -89,10 +102,10 @@ class AdminService:
             raise NotFound(f"Session {session.session_id!r} has made no checks in this tenant.")
         return snapshot
 
-    def _view(self, session: SessionKey, snapshot: SessionSnapshot) -> dict[str, Any]:
+    def _view(self, session: SessionKey, snapshot: SessionSnapshot) -> SessionView:
         return self._views.session(session.tenant, session.session_id, snapshot)
 
-    def show(self, session: SessionKey) -> dict[str, Any]:
+    def show(self, session: SessionKey) -> SessionView:
         """The session's counters, limits, state and last calls.
 
         Raises:
@@ -123,7 +136,9 @@ class AdminService:
             )
         )
 
-    def raise_limit(self, who: Identity, session_id: str, request: RaiseRequest) -> dict[str, Any]:
+    def raise_limit(
+        self, who: Identity, session_id: str, request: RaiseRequest
+    ) -> SessionLimitChanged:
         """Raise a session's limit in one category, at once; never lowers it.
 
         Raises:
@@ -172,7 +187,7 @@ class AdminService:
             return {"session": view, "category": category, "before": current, "after": new}
         raise RecordChanged("raising a limit")
 
-    def lower(self, who: Identity, session_id: str, request: LowerRequest) -> dict[str, Any]:
+    def lower(self, who: Identity, session_id: str, request: LowerRequest) -> SessionLimitChanged:
         """Bring a category's raised limit back down to the base (policy or grant).
 
         Raises:
@@ -207,7 +222,7 @@ class AdminService:
             "after": new,
         }
 
-    def suspend(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+    def suspend(self, who: Identity, session_id: str, reason: str) -> SessionChanged:
         """Kill switch: refuse every check of the session until resumed."""
         session = SessionKey(who.tenant, session_id)
         before = self._counters.get(session)
@@ -228,7 +243,7 @@ class AdminService:
         )
         return {"session": self._view(session, after)}
 
-    def resume(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+    def resume(self, who: Identity, session_id: str, reason: str) -> SessionChanged:
         """Lift a suspension.
 
         Raises:
@@ -242,7 +257,7 @@ class AdminService:
         self._audit(who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state)
         return {"session": view}
 
-    def reset(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
+    def reset(self, who: Identity, session_id: str, reason: str) -> SessionChanged:
         """Zero the session's counters.
 
         Raises:
@@ -280,11 +295,11 @@ class AdminService:
         except StorageError as exc:
             logger.warning("trouble index write failed", extra={"error": exc.doing})
 
-    def list_sessions(self, who: Identity, query: SessionsQuery) -> dict[str, Any]:
+    def list_sessions(self, who: Identity, query: SessionsQuery) -> SessionListing:
         """A page of the sessions blocked or suspended since `query.since_ms`, newest
         first, each with its counters as the next check would see them."""
         marks = [] if self._trouble is None else self._trouble.marks(who.tenant, query.since_ms)
-        rows: list[dict[str, Any]] = []
+        rows: list[ListedSession] = []
         for mark in marks:
             session = SessionKey(who.tenant, mark.session_id)
             snapshot = self._counters.get(session)
@@ -294,13 +309,12 @@ class AdminService:
             state = view["state"]  # the one derivation, as every view shows it
             if query.state is not None and state != query.state:
                 continue
-            view["listing_state"] = state
-            view["trouble"] = {
+            trouble: TroubleView = {
                 "kind": mark.kind.value,
                 "at": iso_utc(mark.at_ms),
                 "category": mark.category,
             }
-            rows.append(view)
+            rows.append({**view, "listing_state": state, "trouble": trouble})
         page = rows[query.offset : query.offset + query.limit]
         more = query.offset + query.limit < len(rows)
         return {
@@ -311,7 +325,7 @@ class AdminService:
 
     # -- grants ----------------------------------------------------------------------
 
-    def add_grant(self, who: Identity, request: GrantRequest) -> dict[str, Any]:
+    def add_grant(self, who: Identity, request: GrantRequest) -> GrantAnswer:
         """Plan a raise for a principal in a time window."""
         grant = Grant(
             grant_id=f"g-{secrets.token_hex(6)}",
@@ -331,11 +345,11 @@ class AdminService:
         self._audit(who, EventType.GRANT_CREATED, TENANT_SCOPE, request.reason, after=shown)
         return {"grant": shown}
 
-    def list_grants(self, who: Identity) -> dict[str, Any]:
+    def list_grants(self, who: Identity) -> GrantList:
         """The tenant's grants."""
         return {"grants": [g.to_json() for g in self._grants.list(who.tenant)]}
 
-    def delete_grant(self, who: Identity, grant_id: str) -> dict[str, Any]:
+    def delete_grant(self, who: Identity, grant_id: str) -> GrantAnswer:
         """Delete a grant.
 
         Raises:
@@ -351,7 +365,7 @@ class AdminService:
 
     # -- audit -----------------------------------------------------------------------
 
-    def audit_page(self, who: Identity, query: AuditQuery) -> dict[str, Any]:
+    def audit_page(self, who: Identity, query: AuditQuery) -> AuditPage:
         """A page of the audit trail of one session (or of the tenant's own events)."""
         scope = TENANT_SCOPE if query.session_id is None else query.session_id
         page = self._audit_log.page(

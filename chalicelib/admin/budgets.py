@@ -5,7 +5,7 @@ session actions."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin.audit import (
     TENANT_SCOPE,
@@ -23,6 +23,14 @@ from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
 from chalicelib.quota.policy import Policy, WindowLimit
 from chalicelib.storage.ports import BudgetCounters, RecordChanged, RecordNotFound
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import (
+        BudgetView,
+        PrincipalChanged,
+        PrincipalLimitChanged,
+        WindowView,
+    )
 
 MAX_WINDOW_LIMIT = 1_000_000
 ROUNDS = 4
@@ -55,12 +63,12 @@ class BudgetAdmin:
                     pairs.append((name, window))
         return pairs
 
-    def view(self, key: BudgetKey, snapshot: BudgetSnapshot | None) -> dict[str, Any]:
+    def view(self, key: BudgetKey, snapshot: BudgetSnapshot | None) -> BudgetView:
         """A budget as the API shows it: each category's current window."""
         now = self._clock()
         snapshot = snapshot or BudgetSnapshot()
         principal = key.subject if key.scope is Scope.PRINCIPAL else None
-        categories: dict[str, Any] = {}
+        categories: dict[str, WindowView] = {}
         for name, window in self._windows(key.scope):
             start = window.window_start_ms(now)
             base = self._limits.window_limit(key.tenant, principal, window, name, now)
@@ -76,7 +84,7 @@ class BudgetAdmin:
                 "window_started_at": iso_utc(start),
                 "resets_at": iso_utc(window.window_end_ms(now)),
             }
-        view: dict[str, Any] = {
+        view: BudgetView = {
             "tenant": key.tenant,
             "scope": key.scope.value,
             "state": "suspended" if snapshot.suspended else "active",
@@ -89,7 +97,7 @@ class BudgetAdmin:
             view["principal"] = principal
         return view
 
-    def show(self, key: BudgetKey) -> dict[str, Any]:
+    def show(self, key: BudgetKey) -> BudgetView:
         """Counters, limits, windows and state (a budget never used shows zeros)."""
         return self.view(key, self._budgets.get(key))
 
@@ -110,7 +118,9 @@ class BudgetAdmin:
             )
         )
 
-    def raise_limit(self, who: Identity, key: BudgetKey, request: RaiseRequest) -> dict[str, Any]:
+    def raise_limit(
+        self, who: Identity, key: BudgetKey, request: RaiseRequest
+    ) -> PrincipalLimitChanged:
         """Raise a principal's limit in one category (its windowed budget); never lowers.
 
         Raises:
@@ -154,7 +164,7 @@ class BudgetAdmin:
             return {"principal": self.view(key, after), "before": current, "after": new}
         raise RecordChanged("raising a principal's budget")
 
-    def suspend(self, who: Identity, key: BudgetKey, reason: str) -> dict[str, Any]:
+    def suspend(self, who: Identity, key: BudgetKey, reason: str) -> PrincipalChanged:
         """Refuse every call made for this principal, in every session, until resumed."""
         after, newly = self._budgets.suspend(key, reason)
         self._gate.learn(key, reason)
@@ -169,7 +179,7 @@ class BudgetAdmin:
         )
         return {"principal": self.view(key, after)}
 
-    def resume(self, who: Identity, key: BudgetKey, reason: str) -> dict[str, Any]:
+    def resume(self, who: Identity, key: BudgetKey, reason: str) -> PrincipalChanged:
         """Lift a principal's suspension (and its streak of refusals).
 
         Raises:
@@ -181,7 +191,7 @@ class BudgetAdmin:
         self._audit(who, EventType.PRINCIPAL_RESUMED, key, reason, state, {"state": "active"})
         return {"principal": self.view(key, after)}
 
-    def reset(self, who: Identity, key: BudgetKey, reason: str) -> dict[str, Any]:
+    def reset(self, who: Identity, key: BudgetKey, reason: str) -> PrincipalChanged:
         """Zero a principal's counters in every window; raises and suspension stay.
 
         Raises:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import Scope
 from chalicelib.quota.policy import Policy, WindowLimit
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import GrantView
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Grant:
             and self.starts_at_ms <= now_ms < self.ends_at_ms
         )
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> GrantView:
         """The grant as the API shows it."""
         return {
             "grant_id": self.grant_id,

@@ -3,7 +3,7 @@ list and revoke. Every change is audited in the tenant's own events, never with 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
 from chalicelib.admin.requests import TokenRequest
@@ -12,6 +12,9 @@ from chalicelib.auth.tokens import Identity, TokenRecord, hash_secret, new_token
 from chalicelib.clock import Clock
 from chalicelib.errors import NotFound
 from chalicelib.storage.ports import RecordNotFound, TokenRepository
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import TokenCreated, TokenList, TokenView
 
 
 class TokenAdmin:
@@ -22,13 +25,13 @@ class TokenAdmin:
         self._auditor = auditor
         self._clock = clock
 
-    def _audit(self, who: Identity, event_type: EventType, after: dict[str, Any]) -> None:
+    def _audit(self, who: Identity, event_type: EventType, after: TokenView) -> None:
         event = AuditEvent(
             self._clock(), event_type, who.tenant, TENANT_SCOPE, who.actor, after=after
         )
         self._auditor.record(event)
 
-    def create(self, who: Identity, request: TokenRequest) -> dict[str, Any]:
+    def create(self, who: Identity, request: TokenRequest) -> TokenCreated:
         """A new token of the caller's tenant: its record, and the token itself, shown once.
 
         Raises:
@@ -49,7 +52,7 @@ class TokenAdmin:
         self._audit(who, EventType.TOKEN_CREATED, shown)
         return {**shown, "token": token}
 
-    def list(self, who: Identity) -> dict[str, Any]:
+    def list(self, who: Identity) -> TokenList:
         """The tenant's tokens, oldest first, without secrets or hashes.
 
         Raises:
@@ -57,7 +60,7 @@ class TokenAdmin:
         """
         return {"tokens": [token_view(r) for r in self._tokens.list(who.tenant)]}
 
-    def revoke(self, who: Identity, token_id: str) -> dict[str, Any]:
+    def revoke(self, who: Identity, token_id: str) -> TokenView:
         """Revoke one of the tenant's tokens; revoking it again changes (and audits) nothing.
 
         Raises:

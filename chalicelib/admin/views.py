@@ -3,7 +3,7 @@ token's public fields."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from chalicelib.auth.tokens import TokenRecord
 from chalicelib.check.service import LimitResolver
@@ -11,10 +11,13 @@ from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy
 
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import CategoryView, SessionView, TokenView
+
 STORED_EMPTY_NAME = "-"  # how the token stores keep a token created without a name
 
 
-def token_view(record: TokenRecord) -> dict[str, Any]:
+def token_view(record: TokenRecord) -> TokenView:
     """A token as the API shows it: never its secret or hash."""
     return {
         "token_id": record.token_id,
@@ -65,12 +68,12 @@ class SessionViews:
             return base
         return seen.limit_for(category, base, now)
 
-    def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> dict[str, Any]:
+    def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> SessionView:
         """A session as the API shows it: the state the next check would see."""
         now = self._clock()
         state = self.state(tenant, snapshot)
         fresh = state is SessionState.EXPIRED  # the next check starts the counters again
-        categories: dict[str, Any] = {}
+        categories: dict[str, CategoryView] = {}
         for name in self._categories:
             base = self._limits.base_limit(tenant, snapshot.principal, name, now)
             raised = None if fresh else snapshot.raise_for(name, now)

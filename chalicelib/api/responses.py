@@ -15,6 +15,7 @@ from chalicelib.observability import logger
 
 if TYPE_CHECKING:
     from chalicelib import clock, errors
+    from chalicelib.api.schemas import Body, Decision
     from chalicelib.links import pages
     from chalicelib.quota import core as quota
     from chalicelib.storage import ports
@@ -29,10 +30,10 @@ Headers = dict[str, str | list[str]]
 
 
 def json_response(
-    body: Mapping[str, Any], status: int = 200, headers: Mapping[str, str] | None = None
+    body: Body, status: int = 200, headers: Mapping[str, str | list[str]] | None = None
 ) -> Response:
-    """A JSON answer (Chalice serialises the body)."""
-    return Response(body=dict(body), status_code=status, headers=dict(headers or {}))
+    """The one place a typed body (chalicelib/api/schemas.py) becomes a JSON answer."""
+    return Response(body=body, status_code=status, headers=dict(headers or {}))
 
 
 def error_response(exc: errors.QuotaServiceError) -> Response:
@@ -94,7 +95,7 @@ def rate_limit_headers(decision: quota.Decision) -> Headers:
 
 def decision_response(decision: quota.Decision) -> Response:
     """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
-    body: dict[str, Any] = {
+    body: Decision = {
         "allowed": decision.allowed,
         "session_id": decision.session_id,
         "tool": decision.tool,
@@ -127,7 +128,7 @@ def decision_response(decision: quota.Decision) -> Response:
                 "lease_seconds": lease.lease_seconds,
                 "lease_max": lease.lease_max,
             }
-        return Response(body=body, status_code=200, headers=headers)
+        return json_response(body, 200, headers)
     body["error"] = {
         "code": str(decision.reason),
         "scope": str(decision.scope),
@@ -139,7 +140,7 @@ def decision_response(decision: quota.Decision) -> Response:
         # Waiting does not help: only an administrator's resume does.
         body["resets_at"] = None
         body["retry_after_seconds"] = None
-        return Response(body=body, status_code=429, headers=headers)
+        return json_response(body, 429, headers)
     body["retry_after_seconds"] = decision.retry_after_seconds
     headers["Retry-After"] = str(decision.retry_after_seconds)
-    return Response(body=body, status_code=429, headers=headers)
+    return json_response(body, 429, headers)

@@ -85,10 +85,11 @@ def write_event(session_id: str) -> dict[str, Any]:
 
 
 # The init phase registers every blueprint; each names the rest of chalicelib lazily.
+# schemas.py holds types only: nothing imports it at run time.
 API_MODULES = {
     f"chalicelib.api.{path.stem}"
     for path in (ROOT / "chalicelib" / "api").glob("*.py")
-    if path.stem != "__init__"
+    if path.stem not in ("__init__", "schemas")
 }
 
 

@@ -1,0 +1,221 @@
+"""The JSON bodies the API answers with, one TypedDict per schema of openapi.yaml.
+
+The services build these and `responses.json_response` serialises them, the one place
+a body becomes JSON; tests/api/test_response_schemas.py checks every answer against
+openapi.yaml on each backend. Types only: nothing here runs on a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+# -- what MCP servers read -----------------------------------------------------------
+
+
+class Health(TypedDict):
+    status: Literal["ok"]
+    service: str
+
+
+class ScopeUsage(TypedDict):
+    used: int
+    limit: int
+    remaining: int
+    window_seconds: int
+    resets_at: str
+
+
+class LeaseView(TypedDict):
+    id: str
+    granted: int
+    expires_at: str
+    lease_seconds: int
+    lease_max: int
+
+
+class RefusalError(TypedDict):
+    code: str
+    scope: str
+    message: str
+
+
+class Decision(TypedDict):
+    """`Decision`, and with `error` and `retry_after_seconds` a `Refusal`."""
+
+    allowed: bool
+    session_id: str
+    tool: str
+    category: str
+    used: int
+    limit: int
+    remaining: int
+    resets_at: str | None
+    duplicate: bool
+    scopes: NotRequired[dict[str, ScopeUsage]]
+    lease: NotRequired[LeaseView]
+    error: NotRequired[RefusalError]
+    principal: NotRequired[str]
+    retry_after_seconds: NotRequired[int | None]
+
+
+class LeaseReturned(TypedDict):
+    returned: int
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+class CategoryView(TypedDict):
+    used: int
+    leased: int
+    limit: int
+    base_limit: int
+    raised_limit: int | None
+    raised_until: str | None
+    remaining: int
+    refused: int
+    state: str
+
+
+class SessionView(TypedDict):
+    tenant: str
+    session_id: str
+    state: str
+    principal: str | None
+    server: str | None
+    first_call_at: str
+    last_call_at: str
+    started_at: str
+    last_seen_at: str
+    resets_at: str | None
+    suspended_reason: str | None
+    categories: dict[str, CategoryView]
+    last_calls: list[dict[str, object]]
+
+
+class TroubleView(TypedDict):
+    kind: str
+    at: str
+    category: str | None
+
+
+class ListedSession(SessionView):
+    listing_state: str
+    trouble: TroubleView
+
+
+class SessionListing(TypedDict):
+    sessions: list[ListedSession]
+    total: int
+    next: str | None
+
+
+class SessionChanged(TypedDict):
+    session: SessionView
+
+
+class SessionLimitChanged(SessionChanged):
+    category: str
+    before: int
+    after: int
+
+
+# -- principals and the tenant -------------------------------------------------------
+
+
+class WindowView(TypedDict):
+    used: int
+    limit: int
+    base_limit: int
+    raised_limit: int | None
+    remaining: int
+    window_seconds: int
+    window_started_at: str
+    resets_at: str
+
+
+class BudgetView(TypedDict):
+    tenant: str
+    scope: str
+    state: Literal["active", "suspended"]
+    suspended_reason: str | None
+    refusals_in_a_row: int
+    suspend_after_refusals: int
+    categories: dict[str, WindowView]
+    principal: NotRequired[str]
+
+
+class PrincipalChanged(TypedDict):
+    principal: BudgetView
+
+
+class PrincipalLimitChanged(PrincipalChanged):
+    before: int
+    after: int
+
+
+# -- grants, tokens, audit -----------------------------------------------------------
+
+
+class GrantView(TypedDict):
+    grant_id: str
+    principal: str
+    category: str
+    limit: int
+    starts_at: str
+    ends_at: str
+    reason: str
+    created_by: str
+    created_at: str
+
+
+class GrantAnswer(TypedDict):
+    grant: GrantView
+
+
+class GrantList(TypedDict):
+    grants: list[GrantView]
+
+
+class TokenView(TypedDict):
+    token_id: str
+    tenant: str
+    role: str
+    name: str
+    principals: list[str]
+    created_at: str
+    revoked_at: str | None
+
+
+class TokenCreated(TokenView):
+    token: str
+
+
+class TokenList(TypedDict):
+    tokens: list[TokenView]
+
+
+class AuditPage(TypedDict):
+    events: list[dict[str, Any]]
+    next: str | None
+
+
+Body = (
+    Health
+    | Decision
+    | LeaseReturned
+    | SessionView
+    | SessionListing
+    | SessionChanged
+    | SessionLimitChanged
+    | BudgetView
+    | PrincipalChanged
+    | PrincipalLimitChanged
+    | GrantAnswer
+    | GrantList
+    | TokenView
+    | TokenCreated
+    | TokenList
+    | AuditPage
+)
+"""Every body the JSON routes answer with (errors aside: `errors.QuotaServiceError.body`)."""
