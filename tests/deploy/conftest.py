@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
 import os
 import subprocess
@@ -51,7 +52,13 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Packaged:
         AWS_SHARED_CREDENTIALS_FILE=missing,
     )
     command = [sys.executable, "-m", "deploy.package", "--stage", STAGE, "--out", str(out)]
-    result = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True)
+    # Chalice packages through a cache in .chalice/deployments: two xdist workers
+    # packaging at once would share it, so they take turns.
+    with (ROOT / ".chalice" / ".package.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            command, check=False, cwd=ROOT, env=env, capture_output=True, text=True
+        )
     assert result.returncode == 0, f"packaging failed:\n{result.stdout}\n{result.stderr}"
     return Packaged(out, json.loads((out / "sam.json").read_text()))
 
