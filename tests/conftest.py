@@ -21,9 +21,11 @@ from tests.support import (
     fresh_settings,
     memory_stores,
     provisioned,
+    share_botocore_data,
 )
 
 fake_aws_env()
+share_botocore_data()
 
 TESTS = Path(__file__).resolve().parent
 # The layers whose every test starts the service as a user does, spoken to over HTTP.
