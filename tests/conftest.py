@@ -33,6 +33,8 @@ E2E_LAYERS = {"e2e", "browser"}
 BACKENDS = ("memory", "moto", "dynalite")
 # Fixtures that put a test on one backend without a parameter saying so.
 BACKEND_FIXTURES = {"dynalite_endpoint": "dynalite", "moto_aws": "moto", "dynamo_api": "moto"}
+# Session fixtures every worker may start for itself without grouping tests by them.
+PER_WORKER_FIXTURES = {"dynalite_endpoint"}
 
 
 def _backends(item: pytest.Item) -> set[str]:
@@ -45,9 +47,32 @@ def _backends(item: pytest.Item) -> set[str]:
     return found
 
 
+def _shared_setup(item: pytest.Item) -> str | None:
+    """The group of tests that share this test's started servers or built artefacts: its
+    directory if it uses a session fixture of ours, its module if a module fixture, else
+    None. dynalite is left out: one per worker is cheap, and most storage tests use it."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module, directory = None, None
+    for name, definitions in info.name2fixturedefs.items():
+        ours = [d for d in definitions if d.baseid.startswith("tests")]
+        if not ours or name in PER_WORKER_FIXTURES:
+            continue
+        scope = ours[-1].scope
+        if scope in ("session", "package"):
+            directory = ours[-1].baseid
+        elif scope == "module":
+            module = item.path.relative_to(TESTS.parent).as_posix()
+    return directory or module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks every test by what it needs, so `-m "not e2e"` and `make unit` mean what they
-    say whether or not a module remembered to mark itself."""
+    say whether or not a module remembered to mark itself; and keeps the tests that share
+    a started server on one xdist worker (`--dist loadgroup`), so it starts once, while
+    the other tests are balanced one by one."""
     for item in items:
         layer = item.path.relative_to(TESTS).parts[0]
         if layer in E2E_LAYERS:
@@ -56,6 +81,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         for backend in _backends(item):
             item.add_marker(getattr(pytest.mark, backend))
+        group = _shared_setup(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(wrapper=True)

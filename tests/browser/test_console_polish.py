@@ -13,11 +13,10 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.test_console import ARTIFACTS, browser, sign_in, stack
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_console import sign_in
 from tests.e2e.http import ADMIN_TOKEN, call
 from tests.e2e.inbox import Stack
-
-__all__ = ["browser", "stack"]  # the fixtures, shared with test_console
 
 pytestmark = pytest.mark.browser
 

@@ -1,0 +1,42 @@
+"""One service and one Chromium for every browser test (they use sessions and principals
+of their own, so they need no fresh service)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+from tests.e2e.inbox import Stack, service_with_inbox
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with service_with_inbox() as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if shutil.which("chromium") is None:
+        pytest.fail("Debian's chromium is missing: `make install` installs it")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
