@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from tests.e2e.inbox import Stack, service_with_inbox
 
@@ -23,6 +23,10 @@ ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+# An assertion waits until the page shows what it expects; Playwright's default of 5 s is
+# short for Chromium beside a busy service on two shared cores. Actions already wait 30 s.
+expect.set_options(timeout=30_000)
 
 
 @pytest.fixture(scope="session")

@@ -120,7 +120,7 @@ def test_an_email_link_confirms_acts_once_then_answers_410(stack: Stack, browser
     expect(page.get_by_role("heading", name="This link was already used")).to_be_visible()
     request = urllib.request.Request(raise_link, data=b"", method="POST")
     with pytest.raises(urllib.error.HTTPError) as used:
-        urllib.request.urlopen(request, timeout=10)
+        urllib.request.urlopen(request, timeout=60)
     assert used.value.code == 410
 
     audit = call(f"{stack.url}/v1/audit?session_id=tag-cleanup-8", token=ADMIN_TOKEN).body
