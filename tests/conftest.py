@@ -32,7 +32,14 @@ TESTS = Path(__file__).resolve().parent
 E2E_LAYERS = {"e2e", "browser"}
 BACKENDS = ("memory", "moto", "dynalite")
 # Fixtures that put a test on one backend without a parameter saying so.
-BACKEND_FIXTURES = {"dynalite_endpoint": "dynalite", "moto_aws": "moto", "dynamo_api": "moto"}
+BACKEND_FIXTURES = {
+    "dynalite_endpoint": "dynalite",
+    "service_on_dynalite": "dynalite",  # a dynalite of its own, to freeze
+    "moto_aws": "moto",
+    "dynamo_api": "moto",
+}
+# The API layer's parameter for its settings' `backend="dynamodb"`: moto in process.
+PARAM_BACKENDS = {"dynamodb": "moto"}
 # Session fixtures every worker may start for itself without grouping tests by them.
 PER_WORKER_FIXTURES = {"dynalite_endpoint"}
 
@@ -43,7 +50,9 @@ def _backends(item: pytest.Item) -> set[str]:
     found = {name for fixture, name in BACKEND_FIXTURES.items() if fixture in fixtures}
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        found |= {value for value in callspec.params.values() if value in BACKENDS}
+        for value in callspec.params.values():
+            if isinstance(value, str) and PARAM_BACKENDS.get(value, value) in BACKENDS:
+                found.add(PARAM_BACKENDS.get(value, value))
     return found
 
 
