@@ -1,5 +1,7 @@
 """One service and one Chromium for every browser test (they use sessions and principals
-of their own, so they need no fresh service)."""
+of their own, so they need no fresh service). Package scope, not session: Playwright's
+sync API keeps an event loop running in the main thread until it stops, and the anyio
+tests that run after these on the same worker need the thread free."""
 
 from __future__ import annotations
 
@@ -29,13 +31,13 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 expect.set_options(timeout=30_000)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack() -> Iterator[Stack]:
     with service_with_inbox() as started:
         yield started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if shutil.which("chromium") is None:
         pytest.fail("Debian's chromium is missing: `make install` installs it")
