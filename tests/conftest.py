@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 from chalicelib.policy import load_policy
 from tests.support import (
@@ -40,8 +42,9 @@ BACKEND_FIXTURES = {
 }
 # The API layer's parameter for its settings' `backend="dynamodb"`: moto in process.
 PARAM_BACKENDS = {"dynamodb": "moto"}
-# Session fixtures every worker may start for itself without grouping tests by them.
-PER_WORKER_FIXTURES = {"dynalite_endpoint"}
+# Directories whose modules share a package or session fixture (the browser's service
+# and Chromium, the packaged zip): with -n, each runs whole on one worker.
+SHARED_DIRECTORIES = ("tests/browser", "tests/deploy")
 
 
 def _backends(item: pytest.Item) -> set[str]:
@@ -56,32 +59,9 @@ def _backends(item: pytest.Item) -> set[str]:
     return found
 
 
-def _shared_setup(item: pytest.Item) -> str | None:
-    """The group of tests that share this test's started servers or built artefacts: its
-    directory if it uses a session fixture of ours, its module if a module fixture, else
-    None. dynalite is left out: one per worker is cheap, and most storage tests use it."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    module, directory = None, None
-    for name, definitions in info.name2fixturedefs.items():
-        ours = [d for d in definitions if d.baseid.startswith("tests")]
-        if not ours or name in PER_WORKER_FIXTURES:
-            continue
-        scope = ours[-1].scope
-        if scope in ("session", "package"):
-            directory = ours[-1].baseid
-        elif scope == "module":
-            module = item.path.relative_to(TESTS.parent).as_posix()
-    return directory or module
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks every test by what it needs, so `-m "not e2e"` and `make unit` mean what they
-    say whether or not a module remembered to mark itself; and keeps the tests that share
-    a started server on one xdist worker (`--dist loadgroup`), so it starts once, while
-    the other tests are balanced one by one."""
+    say whether or not a module remembered to mark itself."""
     for item in items:
         layer = item.path.relative_to(TESTS).parts[0]
         if layer in E2E_LAYERS:
@@ -90,9 +70,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         for backend in _backends(item):
             item.add_marker(getattr(pytest.mark, backend))
-        group = _shared_setup(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--dist loadfile` (addopts), a module is one unit of work, so a module fixture
+    (a started service, an MCP stack) starts once, not on both workers; and each of
+    SHARED_DIRECTORIES is one unit. The units are spread over the workers as they free up.
+
+    (`--dist loadgroup` would say this with marks, but it groups nothing under pytest 9.2:
+    pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return next((d for d in SHARED_DIRECTORIES if module.startswith(f"{d}/")), module)
+
+    return ByModule(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
