@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 from chalicelib.quota.policy import load_policy
 from tests.support import (
@@ -21,16 +23,28 @@ from tests.support import (
     fresh_settings,
     memory_stores,
     provisioned,
+    share_botocore_data,
 )
 
 fake_aws_env()
+share_botocore_data()
 
 TESTS = Path(__file__).resolve().parent
 # The layers whose every test starts the service as a user does, spoken to over HTTP.
 E2E_LAYERS = {"e2e", "browser"}
 BACKENDS = ("memory", "moto", "dynalite")
 # Fixtures that put a test on one backend without a parameter saying so.
-BACKEND_FIXTURES = {"dynalite_endpoint": "dynalite", "moto_aws": "moto", "dynamo_api": "moto"}
+BACKEND_FIXTURES = {
+    "dynalite_endpoint": "dynalite",
+    "service_on_dynalite": "dynalite",  # a dynalite of its own, to freeze
+    "moto_aws": "moto",
+    "dynamo_api": "moto",
+}
+# The API layer's parameter for its settings' `backend="dynamodb"`: moto in process.
+PARAM_BACKENDS = {"dynamodb": "moto"}
+# Directories whose modules share a package or session fixture (the browser's service
+# and Chromium, the packaged zip): with -n, each runs whole on one worker.
+SHARED_DIRECTORIES = ("tests/browser", "tests/deploy")
 
 
 def _backends(item: pytest.Item) -> set[str]:
@@ -39,7 +53,9 @@ def _backends(item: pytest.Item) -> set[str]:
     found = {name for fixture, name in BACKEND_FIXTURES.items() if fixture in fixtures}
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        found |= {value for value in callspec.params.values() if value in BACKENDS}
+        for value in callspec.params.values():
+            if isinstance(value, str) and PARAM_BACKENDS.get(value, value) in BACKENDS:
+                found.add(PARAM_BACKENDS.get(value, value))
     return found
 
 
@@ -54,6 +70,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         for backend in _backends(item):
             item.add_marker(getattr(pytest.mark, backend))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--dist loadfile` (addopts), a module is one unit of work, so a module fixture
+    (a started service, an MCP stack) starts once, not on both workers; and each of
+    SHARED_DIRECTORIES is one unit. The units are spread over the workers as they free up.
+
+    (`--dist loadgroup` would say this with marks, but it groups nothing under pytest 9.2:
+    pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return next((d for d in SHARED_DIRECTORIES if module.startswith(f"{d}/")), module)
+
+    return ByModule(config, log)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -6,7 +6,8 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
-from tests.api.conftest import ADMIN, SERVER, Api, body
+from tests.api.conftest import ADMIN, SERVER, Api, body, running_api
+from tests.support import FixedClock
 
 WRITE = {"session_id": "agent-1", "tool": "delete_tag"}
 
@@ -73,6 +74,15 @@ def test_the_sixteenth_write_is_refused_with_an_explicit_message(api: Api) -> No
     assert data["error"]["code"] == "quota_exceeded"
     message = data["error"]["message"]
     assert "NOT run" in message and "agent-1" in message and "15/15" in message
+
+
+def test_retry_after_is_the_configured_idle_timeout(clock: FixedClock) -> None:
+    with running_api(clock, "memory", idle_timeout_seconds=1) as api:
+        for _ in range(15):
+            api.check(**WRITE)
+        response = api.check(**WRITE)
+    assert response.status_code == 429 and response.headers["Retry-After"] == "1"
+    assert body(response)["retry_after_seconds"] == 1
 
 
 def test_reads_get_200_then_refused_on_the_201st(api: Api) -> None:

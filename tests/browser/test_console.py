@@ -4,47 +4,17 @@ driven by Playwright for Python), against the service started as `make run` star
 from __future__ import annotations
 
 import re
-import shutil
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
+from tests.browser.conftest import ARTIFACTS
 from tests.e2e.http import ADMIN_TOKEN, call
-from tests.e2e.inbox import Stack, service_with_inbox
+from tests.e2e.inbox import Stack
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 LINK = re.compile(r"(http://127\.0\.0\.1:\d+/actions/\S+)")
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    with service_with_inbox() as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is missing: `make install` installs it")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield launched
-        launched.close()
 
 
 def emails(stack: Stack) -> list[dict[str, Any]]:
@@ -150,7 +120,7 @@ def test_an_email_link_confirms_acts_once_then_answers_410(stack: Stack, browser
     expect(page.get_by_role("heading", name="This link was already used")).to_be_visible()
     request = urllib.request.Request(raise_link, data=b"", method="POST")
     with pytest.raises(urllib.error.HTTPError) as used:
-        urllib.request.urlopen(request, timeout=10)
+        urllib.request.urlopen(request, timeout=60)
     assert used.value.code == 410
 
     audit = call(f"{stack.url}/v1/audit?session_id=tag-cleanup-8", token=ADMIN_TOKEN).body

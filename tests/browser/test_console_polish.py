@@ -13,11 +13,10 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.test_console import ARTIFACTS, browser, sign_in, stack
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_console import sign_in
 from tests.e2e.http import ADMIN_TOKEN, call
 from tests.e2e.inbox import Stack
-
-__all__ = ["browser", "stack"]  # the fixtures, shared with test_console
 
 pytestmark = pytest.mark.browser
 
@@ -116,9 +115,9 @@ def test_the_console_with_a_trailing_slash_loads_its_assets(stack: Stack, watche
 def test_head_console_and_the_favicon_answer(stack: Stack) -> None:
     for path in ("/console", "/console/console.js"):
         request = urllib.request.Request(f"{stack.url}{path}", method="HEAD")
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             assert response.status == 200 and response.read() == b""
-    with urllib.request.urlopen(f"{stack.url}/favicon.ico", timeout=30) as response:
+    with urllib.request.urlopen(f"{stack.url}/favicon.ico", timeout=60) as response:
         assert response.status in (200, 204)
 
 
@@ -131,7 +130,9 @@ def test_a_session_named_dot_dot_opens(stack: Stack, watched: Watched) -> None:
     run_away(stack, "..", server="dots")
     sign_in(watched.page, stack)
     watched.page.locator("a", has_text=re.compile(r"^\.\.$")).first.click()
-    expect(watched.page.locator("h1")).to_have_text("Session ..")
+    # Known to fail (strict xfail): no session page opens, so waiting the full 30 s for
+    # one only slows the run. Once it opens, it opens at once on an idle machine.
+    expect(watched.page.locator("h1")).to_have_text("Session ..", timeout=5_000)
     expect(watched.page.locator(".facts")).to_contain_text("dots")
     watched.assert_clean()
 

@@ -28,7 +28,7 @@ def call(
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             raw = response.read()
             return Reply(response.status, dict(response.headers), json.loads(raw or b"null"))
     except urllib.error.HTTPError as error:

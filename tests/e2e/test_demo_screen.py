@@ -39,6 +39,7 @@ def test_it_says_what_the_agent_did_and_was_told(output: str) -> None:
     assert re.search(r"called delete_tag 400 times", output)
     assert re.search(r"15 ran .*385 were refused", output)
     # The quota refusal first, then what the agent saw once its principal was suspended.
+    assert "from call 16 on (quota_exceeded):" in output
     quota = output.index("The tool 'delete_tag' was NOT run")
     suspended = output.index("principal_suspended")
     assert quota < suspended

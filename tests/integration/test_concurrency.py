@@ -233,7 +233,7 @@ class LoseFirstAppliedResponse:
             request.url, data=body, headers=dict(request.headers), method=request.method
         )
         try:
-            with urllib.request.urlopen(delivered, timeout=5):
+            with urllib.request.urlopen(delivered, timeout=60):
                 pass
         except urllib.error.HTTPError:
             return  # the condition failed: nothing applied, let botocore send it

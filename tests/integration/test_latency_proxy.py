@@ -45,7 +45,7 @@ def test_keep_alive_requests_pass_through_on_one_upstream_connection(upstream: s
     _Echo.connections.clear()
     with latency_proxy(upstream, 1) as endpoint:
         port = int(endpoint.rpartition(":")[2])
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         answers = []
         for body in (b"one", b"two" * 40_000, b"three"):
             connection.request("POST", "/", body=body)

@@ -54,7 +54,7 @@ def test_every_allowed_answer_is_counted_exactly_once(url: str) -> None:
     # chalice local's listen backlog is 5, and a reset connect would leave it unknown
     # whether a check was counted.
     host, port = url.removeprefix("http://").split(":")
-    connections = [http.client.HTTPConnection(host, int(port), timeout=10) for _ in range(THREADS)]
+    connections = [http.client.HTTPConnection(host, int(port), timeout=60) for _ in range(THREADS)]
     for connection in connections:
         connection.connect()
     headers = {"Authorization": "Bearer dev-server-token", "Content-Type": "application/json"}
