@@ -193,6 +193,23 @@ async def test_without_auth_the_middlewares_derived_keys_apply_and_nothing_is_fo
     assert [e["authorization"] for e in deletions(record)] == [None, None]
 
 
+async def test_an_http_upstream_is_called_over_one_kept_alive_connection(
+    quota_service: FakeQuotaService, tags_http: Running, record: Path, tmp_path: Path
+) -> None:
+    # The SDK's client closes an SSE answer before its end; unless the proxy reads
+    # that end, every call pays a TCP connection of its own (bench/proxy_overhead.py).
+    for running in proxy(quota_service, f"{tags_http.url}/mcp", tmp_path):
+        url = f"{running.url}/mcp"
+        async with Client(url) as client:
+            for i in range(5):
+                result = await client.call_tool_mcp("delete_tag", {"tag": f"k{i}"})
+                assert not result.is_error
+
+    connections = {e["connection"] for e in deletions(record)}
+    assert len(deletions(record)) == 5
+    assert len(connections) == 1
+
+
 async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
     quota_service: FakeQuotaService, record: Path
 ) -> None:

@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse
 from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.session import SessionKeying
+from mcp_quota_client.upstream_http import keep_alive_client
 
 PROG = "mcp-quota-proxy"
 MCP_PATH = "/mcp"
@@ -101,11 +102,12 @@ class Upstream:
 
     The proxy holds one session with its upstream, shared by every caller: a stdio
     upstream is one process for the life of the proxy (FastMCP's kept-alive transport;
-    each request a client of its own on it, so a dead process is noticed and started
-    again), an HTTP upstream one MCP session, opened at start and again if it closes. With
-    `--forward-authorization` each request instead gets its own HTTP connection carrying
-    its caller's header: a handshake per call, the price of passing each caller's
-    credentials on.
+    each request a client of its own on it, because only the transport notices a dead
+    process and starts it again), an HTTP upstream one MCP session, opened at start and
+    again if it closes, over kept-alive connections (`keep_alive_client`), so a call
+    pays for no TCP connection of its own. With `--forward-authorization` each request
+    instead gets its own HTTP connection carrying its caller's header: a handshake per
+    call, the price of passing each caller's credentials on.
     """
 
     def __init__(self, settings: ProxySettings) -> None:
@@ -145,7 +147,9 @@ class Upstream:
         assert url is not None  # parse_args requires one of the two
         # Headers are chosen here, not by FastMCP's forwarding (which copies every
         # eligible inbound header): only Authorization, and only when asked.
-        transport = StreamableHttpTransport(url, headers=headers)
+        transport = StreamableHttpTransport(
+            url, headers=headers, httpx_client_factory=keep_alive_client
+        )
         return ProxyClient(transport, forward_incoming_headers=False, mode=self.mode)
 
     def _forwarded_headers(self) -> dict[str, str]:
