@@ -282,6 +282,49 @@ def test_an_unreachable_upstream_or_missing_settings_stop_it_in_one_line() -> No
     assert line.startswith("mcp-quota: MCP_QUOTA_URL is not set")
 
 
+@pytest.mark.parametrize(
+    ("url", "upstream"),
+    [
+        ("ftp://quota.example", "--upstream-url"),
+        ("127.0.0.1:8000", "--upstream-url"),
+        ("http://", "--upstream-command"),
+    ],
+)
+def test_an_unusable_quota_url_stops_it_before_the_upstream_in_one_line(
+    url: str, upstream: str, tmp_path: Path
+) -> None:
+    # The upstream would answer: the proxy must not start serving with checks that
+    # can never reach the service (every read would run uncounted, every write fail).
+    started = tmp_path / "started"
+    command = f"{sys.executable} -c \"open({str(started)!r}, 'w')\""
+    target = f"http://127.0.0.1:{free_port()}/mcp" if upstream == "--upstream-url" else command
+    done = run_proxy(upstream, target, env={**quota_env(), "MCP_QUOTA_URL": url})
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"mcp-quota: MCP_QUOTA_URL={url!r} is not usable")
+    assert not started.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "--upstream-command or --upstream-url is required"),
+        (["--upstream-url", "http://x/mcp", "--upstream-command", "node s.mjs"], "not allowed"),
+        (["--upstream-command", ""], "--upstream-command is empty"),
+        (["--upstream-url", "ftp://x/mcp"], "--upstream-url 'ftp://x/mcp' is not usable"),
+        (["--upstream-url", "x:9000/mcp"], "--upstream-url 'x:9000/mcp' is not usable"),
+    ],
+)
+def test_missing_or_contradictory_upstream_flags_are_one_line(args: list[str], says: str) -> None:
+    done = run_proxy(*args, env=quota_env())
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("mcp-quota-proxy: error: ")
+    assert says in line
+
+
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "mcp-quota-proxy"
     done = subprocess.run(
