@@ -193,6 +193,28 @@ async def test_without_auth_the_middlewares_derived_keys_apply_and_nothing_is_fo
     assert [e["authorization"] for e in deletions(record)] == [None, None]
 
 
+@pytest.mark.parametrize(
+    ("extra", "server"), [((), "tags"), (("--name", "shop tags"), "shop tags")]
+)
+async def test_every_check_names_the_server_the_upstreams_own_name_or_name(
+    quota_service: FakeQuotaService,
+    tags_http: Running,
+    tmp_path: Path,
+    extra: tuple[str, ...],
+    server: str,
+) -> None:
+    for running in proxy(quota_service, f"{tags_http.url}/mcp", tmp_path, *extra):
+        url = f"{running.url}/mcp"
+        async with Client(url) as client:
+            await client.call_tool_mcp("list_deletions", {})
+            await client.call_tool_mcp("delete_tag", {"tag": "a"})
+        assert await delete(url, None, "b", session="another-session")
+
+    checks = quota_service.bodies()
+    assert [b["tool"] for b in checks] == ["list_deletions", "delete_tag", "delete_tag"]
+    assert [b.get("server") for b in checks] == [server] * 3
+
+
 async def test_an_http_upstream_is_called_over_one_kept_alive_connection(
     quota_service: FakeQuotaService, tags_http: Running, record: Path, tmp_path: Path
 ) -> None:
