@@ -44,11 +44,11 @@ class Server(httpx2.AsyncBaseTransport):
         return httpx2.Response(200, stream=self.body)
 
 
-async def read_first_chunk_then_close(transport: KeepAliveTransport) -> bytes:
+async def read_first_chunk_then_close(transport: KeepAliveTransport, method: str = "POST") -> bytes:
     """What the MCP SDK does with an SSE answer: read up to the event, then close."""
     async with (
         httpx2.AsyncClient(transport=transport) as client,
-        client.stream("POST", "http://upstream/mcp") as response,
+        client.stream(method, "http://upstream/mcp") as response,
     ):
         async for chunk in response.aiter_raw():
             return chunk
@@ -89,4 +89,14 @@ async def test_a_long_remainder_is_not_read_past_the_drain_limit() -> None:
     await read_first_chunk_then_close(transport)
 
     assert body.read == [b"head", *[b"x" * 100] * 3]
+    assert body.closed and not body.ended
+
+
+async def test_a_listening_get_stream_is_closed_at_once() -> None:
+    body = Body([b": ping\n\n"], then_hang=True)
+    transport = KeepAliveTransport(Server(body), drain_seconds=600)
+
+    with anyio.fail_after(30):  # draining would wait 600 s
+        await read_first_chunk_then_close(transport, "GET")
+
     assert body.closed and not body.ended

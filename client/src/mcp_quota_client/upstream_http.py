@@ -6,7 +6,9 @@ then closes it. The body's last bytes (often already received) are left unread, 
 httpx drops the connection and the next call opens another: a TCP connect and close on
 every proxied call. Here a response closed early is read to its end first, when that
 end is near (at most `DRAIN_BYTES`, within `DRAIN_SECONDS`), so its connection goes back
-to the pool. A stream that stays open longer is closed as before.
+to the pool. A stream that stays open longer is closed as before, and a GET stream of
+unknown length (the session's listening stream, open until the session ends) is closed
+at once.
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ class KeepAliveTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
         stream = response.stream
-        if isinstance(stream, httpx2.AsyncByteStream):
+        # A POST's answer ends after its response; a GET stream only when it says so.
+        finite = request.method != "GET" or "content-length" in response.headers
+        if finite and isinstance(stream, httpx2.AsyncByteStream):
             response.stream = _DrainedOnClose(stream, self._drain_bytes, self._drain_seconds)
         return response
 
