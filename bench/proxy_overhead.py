@@ -9,7 +9,11 @@ and without `QuotaMiddleware`. Leases are off everywhere, so every call pays one
 that check, straight from `QuotaClient`, is printed too. Target (issue 23): the proxy
 adds at most one check plus 2 ms.
 
-    .venv/bin/python -m bench.proxy_overhead [--calls 200]
+The same FastMCP proxy without the quota (`--serve-bare`: the proxy's own `Upstream`,
+no middleware) is measured beside it over HTTP: the MCP hop alone, so the table says
+how much of the proxy's cost is the hop and how much the quota.
+
+    .venv/bin/python -m bench.proxy_overhead [--calls 200] [--json]
 """
 
 from __future__ import annotations
@@ -29,15 +33,19 @@ from typing import Any
 
 from fastmcp import Client
 from fastmcp.client.transports import ClientTransport, StdioTransport
+from fastmcp.server.providers.proxy import FastMCPProxy
 from mcp_quota_client import META_SESSION_KEY, QuotaClient, QuotaClientConfig
 from mcp_quota_client.decision import CheckRequest
+from mcp_quota_client.proxy import MCP_PATH, ProxySettings, Upstream
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from bench import mcp_overhead
 from tests.support import dynalite_server, running_service
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
-from launch import wait_healthy  # noqa: E402 - examples/ is on the path from here
+from launch import Running, free_port, spawn, wait_healthy  # noqa: E402 - examples/ on the path
 
 from tests.mcp.proxy_support import (  # noqa: E402
     spawn_proxy,
@@ -117,6 +125,49 @@ def _added(through: dict[str, float], direct: dict[str, float]) -> dict[str, flo
     }
 
 
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b > 0 else None
+
+
+def _beyond(added: dict[str, float], check: dict[str, float]) -> dict[str, Any]:
+    """An added cost beside one check: the difference and the ratio, p50 and p90."""
+    return {
+        "minus_check_p50_ms": round(added["p50_ms"] - check["p50_ms"], 3),
+        "minus_check_p90_ms": round(added["p90_ms"] - check["p90_ms"], 3),
+        "over_check_p50": _ratio(added["p50_ms"], check["p50_ms"]),
+        "over_check_p90": _ratio(added["p90_ms"], check["p90_ms"]),
+    }
+
+
+async def serve_bare(upstream_url: str, port: int) -> None:
+    """The proxy's FastMCP proxy and `Upstream`, without `QuotaMiddleware`: the hop alone."""
+    upstream = Upstream(ProxySettings(upstream_url=upstream_url))
+    await upstream.probe()
+    bare = FastMCPProxy(client_factory=upstream.client, name="bare")
+
+    @bare.custom_route("/health", methods=["GET"])
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    try:
+        await bare.run_async(
+            "http",
+            show_banner=False,
+            host="127.0.0.1",
+            port=port,
+            path=MCP_PATH,
+            log_level="warning",
+        )
+    finally:
+        await upstream.aclose()
+
+
+def _spawn_bare(upstream_url: str, log_dir: Path) -> Running:
+    port = free_port()
+    command = [sys.executable, "-m", "bench.proxy_overhead", "--serve-bare", upstream_url]
+    return spawn("bare-proxy", [*command, "--port", str(port)], port, log_dir, {})
+
+
 def _stdio_upstream(record: Path) -> StdioTransport:
     command, *args = tags_command(record)
     return StdioTransport(command, args, keep_alive=False)
@@ -143,7 +194,9 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
         upstream = ["--upstream-url", f"{tags.url}/mcp"]
         proxy = spawn_proxy(upstream, quota, "dev-server-token", logs, env=LEASE_OFF)
         stack.callback(proxy.stop)
-        for running in (tags, proxy):
+        bare_proxy = _spawn_bare(f"{tags.url}/mcp", logs)
+        stack.callback(bare_proxy.stop)
+        for running in (tags, proxy, bare_proxy):
             wait_healthy(running, timeout=120)
 
         guarded = stack.enter_context(mcp_overhead.articles_server(quota))
@@ -153,6 +206,7 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
             _interleaved(
                 {
                     "http": (f"{tags.url}/mcp", f"{proxy.url}/mcp", tool, {}),
+                    "hop": (f"{tags.url}/mcp", f"{bare_proxy.url}/mcp", tool, {}),
                     "stdio": (_stdio_upstream(record), _stdio_proxy(record, quota), tool, {}),
                     "middleware": (bare, guarded, *search),
                 },
@@ -162,57 +216,80 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
             )
         )
     summary = {key: _percentiles(values) for key, values in taken.items()}
-    http_direct, http_proxy = summary["http.direct"], summary["http.quota"]
-    stdio_direct, stdio_proxy = summary["stdio.direct"], summary["stdio.quota"]
-    bare_calls, guarded_calls = summary["middleware.direct"], summary["middleware.quota"]
     check = summary["check"]
-    proxy_http_added = _added(http_proxy, http_direct)
+    rows: dict[str, Any] = {}
+    for key, through in (("http", "proxy"), ("stdio", "proxy"), ("hop", "proxy")):
+        direct, quota_side = summary[f"{key}.direct"], summary[f"{key}.quota"]
+        rows[key] = {"direct": direct, through: quota_side, "added": _added(quota_side, direct)}
+    bare_calls, guarded_calls = summary["middleware.direct"], summary["middleware.quota"]
+    rows["middleware"] = {
+        "direct": bare_calls,
+        "guarded": guarded_calls,
+        "added": _added(guarded_calls, bare_calls),
+    }
+    for key in ("http", "stdio", "middleware"):
+        rows[key]["beside_check"] = _beyond(rows[key]["added"], check)
+    # The quota on top of the hop: the proxy against the same proxy without the quota.
+    quota_on_hop = _added(rows["http"]["proxy"], rows["hop"]["proxy"])
     return {
         "upstream": "tests/mcp/servers/tags_server.mjs (TypeScript SDK), tool list_deletions",
-        "http": {"direct": http_direct, "proxy": http_proxy, "added": proxy_http_added},
-        "stdio": {
-            "direct": stdio_direct,
-            "proxy": stdio_proxy,
-            "added": _added(stdio_proxy, stdio_direct),
-        },
-        "middleware": {
-            "direct": bare_calls,
-            "guarded": guarded_calls,
-            "added": _added(guarded_calls, bare_calls),
-        },
+        **rows,
+        "quota_on_hop": {**quota_on_hop, "beside_check": _beyond(quota_on_hop, check)},
         "check": check,
         "target_p50_ms": round(check["p50_ms"] + 2.0, 3),
-        "within_target": proxy_http_added["p50_ms"] <= check["p50_ms"] + 2.0,
+        "within_target": rows["http"]["added"]["p50_ms"] <= check["p50_ms"] + 2.0,
+        "within_target_stdio": rows["stdio"]["added"]["p50_ms"] <= check["p50_ms"] + 2.0,
     }
+
+
+def _pair(values: dict[str, float]) -> str:
+    return f"{values['p50_ms']:.2f} / {values['p90_ms']:.2f}"
+
+
+def _ratios(beside: dict[str, Any]) -> str:
+    p50, p90 = beside["over_check_p50"], beside["over_check_p90"]
+    return f"{p50:.2f}x / {p90:.2f}x" if p50 is not None and p90 is not None else "n/a"
 
 
 def table(r: dict[str, Any]) -> list[str]:
     """The markdown rows of the proxy's section in `bench/RESULTS.md`."""
+    c = r["check"]
     rows = [
         "",
         "## mcp-quota-proxy per tool call, beside the middleware (bench/proxy_overhead.py)",
         "",
-        f"Upstream: {r['upstream']}; leases off, so every call pays one check.",
+        f"Upstream: {r['upstream']}; leases off, so every call pays one check. "
+        "p50 / p90 ms, every row taken in one interleaved loop.",
         "",
-        "| per tool call | direct p50 / p90 ms | with quota p50 / p90 ms | added p50 / p90 ms |",
-        "|---|---|---|---|",
+        "| per tool call | direct | with quota | added | added - one check | added / one check |",
+        "|---|---|---|---|---|---|",
     ]
     for label, key, through in (
         ("proxy, HTTP upstream", "http", "proxy"),
         ("proxy (served over stdio), stdio upstream", "stdio", "proxy"),
         ("middleware in the server (articles example)", "middleware", "guarded"),
     ):
-        d, t, a = r[key]["direct"], r[key][through], r[key]["added"]
+        row, beside = r[key], r[key]["beside_check"]
         rows.append(
-            f"| {label} | {d['p50_ms']:.2f} / {d['p90_ms']:.2f} | {t['p50_ms']:.2f} / "
-            f"{t['p90_ms']:.2f} | {a['p50_ms']:.2f} / {a['p90_ms']:.2f} |"
+            f"| {label} | {_pair(row['direct'])} | {_pair(row[through])} | "
+            f"{_pair(row['added'])} | {beside['minus_check_p50_ms']:.2f} / "
+            f"{beside['minus_check_p90_ms']:.2f} | {_ratios(beside)} |"
         )
-    c = r["check"]
+    rows.append(f"| one check from QuotaClient | | | {_pair(c)} | 0.00 / 0.00 | 1.00x / 1.00x |")
+    hop, quota = r["hop"], r["quota_on_hop"]
     rows += [
         "",
-        f"One check from QuotaClient: {c['p50_ms']:.2f} / {c['p90_ms']:.2f} ms (p50 / p90). "
-        f"Target: the proxy adds at most one check + 2 ms = {r['target_p50_ms']:.2f} ms at p50: "
-        f"{'met' if r['within_target'] else 'NOT met'} over HTTP.",
+        "Where the proxy's time goes (HTTP upstream): the same FastMCP proxy without the "
+        f"quota adds {_pair(hop['added'])} ms over calling the upstream directly (the MCP "
+        f"hop: a FastMCP server in front, a client behind); the quota on top of it adds "
+        f"{_pair(quota)} ms, one check plus "
+        f"{quota['beside_check']['minus_check_p50_ms']:.2f} ms at p50.",
+        "",
+        f"Target: the proxy adds at most one check + 2 ms = {r['target_p50_ms']:.2f} ms at "
+        f"p50: {'met' if r['within_target'] else 'NOT met'} over HTTP "
+        f"({r['http']['added']['p50_ms']:.2f} ms), "
+        f"{'met' if r['within_target_stdio'] else 'NOT met'} over stdio "
+        f"({r['stdio']['added']['p50_ms']:.2f} ms).",
     ]
     return rows
 
@@ -221,7 +298,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--serve-bare", metavar="UPSTREAM_URL", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_bare:
+        asyncio.run(serve_bare(args.serve_bare, args.port))
+        return 0
     start = time.monotonic()
     with dynalite_server() as dynalite:
         result = measure(dynalite, calls=args.calls)

@@ -193,6 +193,45 @@ async def test_without_auth_the_middlewares_derived_keys_apply_and_nothing_is_fo
     assert [e["authorization"] for e in deletions(record)] == [None, None]
 
 
+@pytest.mark.parametrize(
+    ("extra", "server"), [((), "tags"), (("--name", "shop tags"), "shop tags")]
+)
+async def test_every_check_names_the_server_the_upstreams_own_name_or_name(
+    quota_service: FakeQuotaService,
+    tags_http: Running,
+    tmp_path: Path,
+    extra: tuple[str, ...],
+    server: str,
+) -> None:
+    for running in proxy(quota_service, f"{tags_http.url}/mcp", tmp_path, *extra):
+        url = f"{running.url}/mcp"
+        async with Client(url) as client:
+            await client.call_tool_mcp("list_deletions", {})
+            await client.call_tool_mcp("delete_tag", {"tag": "a"})
+        assert await delete(url, None, "b", session="another-session")
+
+    checks = quota_service.bodies()
+    assert [b["tool"] for b in checks] == ["list_deletions", "delete_tag", "delete_tag"]
+    assert [b.get("server") for b in checks] == [server] * 3
+
+
+async def test_an_http_upstream_is_called_over_one_kept_alive_connection(
+    quota_service: FakeQuotaService, tags_http: Running, record: Path, tmp_path: Path
+) -> None:
+    # The SDK's client closes an SSE answer before its end; unless the proxy reads
+    # that end, every call pays a TCP connection of its own (bench/proxy_overhead.py).
+    for running in proxy(quota_service, f"{tags_http.url}/mcp", tmp_path):
+        url = f"{running.url}/mcp"
+        async with Client(url) as client:
+            for i in range(5):
+                result = await client.call_tool_mcp("delete_tag", {"tag": f"k{i}"})
+                assert not result.is_error
+
+    connections = {e["connection"] for e in deletions(record)}
+    assert len(deletions(record)) == 5
+    assert len(connections) == 1
+
+
 async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
     quota_service: FakeQuotaService, record: Path
 ) -> None:
@@ -263,6 +302,49 @@ def test_an_unreachable_upstream_or_missing_settings_stop_it_in_one_line() -> No
     assert unset.returncode == 2
     [line] = unset.stderr.strip().splitlines()
     assert line.startswith("mcp-quota: MCP_QUOTA_URL is not set")
+
+
+@pytest.mark.parametrize(
+    ("url", "upstream"),
+    [
+        ("ftp://quota.example", "--upstream-url"),
+        ("127.0.0.1:8000", "--upstream-url"),
+        ("http://", "--upstream-command"),
+    ],
+)
+def test_an_unusable_quota_url_stops_it_before_the_upstream_in_one_line(
+    url: str, upstream: str, tmp_path: Path
+) -> None:
+    # The upstream would answer: the proxy must not start serving with checks that
+    # can never reach the service (every read would run uncounted, every write fail).
+    started = tmp_path / "started"
+    command = f"{sys.executable} -c \"open({str(started)!r}, 'w')\""
+    target = f"http://127.0.0.1:{free_port()}/mcp" if upstream == "--upstream-url" else command
+    done = run_proxy(upstream, target, env={**quota_env(), "MCP_QUOTA_URL": url})
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"mcp-quota: MCP_QUOTA_URL={url!r} is not usable")
+    assert not started.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "--upstream-command or --upstream-url is required"),
+        (["--upstream-url", "http://x/mcp", "--upstream-command", "node s.mjs"], "not allowed"),
+        (["--upstream-command", ""], "--upstream-command is empty"),
+        (["--upstream-url", "ftp://x/mcp"], "--upstream-url 'ftp://x/mcp' is not usable"),
+        (["--upstream-url", "x:9000/mcp"], "--upstream-url 'x:9000/mcp' is not usable"),
+    ],
+)
+def test_missing_or_contradictory_upstream_flags_are_one_line(args: list[str], says: str) -> None:
+    done = run_proxy(*args, env=quota_env())
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("mcp-quota-proxy: error: ")
+    assert says in line
 
 
 def test_the_console_script_is_installed() -> None:

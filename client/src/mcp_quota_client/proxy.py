@@ -36,6 +36,8 @@ from starlette.responses import JSONResponse
 from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.session import SessionKeying
+from mcp_quota_client.startup import client_from_env, url_problem
+from mcp_quota_client.upstream_http import keep_alive_client
 
 PROG = "mcp-quota-proxy"
 MCP_PATH = "/mcp"
@@ -101,11 +103,12 @@ class Upstream:
 
     The proxy holds one session with its upstream, shared by every caller: a stdio
     upstream is one process for the life of the proxy (FastMCP's kept-alive transport;
-    each request a client of its own on it, so a dead process is noticed and started
-    again), an HTTP upstream one MCP session, opened at start and again if it closes. With
-    `--forward-authorization` each request instead gets its own HTTP connection carrying
-    its caller's header: a handshake per call, the price of passing each caller's
-    credentials on.
+    each request a client of its own on it, because only the transport notices a dead
+    process and starts it again), an HTTP upstream one MCP session, opened at start and
+    again if it closes, over kept-alive connections (`keep_alive_client`), so a call
+    pays for no TCP connection of its own. With `--forward-authorization` each request
+    instead gets its own HTTP connection carrying its caller's header: a handshake per
+    call, the price of passing each caller's credentials on.
     """
 
     def __init__(self, settings: ProxySettings) -> None:
@@ -145,7 +148,9 @@ class Upstream:
         assert url is not None  # parse_args requires one of the two
         # Headers are chosen here, not by FastMCP's forwarding (which copies every
         # eligible inbound header): only Authorization, and only when asked.
-        transport = StreamableHttpTransport(url, headers=headers)
+        transport = StreamableHttpTransport(
+            url, headers=headers, httpx_client_factory=keep_alive_client
+        )
         return ProxyClient(transport, forward_incoming_headers=False, mode=self.mode)
 
     def _forwarded_headers(self) -> dict[str, str]:
@@ -221,11 +226,11 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
 
     Raises:
         UpstreamUnreachableError: the upstream did not answer at start.
-        QuotaConfigError: no client given and the quota settings are missing.
+        QuotaConfigError: no client given and the quota settings are missing or invalid.
     """
     upstream = Upstream(settings)
     if client is None:
-        client = QuotaClient.from_env()
+        client = client_from_env()
     try:
         probed = await upstream.probe() if settings.probes_at_start else None
         name = settings.name or probed or "upstream"
@@ -265,15 +270,23 @@ def _category(value: str) -> tuple[str, str]:
     return tool, category
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a refused command line said in one line (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        _exit_with(f"{self.prog}: error: {message} (see --help)")
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of `mcp-quota-proxy`."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG,
         description="Serve an MCP server's tools, resources and prompts with every "
         "tools/call checked by the mcp-quota service first. Quota settings come from "
         "the environment: MCP_QUOTA_URL, MCP_QUOTA_TOKEN, MCP_QUOTA_FAIL_OPEN, ...",
     )
-    upstream = p.add_mutually_exclusive_group(required=True)
+    # Required, but checked in parse_args: argparse's own message names no flag clearly.
+    upstream = p.add_mutually_exclusive_group()
     upstream.add_argument(
         "--upstream-command",
         metavar="CMD",
@@ -321,12 +334,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ProxySettings:
-    """Settings from the command line; exits 2 with one line on a bad combination."""
+    """Settings from the command line; exits 2 with one line naming the flag when one is
+    missing, malformed or contradicts another."""
     p = parser()
     args = p.parse_args(argv)
-    command = shlex.split(args.upstream_command) if args.upstream_command else None
+    if args.upstream_command is None and args.upstream_url is None:
+        p.error("--upstream-command or --upstream-url is required")
+    command = shlex.split(args.upstream_command) if args.upstream_command is not None else None
     if command is not None and not command:
         p.error("--upstream-command is empty")
+    problem = url_problem(args.upstream_url) if args.upstream_url is not None else None
+    if problem is not None:
+        p.error(f"--upstream-url {args.upstream_url[:80]!r} is not usable: {problem}")
     jwt = args.jwt_jwks_url is not None or args.jwt_public_key is not None
     if args.jwt_jwks_url and args.jwt_public_key:
         p.error("give --jwt-jwks-url or --jwt-public-key, not both")
@@ -357,7 +376,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `mcp-quota-proxy` and `python -m mcp_quota_client.proxy`."""
     settings = parse_args(argv)
     try:
-        client = QuotaClient.from_env()
+        # Checked before the upstream is started or probed: a proxy whose checks can
+        # never reach the service must not serve (reads would run uncounted).
+        client = client_from_env()
     except QuotaConfigError as exc:
         _exit_with(str(exc))
     try:

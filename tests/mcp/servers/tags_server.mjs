@@ -10,7 +10,8 @@
 // is refused by the tool itself (an isError result), so the proxy's pass-through of
 // upstream errors can be seen. Resource tags://deletions and prompt tag_report show
 // that resources and prompts pass through too. Over HTTP, GET /health answers 200
-// and each recorded deletion notes the Authorization header the server received.
+// and each recorded deletion notes the Authorization header the server received and
+// the TCP connection it came on (the client's port).
 
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -43,7 +44,7 @@ function deletions() {
     .map((line) => JSON.parse(line));
 }
 
-function buildServer(authorization) {
+function buildServer(authorization, connection) {
   const server = new McpServer({ name: values.name, version: "1.0.0" });
 
   server.registerTool(
@@ -61,7 +62,12 @@ function buildServer(authorization) {
           content: [{ type: "text", text: "tag 'protected' cannot be deleted" }],
         };
       }
-      const entry = { tag, pid: process.pid, authorization: authorization ?? null };
+      const entry = {
+        tag,
+        pid: process.pid,
+        authorization: authorization ?? null,
+        connection: connection ?? null,
+      };
       appendFileSync(recordFile, `${JSON.stringify(entry)}\n`);
       return {
         content: [{ type: "text", text: `deleted tag '${tag}'` }],
@@ -132,7 +138,7 @@ if (values.port === undefined) {
       res.writeHead(405, { Allow: "POST" }).end();
       return;
     }
-    const server = buildServer(req.headers.authorization);
+    const server = buildServer(req.headers.authorization, req.socket.remotePort);
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.on("close", () => {
       transport.close();
