@@ -41,12 +41,11 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     Spend,
     Verdict,
-    explain_refusal,
     fold_repeats,
-    partial_units,
     with_call,
 )
 from chalicelib.quota.policy import Category, Policy, WindowLimit
+from chalicelib.quota.rules import explain_refusal, partial_units
 from chalicelib.storage.ports import (
     BudgetCounters,
     Consumed,

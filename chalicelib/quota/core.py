@@ -1,7 +1,7 @@
 """The pure quota decision: no I/O, no wall clock; times are epoch milliseconds passed in.
 
-The store applies one conditional update per check. When it refuses, the old session
-comes back and `explain_refusal` says why, with the same rules the store's condition uses.
+The rules a store's condition applies are written once, as data, in `quota.rules`; this
+module holds the values they speak of.
 """
 
 from __future__ import annotations
@@ -392,45 +392,6 @@ class Attempt:
             self.check_id,
             units=self.asked,
         )
-
-
-def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:
-    """The store's condition for counting a call: a new session, or an active one that is
-    not suspended, under its limit and has not counted this call id."""
-    return snapshot is None or explain_refusal(snapshot, attempt) is Verdict.STALE
-
-
-def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
-    """Mirror of the store's condition: which clause failed for this old session."""
-    if snapshot.counted(attempt.check_id):
-        return Verdict.ALREADY_COUNTED
-    if snapshot.suspended:
-        return Verdict.SUSPENDED
-    if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
-        return Verdict.EXPIRED
-    if attempt.call_id is not None and not snapshot.binds(
-        attempt.call_id, attempt.tool, attempt.category, attempt.asked
-    ):
-        return Verdict.CALL_ID_CONFLICT
-    call_id = attempt.dedupe_call_id
-    if call_id is not None and snapshot.holds_call_id(call_id):
-        if snapshot.find_call(call_id) and snapshot.replayable(call_id, attempt.now_ms):
-            return Verdict.DUPLICATE
-        # Counted and taken back (a wider budget refused it), or replayed too often.
-        return Verdict.REUSED_CALL_ID
-    used = snapshot.counts.get(attempt.category, 0)
-    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-    if used + attempt.units > limit:
-        return Verdict.OVER_LIMIT
-    return Verdict.STALE
-
-
-def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
-    """How many calls a lease that did not fit may still be granted: what remains under
-    the limit (0: none, the call is refused)."""
-    used = snapshot.counts.get(attempt.category, 0)
-    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-    return max(0, min(attempt.units - 1, limit - used))
 
 
 LEASE_ID = re.compile(

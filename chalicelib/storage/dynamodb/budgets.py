@@ -24,7 +24,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.quota.rules import Condition, CountsNoLaterWindow, CountsWindow, budget_take
 from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.conditions import Form, render
+from chalicelib.storage.dynamodb.layout import BUDGET_COUNT_PREFIX, BUDGET_WINDOW_PREFIX
 from chalicelib.storage.dynamodb.updates import ConditionFailed, n, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 
@@ -32,8 +35,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 PK = "pk"
-COUNT_PREFIX = "c_"
-WINDOW_PREFIX = "w_"
+COUNT_PREFIX = BUDGET_COUNT_PREFIX
+WINDOW_PREFIX = BUDGET_WINDOW_PREFIX
 OLD_COUNT_PREFIX = "n_"  # the per-window names items were written with before
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
@@ -44,20 +47,13 @@ EXPIRES = "expires_at"
 _KEEP_AFTER_WINDOW_S = 86_400
 
 _NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
-_NOT_SUSPENDED = "attribute_not_exists(#sus)"
-_THIS_WINDOW = "#w = :ws"
-_LATER_WINDOW = "(attribute_not_exists(#w) OR #w < :ws)"
-_UNDER_LIMIT = "(#n < :limit OR #n < #r)"
-# A take in the window the item counts: under the limit (or a raise of it).
-TAKE_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
-# Several calls at once (a lease): `:limit` is `limit - units + 1`; no arithmetic is
-# allowed in a condition, so a raise is met by a second try tied to its value.
-TAKE_UNITS_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #n < :limit"
-TAKE_RAISED_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #r = :r AND #n < :rlimit"
+# A take's condition is the core's rule (`quota.rules.budget_take`), rendered in one of
+# two forms: in the window the item counts, or in a later one, which starts the count
+# again. Several calls at once (a lease) under a raise: a second try tied to the raise.
+THIS_WINDOW = frozenset({CountsNoLaterWindow})  # the form that leaves out a new window
+NEW_WINDOW = frozenset({CountsWindow})
 TAKE_UPDATE = "SET #n = #n + :units, #exp = :exp"
-# The first take of a later window starts the count again (the units fit: the caller
-# asks only for what the limit or the raise it saw allows).
-TAKE_FRESH_CONDITION = f"{_LATER_WINDOW} AND {_NOT_SUSPENDED}"
+# The first take of a later window starts the count again.
 TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
 GIVE_BACK_CONDITION = "#w = :ws AND #n >= :units"
 GIVE_BACK_UPDATE = "SET #n = #n - :units"
@@ -172,12 +168,13 @@ class BudgetStore:
         doing = f"counting a call against the {key.scope.value} budget"
         fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
         seen: BudgetSnapshot | None = None
+        rule = budget_take(spend)
         for _ in range(3):
             try:
                 if fresh:
-                    item = self._fresh(key, spend, names, values, doing, seen)
+                    item = self._fresh(key, rule, names, values, doing)
                 else:
-                    item = self._same(key, spend, names, values, doing)
+                    item = self._same(key, spend, rule, names, values, doing)
             except ConditionFailed as failed:
                 old = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
                 seen = snapshot_from_item(old) if old else None
@@ -195,6 +192,7 @@ class BudgetStore:
         self,
         key: BudgetKey,
         spend: Spend,
+        rule: Condition,
         names: dict[str, str],
         values: dict[str, Any],
         doing: str,
@@ -204,40 +202,58 @@ class BudgetStore:
         Raises:
             ConditionFailed: spent, suspended, or the item counts another window.
         """
-        condition = TAKE_CONDITION if spend.units == 1 else TAKE_UNITS_CONDITION
+        rendered = render(rule, Form(THIS_WINDOW))
         try:
             return self._update(
-                key, TAKE_UPDATE, condition, names, values, doing, old_on_failure=True
+                key,
+                TAKE_UPDATE,
+                rendered.expression,
+                {**names, **rendered.names},
+                {**values, **rendered.values},
+                doing,
+                old_on_failure=True,
             )
         except ConditionFailed as failed:
             seen = snapshot_from_item(failed.old_item) if failed.old_item else None
             raised = seen.raised.get(spend.category, 0) if seen else 0
             if spend.units == 1 or raised <= spend.limit:
                 raise
-            tied = {**values, ":r": n(raised), ":rlimit": n(raised - spend.units + 1)}
+            tied = render(rule, Form(THIS_WINDOW, raise_as_read=raised))
             return self._update(
-                key, TAKE_UPDATE, TAKE_RAISED_CONDITION, names, tied, doing, "ALL_NEW", True
+                key,
+                TAKE_UPDATE,
+                tied.expression,
+                {**names, **tied.names},
+                {**values, **tied.values},
+                doing,
+                "ALL_NEW",
+                True,
             )
 
     def _fresh(
         self,
         key: BudgetKey,
-        spend: Spend,
+        rule: Condition,
         names: dict[str, str],
         values: dict[str, Any],
         doing: str,
-        seen: BudgetSnapshot | None,
     ) -> dict[str, Any]:
         """The first take of a window, starting the count again.
 
         Raises:
-            ConditionFailed: suspended, or a take of this window came first.
+            ConditionFailed: suspended, a take of this window came first, or the calls do
+                not fit even in an empty window.
         """
-        raised = seen.raised.get(spend.category, 0) if seen else 0
-        if spend.units > max(spend.limit, raised):
-            raise ConditionFailed(None)  # a lease larger than the whole budget
+        rendered = render(rule, Form(NEW_WINDOW))
         return self._update(
-            key, TAKE_FRESH_UPDATE, TAKE_FRESH_CONDITION, names, values, doing, "ALL_NEW", True
+            key,
+            TAKE_FRESH_UPDATE,
+            rendered.expression,
+            {**names, **rendered.names},
+            {**values, **rendered.values},
+            doing,
+            "ALL_NEW",
+            True,
         )
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:

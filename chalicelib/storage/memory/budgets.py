@@ -10,6 +10,7 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     Spend,
 )
+from chalicelib.quota.rules import budget_take
 from chalicelib.storage.ports import (
     NotTaken,
     RecordChanged,
@@ -42,14 +43,13 @@ class MemoryBudgets:
         self._lock = threading.Lock()
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
-        """Count one call if not suspended and under the limit in the current window."""
+        """Count the calls if the core's rule (`rules.budget_take`) holds."""
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
             slot = (spend.category, spend.window_start_ms)
-            used = budget.counts.get(slot, 0)
-            limit = max(spend.limit, budget.raised.get(spend.category, 0))
-            if budget.suspended_reason is not None or used + spend.units > limit:
+            if not budget_take(spend).holds(budget.snapshot()):
                 return NotTaken(budget.snapshot())
+            used = budget.counts.get(slot, 0)
             # As the DynamoDB item: one window counted per category, the current one.
             for other in [s for s in budget.counts if s[0] == spend.category and s != slot]:
                 del budget.counts[other]

@@ -13,11 +13,10 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
     Verdict,
-    admits,
-    explain_refusal,
     fold_repeats,
     with_call,
 )
+from chalicelib.quota.rules import admits, explain_refusal
 from chalicelib.storage.ports import (
     Consumed,
     LimitChange,

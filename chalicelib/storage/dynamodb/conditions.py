@@ -1,0 +1,196 @@
+"""The core's rules (`quota.rules`) as DynamoDB ConditionExpressions: one renderer per
+fact, every attribute and value aliased. This translates; it decides nothing.
+
+Each fact renders the same fixed fragment with fixed placeholders (`#ls >= :cutoff`), so
+the expressions stay few and the same from call to call. Where DynamoDB cannot say a fact
+in one form (a condition allows no arithmetic), the adapter passes a `Form`: which case
+of an `Or` this request covers (the other case is another request), and the value a raise
+was read at. A rendered condition always implies the rule it renders: at worst it fails
+where the rule holds (the record changed since it was read), and the adapter tries again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chalicelib.quota.core import call_id_key
+from chalicelib.quota.rules import (
+    And,
+    BudgetFits,
+    BudgetSuspended,
+    CallIdFree,
+    CheckNotCounted,
+    Condition,
+    CountsNoLaterWindow,
+    CountsWindow,
+    Fits,
+    LastSeenAt,
+    Named,
+    Not,
+    Or,
+    SameCounters,
+    SeenSince,
+    SessionExists,
+    SessionSuspended,
+    facts,
+)
+from chalicelib.storage.dynamodb import layout
+from chalicelib.storage.dynamodb.updates import n, s
+
+# A comparison with a missing attribute is false, so `NOT #rx <= :now` also holds for a
+# raise without an expiry. (The same test spelt `attribute_not_exists(#rx) OR #rx > :now`
+# made dynalite 2.7x slower on every check; DynamoDB evaluates both alike.)
+RAISE_IN_FORCE = "NOT #rx <= :now"
+# Likewise `NOT #n >= :limit` holds for a category not counted yet. Every clause is kept
+# flat: nested ORs made dynalite spend up to 6x the CPU on parsing the condition. A lease
+# counts several calls at once: `:limit` is `limit - units + 1`, so that `NOT #n >= :limit`
+# means n + units <= limit.
+UNDER_BASE = "NOT #n >= :limit"
+# `#n < #r` lets a per-session raise lift the limit in place (one call at a time).
+UNDER_RAISED = f"(NOT #n >= :limit OR (#n < #r AND {RAISE_IN_FORCE}))"
+# A lease under a raise: tied to the raise's value as read (`:rlimit` = raise - units + 1).
+UNDER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
+NOT_SEEN = "NOT contains(#ids, :cid)"
+BUDGET_THIS_WINDOW = "#w = :ws"
+BUDGET_NO_LATER_WINDOW = "(attribute_not_exists(#w) OR #w < :ws)"
+BUDGET_UNDER_LIMIT = "(#n < :limit OR #n < #r)"
+BUDGET_UNITS_UNDER_LIMIT = "#n < :limit"
+BUDGET_UNDER_RAISE_AS_READ = "#r = :r AND #n < :rlimit"
+BUDGET_RAISE_HOLDS_UNITS = "#r >= :units"  # a new window: only a raise can hold a big lease
+
+
+@dataclass(frozen=True)
+class Form:
+    """How to say a rule in one request: the cases of an `Or` left to other requests
+    (their facts' types), whether a session's raise is known to exist (the cheaper
+    condition without one), and the raise as read, for calls asked several at once."""
+
+    without: frozenset[type] = frozenset()
+    raised: bool = False
+    raise_as_read: int | None = None
+
+
+@dataclass
+class Rendered:
+    """A ConditionExpression with its names and values."""
+
+    expression: str
+    names: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def render(condition: Condition, form: Form | None = None) -> Rendered:
+    """The condition as DynamoDB says it (session or budget facts, never both)."""
+    out = Rendered("")
+    out.expression = _render(condition, form or Form(), out)
+    return out
+
+
+def _render(condition: Condition, form: Form, out: Rendered) -> str:
+    if isinstance(condition, Named):
+        return _render(condition.part, form, out)
+    if isinstance(condition, And):
+        parts = [_render(p, form, out) for p in condition.parts]
+        return " AND ".join(p for p in parts if p)
+    if isinstance(condition, Or):
+        kept = [p for p in condition.parts if not _left_out(p, form)]
+        parts = [_render(p, form, out) for p in kept]
+        if len(parts) == 1:
+            return parts[0]
+        return " OR ".join(f"({p})" if " AND " in p and i else p for i, p in enumerate(parts))
+    if isinstance(condition, Not):
+        return _render_not(condition.part, form, out)
+    return _fact(condition, form, out)
+
+
+def _left_out(part: Condition, form: Form) -> bool:
+    return any(type(f) in form.without for f in facts(part))
+
+
+def _render_not(part: Condition, form: Form, out: Rendered) -> str:
+    if isinstance(part, SessionExists):
+        out.names["#pk"] = layout.PK
+        return "attribute_not_exists(#pk)"
+    if isinstance(part, SessionSuspended | BudgetSuspended):
+        out.names["#sus"] = layout.SUSPENDED
+        return "attribute_not_exists(#sus)"
+    return f"NOT ({_render(part, form, out)})"
+
+
+def _fact(fact: Condition, form: Form, out: Rendered) -> str:
+    names, values = out.names, out.values
+    if isinstance(fact, SessionExists):
+        names["#pk"] = layout.PK
+        return "attribute_exists(#pk)"
+    if isinstance(fact, SessionSuspended | BudgetSuspended):
+        names["#sus"] = layout.SUSPENDED
+        return "attribute_exists(#sus)"
+    if isinstance(fact, SeenSince):
+        names["#ls"] = layout.LAST_SEEN
+        values[":cutoff"] = n(fact.cutoff_ms)
+        return "#ls >= :cutoff"
+    if isinstance(fact, LastSeenAt):
+        names["#ls"] = layout.LAST_SEEN
+        values[":old_ls"] = n(fact.at_ms)
+        return "#ls = :old_ls"
+    if isinstance(fact, SameCounters):
+        names["#started"] = layout.STARTED
+        values[":started"] = n(fact.started_ms)
+        return "#started = :started"
+    if isinstance(fact, Fits):
+        return _fits(fact, form, out)
+    if isinstance(fact, CheckNotCounted):
+        names["#ids"] = layout.CALL_IDS
+        values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
+        return NOT_SEEN
+    if isinstance(fact, CallIdFree):
+        names["#ids"] = layout.CALL_IDS
+        values[":cid"] = s(layout.COUNTED_CALL_ID + call_id_key(fact.call_id))
+        return NOT_SEEN
+    if isinstance(fact, CountsWindow | CountsNoLaterWindow):
+        names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
+        values[":ws"] = n(fact.window_start_ms)
+        return BUDGET_THIS_WINDOW if isinstance(fact, CountsWindow) else BUDGET_NO_LATER_WINDOW
+    if isinstance(fact, BudgetFits):
+        return _budget_fits(fact, form, out)
+    raise TypeError(f"no DynamoDB rendering for {fact!r}")
+
+
+def _fits(fact: Fits, form: Form, out: Rendered) -> str:
+    out.names["#n"] = layout.COUNT_PREFIX + fact.category
+    if form.raise_as_read is not None:
+        out.names.update({"#r": layout.RAISED_PREFIX + fact.category})
+        out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
+        out.values.update(
+            {
+                ":r": n(form.raise_as_read),
+                ":rlimit": n(form.raise_as_read - fact.units + 1),
+                ":now": n(fact.now_ms),
+            }
+        )
+        return UNDER_RAISE_AS_READ
+    out.values[":limit"] = n(fact.base_limit - fact.units + 1)
+    if form.raised and fact.units == 1:
+        out.names["#r"] = layout.RAISED_PREFIX + fact.category
+        out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
+        out.values[":now"] = n(fact.now_ms)
+        return UNDER_RAISED
+    return UNDER_BASE
+
+
+def _budget_fits(fact: BudgetFits, form: Form, out: Rendered) -> str:
+    out.names["#n"] = layout.BUDGET_COUNT_PREFIX + fact.category
+    out.names["#r"] = layout.RAISED_PREFIX + fact.category
+    if CountsWindow in form.without:
+        # A window not counted yet: nothing is counted in it, only the units must fit.
+        if fact.units <= fact.limit:
+            return ""
+        out.values[":units"] = n(fact.units)
+        return BUDGET_RAISE_HOLDS_UNITS
+    if form.raise_as_read is not None:
+        out.values[":r"] = n(form.raise_as_read)
+        out.values[":rlimit"] = n(form.raise_as_read - fact.units + 1)
+        return BUDGET_UNDER_RAISE_AS_READ
+    out.values[":limit"] = n(fact.limit - fact.units + 1)
+    return BUDGET_UNDER_LIMIT if fact.units == 1 else BUDGET_UNITS_UNDER_LIMIT
