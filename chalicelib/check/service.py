@@ -51,7 +51,7 @@ from chalicelib.storage.ports import (
     Consumed,
     NotTaken,
     RecordChanged,
-    SessionCounters,
+    SessionChecks,
     StorageError,
     StoreMisconfigured,
     StoreRejected,
@@ -231,7 +231,7 @@ class CheckService:
     def __init__(
         self,
         policy: Policy,
-        store: SessionCounters,
+        store: SessionChecks,
         clock: Clock,
         idle_timeout_seconds: int,
         limits: LimitResolver | None = None,
