@@ -109,6 +109,7 @@ class BudgetSnapshot:
     raised: Mapping[str, int] = field(default_factory=dict)
     suspended_reason: str | None = None
     refusals_in_a_row: int = 0  # a principal's streak (escalation); 0 on other budgets
+    last_refusal_ms: int | None = None  # when the principal was last refused
 
     @property
     def suspended(self) -> bool:
@@ -231,6 +232,8 @@ class SessionSnapshot:
     raised_until: Mapping[str, int] = field(default_factory=dict)  # when a raise lapses
     server: str | None = None  # the MCP server that last named itself in a check
     leased: Mapping[str, int] = field(default_factory=dict)  # counted through leases, kept
+    grants: Mapping[str, str] = field(default_factory=dict)  # each category's last lease
+    first_refusals: Mapping[str, int] = field(default_factory=dict)  # limit first refused at
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from chalicelib.quota.core import (
     Attempt,
     BudgetSnapshot,
+    CallRecord,
+    LeaseId,
     SessionSnapshot,
     Spend,
     Verdict,
@@ -244,6 +246,58 @@ class CallIdFree:
         return Verdict.REUSED_CALL_ID
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """The session's record holds this very entry (the same check, refused or replayed):
+    a store's own retry of the write that recorded it finds it there."""
+
+    record: CallRecord
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        own = self.record
+        return record is not None and any(
+            c.check_id == own.check_id and (c.allowed, c.replay) == (own.allowed, own.replay)
+            for c in record.calls
+        )
+
+
+@dataclass(frozen=True)
+class FirstRefusalAt:
+    """The category's first refusal at `limit` has been recorded (one event per limit)."""
+
+    category: str
+    limit: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is not None and record.first_refusals.get(self.category) == self.limit
+
+
+@dataclass(frozen=True)
+class CountAtLeast:
+    """The category has at least `least` calls counted (`leased`: through leases)."""
+
+    category: str
+    least: int
+    leased: bool = False
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        if record is None:
+            return False
+        counts = record.leased if self.leased else record.counts
+        return self.category in counts and counts[self.category] >= self.least
+
+
+@dataclass(frozen=True)
+class LastGrantIs:
+    """The category's last lease is exactly this grant, not yet given back."""
+
+    category: str
+    grant: str
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is not None and record.grants.get(self.category) == self.grant
+
+
 # -- facts about a budget above the session ----------------------------------------------
 
 
@@ -293,6 +347,42 @@ class BudgetFits:
             return self.units <= self.limit
         used = record.used(self.category, self.window_start_ms)
         return used + self.units <= record.limit_for(self.category, self.limit)
+
+
+@dataclass(frozen=True)
+class BudgetCountAtLeast:
+    """The window counts at least `least` calls of the category."""
+
+    category: str
+    window_start_ms: int
+    least: int
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        if record is None or self.category not in record.counts.get(self.window_start_ms, {}):
+            return False
+        return record.used(self.category, self.window_start_ms) >= self.least
+
+
+@dataclass(frozen=True)
+class RefusedBefore:
+    """The principal was last refused before `ms` (never refused: false)."""
+
+    ms: int
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        last = None if record is None else record.last_refusal_ms
+        return last is not None and last < self.ms
+
+
+@dataclass(frozen=True)
+class RefusedBy:
+    """The principal was last refused at or before `ms` (never refused: false)."""
+
+    ms: int
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        last = None if record is None else record.last_refusal_ms
+        return last is not None and last <= self.ms
 
 
 def _windows(record: BudgetSnapshot, category: str) -> list[int]:
@@ -347,6 +437,84 @@ def budget_take(spend: Spend) -> Condition:
             BudgetFits(spend.category, spend.window_start_ms, spend.units, spend.limit),
         ),
     )
+
+
+def idle_restart(old_last_seen_ms: int, suspended: bool) -> Condition:
+    """When idle-expired counters start again: no attempt came since the session was read
+    idle (a suspended one restarts too, and stays suspended)."""
+    state: Condition = SessionSuspended() if suspended else Not(SessionSuspended())
+    return all_of(LastSeenAt(old_last_seen_ms), state)
+
+
+def refusal_record(entry: CallRecord, started_ms: int) -> Condition:
+    """When a refused (or replayed) call is recorded: on the counters it was decided on,
+    not suspended meanwhile, once."""
+    return all_of(
+        SessionExists(),
+        SameCounters(started_ms),
+        Not(SessionSuspended()),
+        Not(Recorded(entry)),
+    )
+
+
+def refusal_noted(entry: CallRecord, started_ms: int, limit: int, first: bool) -> Condition:
+    """A refusal recorded as the first at `limit` of these counters (or as a later one):
+    exactly one writer finds the first refusal at a limit unrecorded."""
+    at = FirstRefusalAt(entry.category, limit)
+    return all_of(refusal_record(entry, started_ms), Not(at) if first else at)
+
+
+def suspended_refusal(entry: CallRecord) -> Condition:
+    """When a refusal of a suspended session is recorded: still suspended, once."""
+    return all_of(SessionSuspended(), Not(Recorded(entry)))
+
+
+def still_spent(attempt: Attempt, limit: int) -> Condition:
+    """A refusal the check expected (it saw the session spent): the session is still
+    active and spent at `limit`, with no raise in force above it."""
+    return all_of(
+        SeenSince(attempt.cutoff_ms), Not(Fits(attempt.category, 1, limit, attempt.now_ms))
+    )
+
+
+def take_back(attempt: Attempt, started_ms: int) -> Condition:
+    """When a counted call comes off the count (a wider budget refused it): the counters
+    are still the generation that counted it, and hold it."""
+    return all_of(SameCounters(started_ms), CountAtLeast(attempt.category, attempt.units))
+
+
+def lease_return(lease: LeaseId, unused: int, cutoff_ms: int) -> Condition:
+    """When unspent calls of a lease come back: to the generation that granted it, not
+    idle-expired, never more than the leases counted, only for the category's last lease
+    exactly as granted, once."""
+    return all_of(
+        SameCounters(lease.started_ms),
+        SeenSince(cutoff_ms),
+        CountAtLeast(lease.category, unused, leased=True),
+        CountAtLeast(lease.category, unused),
+        LastGrantIs(lease.category, lease.grant),
+    )
+
+
+def budget_give_back(spend: Spend) -> Condition:
+    """When calls go back to a budget: its window is still the one they were taken in,
+    and counts them."""
+    return all_of(
+        CountsWindow(spend.category, spend.window_start_ms),
+        BudgetCountAtLeast(spend.category, spend.window_start_ms, spend.units),
+    )
+
+
+def streak_goes_on(allowed_since_ms: int) -> Condition:
+    """A refusal adds to the principal's streak unless the principal was last refused
+    before an allowed call of the refused session (`allowed_since_ms`)."""
+    return Not(RefusedBefore(allowed_since_ms))
+
+
+def streak_ends(now_ms: int) -> Condition:
+    """A call allowed at every scope at `now_ms` ends the streak, unless a refusal was
+    recorded after it."""
+    return RefusedBy(now_ms)
 
 
 def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:

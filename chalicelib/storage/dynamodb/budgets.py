@@ -24,9 +24,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
-from chalicelib.quota.rules import Condition, CountsNoLaterWindow, CountsWindow, budget_take
+from chalicelib.quota.rules import (
+    Condition,
+    CountsNoLaterWindow,
+    CountsWindow,
+    budget_give_back,
+    budget_take,
+    streak_ends,
+    streak_goes_on,
+)
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.conditions import Form, render
+from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
 from chalicelib.storage.dynamodb.layout import BUDGET_COUNT_PREFIX, BUDGET_WINDOW_PREFIX
 from chalicelib.storage.dynamodb.updates import ConditionFailed, n, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
@@ -55,13 +63,8 @@ NEW_WINDOW = frozenset({CountsWindow})
 TAKE_UPDATE = "SET #n = #n + :units, #exp = :exp"
 # The first take of a later window starts the count again.
 TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
-GIVE_BACK_CONDITION = "#w = :ws AND #n >= :units"
 GIVE_BACK_UPDATE = "SET #n = #n - :units"
 NOTE_REFUSAL_UPDATE = "SET #z = :mark"
-# A comparison with a missing attribute is false: with no refusal yet, the streak goes on.
-STREAK_GOES_ON = "NOT #rl < :since"
-# A call allowed at every scope ends the streak, unless a later refusal started another.
-END_STREAK_CONDITION = "#rl <= :now"
 END_STREAK_UPDATE = "SET #rf = :zero"
 STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :one"  # {mark}: `, #z = :mark`, or nothing
 STREAK_RESTART = "SET #rl = :now, #rf = :one{mark}"
@@ -108,6 +111,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
         raised=raised,
         suspended_reason=suspended.get("S") if suspended else None,
         refusals_in_a_row=int(item.get(STREAK, {"N": "0"})["N"]),
+        last_refusal_ms=int(item[LAST_REFUSAL]["N"]) if LAST_REFUSAL in item else None,
     )
 
 
@@ -262,11 +266,13 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = _count_names(spend.category)
-        values = {":units": n(spend.units), ":ws": n(spend.window_start_ms)}
+        rule = budget_give_back(spend)
+        condition, names, values = with_rule(
+            rule, _count_names(spend.category), {":units": n(spend.units)}
+        )
         doing = f"giving back calls to the {key.scope.value} budget"
         try:
-            self._update(key, GIVE_BACK_UPDATE, GIVE_BACK_CONDITION, names, values, doing, "NONE")
+            self._update(key, GIVE_BACK_UPDATE, condition, names, values, doing, "NONE")
         except ConditionFailed:
             return
 
@@ -296,7 +302,7 @@ class BudgetStore:
             StorageError: the store failed.
         """
         names = {"#rl": LAST_REFUSAL}
-        values = {":now": n(now_ms), ":one": n(1), ":since": n(allowed_since_ms)}
+        values = {":now": n(now_ms), ":one": n(1)}
         mark, marking = "", ""
         if spend is not None:
             mark = f"{spend.window_start_ms}|{spend.limit}"
@@ -306,18 +312,20 @@ class BudgetStore:
         doing = f"counting a refusal in the {key.scope.value}'s streak"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         try:
+            goes_on, with_names, with_values = with_rule(
+                streak_goes_on(allowed_since_ms), names, values
+            )
             old = self._update(
                 key,
                 STREAK_UPDATE.format(mark=marking),
-                STREAK_GOES_ON,
-                names,
-                values,
+                goes_on,
+                with_names,
+                with_values,
                 doing,
                 "ALL_OLD",
             )
             streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
         except ConditionFailed:
-            del values[":since"]
             restart = STREAK_RESTART.format(mark=marking)
             old = self._update(key, restart, "", names, values, doing, "ALL_OLD")
             streak = 1
@@ -330,11 +338,10 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = {"#rl": LAST_REFUSAL}
-        values = {":zero": n(0), ":now": n(now_ms)}
+        condition, names, values = with_rule(streak_ends(now_ms), {}, {":zero": n(0)})
         doing = f"ending the {key.scope.value}'s streak of refusals"
         try:
-            self._update(key, END_STREAK_UPDATE, END_STREAK_CONDITION, names, values, doing, "NONE")
+            self._update(key, END_STREAK_UPDATE, condition, names, values, doing, "NONE")
         except ConditionFailed:
             return  # refused again since: that refusal's streak stands
 

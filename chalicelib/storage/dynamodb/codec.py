@@ -14,8 +14,10 @@ from chalicelib.storage.dynamodb.layout import (
     COUNT_PREFIX,
     COUNTED_CALL_ID,
     COUNTED_CHECK,
+    GRANT_PREFIX,
     LAST_SEEN,
     LEASED_PREFIX,
+    NOTIFIED_PREFIX,
     PRINCIPAL,
     RAISED_PREFIX,
     RAISED_UNTIL_PREFIX,
@@ -129,6 +131,16 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
+    grants = {
+        name[len(GRANT_PREFIX) :]: str(value["S"])
+        for name, value in item.items()
+        if name.startswith(GRANT_PREFIX) and "S" in value
+    }
+    first_refusals = {
+        name[len(NOTIFIED_PREFIX) :]: mark[0]
+        for name, value in item.items()
+        if name.startswith(NOTIFIED_PREFIX) and (mark := notified(value)) is not None
+    }
     suspended = item.get(SUSPENDED)
     principal = item.get(PRINCIPAL, {}).get("S")
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
@@ -148,6 +160,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         raised_until=raised_until,
         server=item.get(SERVER, {}).get("S"),
         leased=leased,
+        grants=grants,
+        first_refusals=first_refusals,
     )
 
 

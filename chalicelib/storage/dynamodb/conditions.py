@@ -11,24 +11,32 @@ where the rule holds (the record changed since it was read), and the adapter tri
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chalicelib.quota.core import call_id_key
 from chalicelib.quota.rules import (
     And,
+    BudgetCountAtLeast,
     BudgetFits,
     BudgetSuspended,
     CallIdFree,
     CheckNotCounted,
     Condition,
+    CountAtLeast,
     CountsNoLaterWindow,
     CountsWindow,
+    FirstRefusalAt,
     Fits,
+    LastGrantIs,
     LastSeenAt,
     Named,
     Not,
     Or,
+    Recorded,
+    RefusedBefore,
+    RefusedBy,
     SameCounters,
     SeenSince,
     SessionExists,
@@ -36,6 +44,7 @@ from chalicelib.quota.rules import (
     facts,
 )
 from chalicelib.storage.dynamodb import layout
+from chalicelib.storage.dynamodb.codec import SEP, stored_id
 from chalicelib.storage.dynamodb.updates import n, s
 
 # A comparison with a missing attribute is false, so `NOT #rx <= :now` also holds for a
@@ -52,6 +61,9 @@ UNDER_RAISED = f"(NOT #n >= :limit OR (#n < #r AND {RAISE_IN_FORCE}))"
 # A lease under a raise: tied to the raise's value as read (`:rlimit` = raise - units + 1).
 UNDER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
 NOT_SEEN = "NOT contains(#ids, :cid)"
+# A check that saw the session spent: still spent, with no raise in force above the limit
+# (stricter than "the call does not fit": a spent raise fails it, and the check is made).
+STILL_SPENT = "#n >= :limit AND (NOT #r > :limit OR #rx <= :now)"
 BUDGET_THIS_WINDOW = "#w = :ws"
 BUDGET_NO_LATER_WINDOW = "(attribute_not_exists(#w) OR #w < :ws)"
 BUDGET_UNDER_LIMIT = "(#n < :limit OR #n < #r)"
@@ -78,6 +90,17 @@ class Rendered:
     expression: str
     names: dict[str, str] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
+
+
+def with_rule(
+    rule: Condition,
+    names: Mapping[str, str],
+    values: Mapping[str, Any],
+    form: Form | None = None,
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The rule rendered, with the update's names and values and its own."""
+    rendered = render(rule, form)
+    return rendered.expression, {**names, **rendered.names}, {**values, **rendered.values}
 
 
 def render(condition: Condition, form: Form | None = None) -> Rendered:
@@ -109,52 +132,148 @@ def _left_out(part: Condition, form: Form) -> bool:
 
 
 def _render_not(part: Condition, form: Form, out: Rendered) -> str:
+    if isinstance(part, Fits) and part.units == 1:
+        _fits(part, Form(raised=True), out)
+        return STILL_SPENT
     if isinstance(part, SessionExists):
         out.names["#pk"] = layout.PK
         return "attribute_not_exists(#pk)"
     if isinstance(part, SessionSuspended | BudgetSuspended):
         out.names["#sus"] = layout.SUSPENDED
         return "attribute_not_exists(#sus)"
-    return f"NOT ({_render(part, form, out)})"
+    inner = _render(part, form, out)
+    return f"NOT {inner}" if " AND " not in inner and " OR " not in inner else f"NOT ({inner})"
 
 
 def _fact(fact: Condition, form: Form, out: Rendered) -> str:
-    names, values = out.names, out.values
-    if isinstance(fact, SessionExists):
-        names["#pk"] = layout.PK
-        return "attribute_exists(#pk)"
-    if isinstance(fact, SessionSuspended | BudgetSuspended):
-        names["#sus"] = layout.SUSPENDED
-        return "attribute_exists(#sus)"
-    if isinstance(fact, SeenSince):
-        names["#ls"] = layout.LAST_SEEN
-        values[":cutoff"] = n(fact.cutoff_ms)
-        return "#ls >= :cutoff"
-    if isinstance(fact, LastSeenAt):
-        names["#ls"] = layout.LAST_SEEN
-        values[":old_ls"] = n(fact.at_ms)
-        return "#ls = :old_ls"
-    if isinstance(fact, SameCounters):
-        names["#started"] = layout.STARTED
-        values[":started"] = n(fact.started_ms)
-        return "#started = :started"
-    if isinstance(fact, Fits):
-        return _fits(fact, form, out)
-    if isinstance(fact, CheckNotCounted):
-        names["#ids"] = layout.CALL_IDS
-        values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
-        return NOT_SEEN
-    if isinstance(fact, CallIdFree):
-        names["#ids"] = layout.CALL_IDS
-        values[":cid"] = s(layout.COUNTED_CALL_ID + call_id_key(fact.call_id))
-        return NOT_SEEN
-    if isinstance(fact, CountsWindow | CountsNoLaterWindow):
-        names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
-        values[":ws"] = n(fact.window_start_ms)
-        return BUDGET_THIS_WINDOW if isinstance(fact, CountsWindow) else BUDGET_NO_LATER_WINDOW
-    if isinstance(fact, BudgetFits):
-        return _budget_fits(fact, form, out)
-    raise TypeError(f"no DynamoDB rendering for {fact!r}")
+    renderer = _RENDERERS.get(type(fact))
+    if renderer is None:
+        raise TypeError(f"no DynamoDB rendering for {fact!r}")
+    return renderer(fact, form, out)
+
+
+def _r_sessionexists(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#pk"] = layout.PK
+    return "attribute_exists(#pk)"
+
+
+def _r_sessionsuspended(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#sus"] = layout.SUSPENDED
+    return "attribute_exists(#sus)"
+
+
+def _r_seensince(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ls"] = layout.LAST_SEEN
+    out.values[":cutoff"] = n(fact.cutoff_ms)
+    return "#ls >= :cutoff"
+
+
+def _r_lastseenat(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ls"] = layout.LAST_SEEN
+    out.values[":old_ls"] = n(fact.at_ms)
+    return "#ls = :old_ls"
+
+
+def _r_samecounters(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#started"] = layout.STARTED
+    out.values[":started"] = n(fact.started_ms)
+    return "#started = :started"
+
+
+def _r_fits(fact: Any, form: Form, out: Rendered) -> str:
+    return _fits(fact, form, out)
+
+
+def _r_checknotcounted(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ids"] = layout.CALL_IDS
+    out.values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
+    return NOT_SEEN
+
+
+def _r_callidfree(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ids"] = layout.CALL_IDS
+    out.values[":cid"] = s(layout.COUNTED_CALL_ID + call_id_key(fact.call_id))
+    return NOT_SEEN
+
+
+def _r_recorded(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ids"] = layout.CALL_IDS
+    out.values[":own"] = s(stored_id(fact.record))
+    return "contains(#ids, :own)"
+
+
+def _r_firstrefusalat(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#z"] = layout.NOTIFIED_PREFIX + fact.category
+    out.values[":zlimit"] = s(f"{fact.limit}{SEP}")
+    return "begins_with(#z, :zlimit)"
+
+
+def _r_countatleast(fact: Any, form: Form, out: Rendered) -> str:
+    if fact.leased:
+        out.names["#l"] = layout.LEASED_PREFIX + fact.category
+        out.values[":lleast"] = n(fact.least)
+        return "#l >= :lleast"
+    out.names["#n"] = layout.COUNT_PREFIX + fact.category
+    out.values[":least"] = n(fact.least)
+    return "#n >= :least"
+
+
+def _r_lastgrantis(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#g"] = layout.GRANT_PREFIX + fact.category
+    out.values[":grant"] = s(fact.grant)
+    return "#g = :grant"
+
+
+def _r_budgetcountatleast(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#n"] = layout.BUDGET_COUNT_PREFIX + fact.category
+    out.names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
+    out.values[":least"] = n(fact.least)
+    return "#n >= :least"
+
+
+def _r_refusedbefore(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#rl"] = layout.LAST_REFUSAL
+    out.values[":since"] = n(fact.ms)
+    return "#rl < :since"
+
+
+def _r_refusedby(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#rl"] = layout.LAST_REFUSAL
+    out.values[":now"] = n(fact.ms)
+    return "#rl <= :now"
+
+
+def _r_countswindow(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
+    out.values[":ws"] = n(fact.window_start_ms)
+    return BUDGET_THIS_WINDOW if isinstance(fact, CountsWindow) else BUDGET_NO_LATER_WINDOW
+
+
+def _r_budgetfits(fact: Any, form: Form, out: Rendered) -> str:
+    return _budget_fits(fact, form, out)
+
+
+_RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
+    SessionExists: _r_sessionexists,
+    SessionSuspended: _r_sessionsuspended,
+    BudgetSuspended: _r_sessionsuspended,
+    SeenSince: _r_seensince,
+    LastSeenAt: _r_lastseenat,
+    SameCounters: _r_samecounters,
+    Fits: _r_fits,
+    CheckNotCounted: _r_checknotcounted,
+    CallIdFree: _r_callidfree,
+    Recorded: _r_recorded,
+    FirstRefusalAt: _r_firstrefusalat,
+    CountAtLeast: _r_countatleast,
+    LastGrantIs: _r_lastgrantis,
+    BudgetCountAtLeast: _r_budgetcountatleast,
+    RefusedBefore: _r_refusedbefore,
+    RefusedBy: _r_refusedby,
+    CountsWindow: _r_countswindow,
+    CountsNoLaterWindow: _r_countswindow,
+    BudgetFits: _r_budgetfits,
+}
 
 
 def _fits(fact: Fits, form: Form, out: Rendered) -> str:

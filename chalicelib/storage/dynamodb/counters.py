@@ -26,7 +26,19 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.rules import Condition, SessionExists, session_consume
+from chalicelib.quota.rules import (
+    Condition,
+    SessionExists,
+    all_of,
+    idle_restart,
+    lease_return,
+    refusal_noted,
+    refusal_record,
+    session_consume,
+    still_spent,
+    suspended_refusal,
+    take_back,
+)
 from chalicelib.storage.dynamodb.codec import (
     SEP,
     encode_call,
@@ -37,33 +49,23 @@ from chalicelib.storage.dynamodb.codec import (
     snapshot_from_item,
     stored_id,
 )
-from chalicelib.storage.dynamodb.conditions import Form, render
+from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
 from chalicelib.storage.dynamodb.expressions import (
     ADD_LEASED,
     ADMIN_ROUNDS,
     APPEND_CALL,
     BASE_NAMES,
-    BLOCK_AGAIN_CONDITION,
     BLOCK_AGAIN_UPDATE,
-    BLOCK_EXPECTED_CONDITION,
-    BLOCK_FIRST_CONDITION,
     BLOCK_FIRST_UPDATE,
-    BLOCK_SUSPENDED_CONDITION,
     BLOCK_UPDATE_SUSPENDED,
     CONSUME_SERVER,
     CONSUME_UPDATE,
     CONSUME_UPDATE_WITH_PRINCIPAL,
-    EXISTS,
-    REPLAY_CONDITION,
     REPLAY_UPDATE,
-    RESET_CONDITION,
-    RESTART_SUSPENDED_CONDITION,
     RESTART_SUSPENDED_SET,
-    RETURN_CONDITION,
     RETURN_UPDATE,
     REWRITE_CALLS,
     SET_GRANT,
-    UNCOUNT_CONDITION,
     UNCOUNT_LEASED,
     UNCOUNT_RECORD_ONLY,
     UNCOUNT_UPDATE,
@@ -76,13 +78,11 @@ from chalicelib.storage.dynamodb.layout import (
     CALLS,
     COUNT_PREFIX,
     GRANT_PREFIX,
-    LAST_SEEN,
     LEASED_PREFIX,
     NOTIFIED_PREFIX,
     RAISED_PREFIX,
     RAISED_UNTIL_PREFIX,
     REFUSED_PREFIX,
-    STARTED,
     SUSPENDED,
     UNCOUNTED,
 )
@@ -233,12 +233,13 @@ class CounterStore(AdminWrites):
             names["#l"] = LEASED_PREFIX + attempt.category
             names["#g"] = GRANT_PREFIX + attempt.category
             values[":grant"] = _s(attempt.lease_grant)
-        values.update({":units": _n(attempt.units), ":old_ls": _n(old_last_seen_ms)})
+        values[":units"] = _n(attempt.units)
+        condition, names, values = with_rule(idle_restart(old_last_seen_ms, False), names, values)
         try:
             item = self._update(
                 key_of(attempt.session),
                 update,
-                RESET_CONDITION,
+                condition,
                 names,
                 values,
                 "resetting idle counters",
@@ -269,14 +270,15 @@ class CounterStore(AdminWrites):
         )
         clause, names = remove_clause(removed)
         values = self._call_values(attempt, attempt.record(allowed=False))
-        values[":old_ls"] = _n(old_last_seen_ms)
+        rule = idle_restart(old_last_seen_ms, True)
+        condition, names, values = with_rule(rule, {**BASE_NAMES, **names}, values)
         key = key_of(attempt.session)
         try:
             item = self._update(
                 key,
                 RESTART_SUSPENDED_SET + clause,
-                RESTART_SUSPENDED_CONDITION,
-                {**BASE_NAMES, **names},
+                condition,
+                names,
                 values,
                 "restarting a suspended session's counters",
             )
@@ -311,27 +313,19 @@ class CounterStore(AdminWrites):
         names["#b"] = REFUSED_PREFIX + attempt.category
         values = self._call_values(attempt, record)
         own = stored_id(record)
-        values.update(
-            {
-                ":first": _s(f"{limit}{SEP}{attempt.check_id}"),
-                ":zlimit": _s(f"{limit}{SEP}"),
-                ":one": _n(1),
-                ":started": _n(seen.started_ms),
-                ":own": _s(own),
-            }
-        )
+        values.update({":first": _s(f"{limit}{SEP}{attempt.check_id}"), ":one": _n(1)})
         key = key_of(attempt.session)
         doing = "recording a refused call"
         if expected:
-            return self._record_expected(attempt, key, names, values, record, limit)
+            return self._record_expected(attempt, seen, key, names, values, record, limit)
         first = False  # most refusals follow the first one at their limit
         for round_ in range(ADMIN_ROUNDS):
             if suspended:
-                update, condition = BLOCK_UPDATE_SUSPENDED, BLOCK_SUSPENDED_CONDITION
-            elif first:
-                update, condition = BLOCK_FIRST_UPDATE, BLOCK_FIRST_CONDITION
+                update, rule = BLOCK_UPDATE_SUSPENDED, suspended_refusal(record)
             else:
-                update, condition = BLOCK_AGAIN_UPDATE, BLOCK_AGAIN_CONDITION
+                update = BLOCK_FIRST_UPDATE if first else BLOCK_AGAIN_UPDATE
+                rule = refusal_noted(record, seen.started_ms, limit, first)
+            condition, names, values = with_rule(rule, names, values)
             # The failed check just read the lists: write them with this refusal folded
             # in. Late rounds (other writers kept changing them) append instead.
             tail = self._tails.get(key) if round_ < ADMIN_ROUNDS // 2 else None
@@ -369,6 +363,7 @@ class CounterStore(AdminWrites):
     def _record_expected(
         self,
         attempt: Attempt,
+        seen: SessionSnapshot,
         key: str,
         names: dict[str, str],
         values: dict[str, Any],
@@ -385,19 +380,12 @@ class CounterStore(AdminWrites):
         if tail is None:
             return None
         new = tail.adding(record, self._keep)
-        names = {
-            **names,
-            "#r": RAISED_PREFIX + attempt.category,
-            "#rx": RAISED_UNTIL_PREFIX + attempt.category,
-        }
-        values = {
-            **values,
-            **tail.values(new),
-            ":cutoff": _n(attempt.cutoff_ms),
-            ":limit": _n(limit),
-        }
+        rule = all_of(
+            refusal_noted(record, seen.started_ms, limit, first=False), still_spent(attempt, limit)
+        )
+        condition, names, values = with_rule(rule, names, {**values, **tail.values(new)})
         update = BLOCK_AGAIN_UPDATE.replace(APPEND_CALL, REWRITE_CALLS)
-        condition = f"{BLOCK_EXPECTED_CONDITION} AND {tail.condition()}"
+        condition = f"{condition} AND {tail.condition()}"
         try:
             self._update(key, update, condition, names, values, "recording a refused call", "NONE")
         except _ConditionFailed:
@@ -414,17 +402,19 @@ class CounterStore(AdminWrites):
             StorageError: the store failed.
         """
         record = attempt.record(allowed=True, replay=True)
-        values = self._call_values(attempt, record)
         own = stored_id(record)
-        values.update({":started": _n(seen.started_ms), ":own": _s(own)})
+        rule = refusal_record(record, seen.started_ms)
+        condition, names, values = with_rule(
+            rule, self._names(attempt), self._call_values(attempt, record)
+        )
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:
             old = self._update(
                 key,
                 REPLAY_UPDATE,
-                REPLAY_CONDITION,
-                self._names(attempt),
+                condition,
+                names,
                 values,
                 doing,
                 "ALL_OLD",
@@ -451,9 +441,7 @@ class CounterStore(AdminWrites):
         values = self._call_values(attempt, record)
         entry = f"{UNCOUNTED}{record.call_id or ''}{SEP}{attempt.check_id}"
         values[":cidl"] = {"L": [_s(entry)]}
-        values.update(
-            {":units": _n(attempt.units), ":minus": _n(-attempt.units), ":started": _n(started_ms)}
-        )
+        values.update({":units": _n(attempt.units), ":minus": _n(-attempt.units)})
         key = key_of(attempt.session)
         doing = "taking back a counted call"
         names = self._names(attempt)
@@ -462,6 +450,7 @@ class CounterStore(AdminWrites):
             names["#l"] = LEASED_PREFIX + attempt.category
             names["#g"] = GRANT_PREFIX + attempt.category
             update += UNCOUNT_LEASED
+        condition, names, values = with_rule(take_back(attempt, started_ms), names, values)
         tail = self._tails.get(key)
         counted = stored_id(attempt.record(allowed=True))
         if tail is not None and tail.ids and tail.ids[-1] == counted:
@@ -470,7 +459,7 @@ class CounterStore(AdminWrites):
                 self._update(
                     key,
                     update.replace(APPEND_CALL, REWRITE_CALLS),
-                    f"{UNCOUNT_CONDITION} AND {tail.condition()}",
+                    f"{condition} AND {tail.condition()}",
                     names,
                     {**values, **tail.values(new)},
                     doing,
@@ -483,10 +472,12 @@ class CounterStore(AdminWrites):
                 return
         self._tails.put(key, None)
         try:
-            item = self._update(key, update, UNCOUNT_CONDITION, names, values, doing)
+            item = self._update(key, update, condition, names, values, doing)
         except _ConditionFailed:
+            # Reset meanwhile: nothing to take back; the call still shows as refused.
+            exists, names, values = with_rule(SessionExists(), names, values)
             try:
-                item = self._update(key, UNCOUNT_RECORD_ONLY, EXISTS, names, values, doing)
+                item = self._update(key, UNCOUNT_RECORD_ONLY, exists, names, values, doing)
             except _ConditionFailed:
                 return
         self._tails.learn(key, item)
@@ -502,23 +493,17 @@ class CounterStore(AdminWrites):
             StorageError: the store failed.
         """
         names = {
-            "#started": STARTED,
             "#n": COUNT_PREFIX + lease.category,
             "#l": LEASED_PREFIX + lease.category,
             "#g": GRANT_PREFIX + lease.category,
-            "#ls": LAST_SEEN,
         }
-        values = {
-            ":cutoff": _n(cutoff_ms),
-            ":started": _n(lease.started_ms),
-            ":unused": _n(unused),
-            ":grant": _s(lease.grant),
-        }
+        rule = lease_return(lease, unused, cutoff_ms)
+        condition, names, values = with_rule(rule, names, {":unused": _n(unused)})
         try:
             item = self._update(
                 key_of(session),
                 RETURN_UPDATE,
-                RETURN_CONDITION,
+                condition,
                 names,
                 values,
                 "returning the unspent calls of a lease",

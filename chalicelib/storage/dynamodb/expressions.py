@@ -59,53 +59,35 @@ CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {APPEND_CALL}"
 CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
 CONSUME_SERVER = ", #srv = :srv"
 
-# After idle expiry: start the counters again, exactly as if TTL had deleted the item.
-RESET_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
-# A suspended session's first attempt after idle expiry: its counters start again with
-# the refusal as their first record; it stays suspended, and keeps no TTL.
-RESTART_SUSPENDED_CONDITION = f"#ls = :old_ls AND {_IS_SUSPENDED}"
+# The check path's conditions are the core's rules (`quota.rules`), rendered by
+# `conditions`; what follows is what each write changes.
+
+# After idle expiry the counters start again, exactly as if TTL had deleted the item. A
+# suspended session's first attempt after idle expiry: its counters start again with the
+# refusal as their first record; it stays suspended, and keeps no TTL.
 RESTART_SUSPENDED_SET = "SET #started = :now, #ls = :now, #calls = :rec, #ids = :cidl"
 _RESET_SET = "#n = :units, #started = :now, #ls = :now, #exp = :exp, #calls = :rec, #ids = :cidl"
 
 # A refused attempt still refreshes the idle clock and is recorded. z_<cat> names the
 # refusal that first met the current limit ("<limit>|<check id>"): only the writer whose
-# condition finds another limit there sets it, so exactly one writer learns that the
-# exhaustion is new, and a retry of that very write can tell it was the one. The
-# condition ties the write to the counters the refusal was based on: after an admin reset
-# or suspension it fails, and the check is evaluated again.
-_SAME_COUNTERS = "#started = :started"
-_NOT_RECORDED = "NOT contains(#ids, :own)"
-BLOCK_CONDITION = f"{EXISTS} AND {_SAME_COUNTERS} AND {_NOT_SUSPENDED} AND {_NOT_RECORDED}"
-_AT_THIS_LIMIT = "begins_with(#z, :zlimit)"
-BLOCK_AGAIN_CONDITION = f"{BLOCK_CONDITION} AND {_AT_THIS_LIMIT}"
+# condition finds another limit there sets it (`rules.refusal_noted`), so exactly one
+# writer learns that the exhaustion is new, and a retry of that very write can tell it
+# was the one.
 BLOCK_AGAIN_UPDATE = f"SET {_TOUCH}, {APPEND_CALL} ADD #b :one"
-BLOCK_FIRST_CONDITION = f"{BLOCK_CONDITION} AND NOT {_AT_THIS_LIMIT}"  # holds if no #z
-# A refusal the container expects (it saw the session spent): recorded in one write, if the
-# session is still active and spent, with no raise above the limit it was refused at.
-_STILL_SPENT = f"{_ACTIVE} AND #n >= :limit AND (NOT #r > :limit OR #rx <= :now)"
-BLOCK_EXPECTED_CONDITION = f"{BLOCK_AGAIN_CONDITION} AND {_STILL_SPENT}"
 BLOCK_FIRST_UPDATE = f"SET {_TOUCH}, {APPEND_CALL}, #z = :first ADD #b :one"
 # A suspended item has no TTL (it must outlive any idle timeout), so none is set here.
-BLOCK_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NOT_RECORDED}"
 BLOCK_UPDATE_SUSPENDED = f"SET #ls = :now, {APPEND_CALL}"
 # A replayed call id (a client's retry) is recorded too, and refreshes the idle clock.
-REPLAY_CONDITION = BLOCK_CONDITION
 REPLAY_UPDATE = f"SET {_TOUCH}, {APPEND_CALL}"
 
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
 # Taking back a counted call that a wider budget refused; after a reset there is nothing
 # to take back from the count, and the call still shows as refused.
-UNCOUNT_CONDITION = f"{_SAME_COUNTERS} AND #n >= :units"
 UNCOUNT_UPDATE = f"SET #n = #n - :units, {APPEND_CALL}"
 UNCOUNT_LEASED = " ADD #l :minus REMOVE #g"
-# Unspent calls of a lease come back to the generation that granted them, never more than
-# the leases counted, only for the lease last granted in the category, exactly as it was
-# granted (`#g`), and once (`#g` goes).
-RETURN_CONDITION = (
-    f"{_SAME_COUNTERS} AND {_ACTIVE} AND #l >= :unused AND #n >= :unused AND #g = :grant"
-)
-RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused REMOVE #g"
 UNCOUNT_RECORD_ONLY = f"SET {APPEND_CALL}"
+# Unspent calls of a lease come back once: the grant (`#g`) goes.
+RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused REMOVE #g"
 
 # Administrator actions. None of them compares the idle clock or the counters, which
 # every check rewrites: a session that agents keep calling can always be acted on.
@@ -119,7 +101,7 @@ RAISE_ACTIVE_UPDATE = "SET #r = :new"
 LOWER_CONDITION = EXISTS
 LOWER_UPDATE = "REMOVE #r, #rx"
 RAISE_NEW_CONDITION = _NEW_SESSION
-RAISE_IDLE_CONDITION = RESET_CONDITION
+RAISE_IDLE_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
 _START = "#started = :now, #ls = :now, #exp = :exp"
 RAISE_FRESH_SET = f"SET #r = :new, {_START}"
 SUSPEND_UPDATE = (

@@ -55,3 +55,4 @@ _SEP = "|"
 
 BUDGET_COUNT_PREFIX = "c_"  # a budget's calls counted in a category, current window
 BUDGET_WINDOW_PREFIX = "w_"  # when that window started, epoch ms
+LAST_REFUSAL = "rl"  # when a principal was last refused, epoch ms

@@ -10,7 +10,7 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     Spend,
 )
-from chalicelib.quota.rules import budget_take
+from chalicelib.quota.rules import budget_give_back, budget_take, streak_ends, streak_goes_on
 from chalicelib.storage.ports import (
     NotTaken,
     RecordChanged,
@@ -32,7 +32,8 @@ class _Budget:
         counts: dict[int, dict[str, int]] = {}
         for (category, start), count in self.counts.items():
             counts.setdefault(start, {})[category] = count
-        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak)
+        last = self.last_refusal_ms or None  # 0: never refused
+        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak, last)
 
 
 class MemoryBudgets:
@@ -61,7 +62,7 @@ class MemoryBudgets:
         with self._lock:
             budget = self._budgets.get(key)
             slot = (spend.category, spend.window_start_ms)
-            if budget is not None and budget.counts.get(slot, 0) >= spend.units:
+            if budget is not None and budget_give_back(spend).holds(budget.snapshot()):
                 budget.counts[slot] -= spend.units
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
@@ -81,8 +82,8 @@ class MemoryBudgets:
         first = spend is not None and self.note_refusal(key, spend)
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
-            fresh = budget.last_refusal_ms < allowed_since_ms
-            budget.streak = 1 if fresh else budget.streak + 1
+            goes_on = streak_goes_on(allowed_since_ms).holds(budget.snapshot())
+            budget.streak = budget.streak + 1 if goes_on else 1
             budget.last_refusal_ms = now_ms
             return budget.streak, first
 
@@ -90,7 +91,7 @@ class MemoryBudgets:
         """A call of this principal was allowed at every scope: its streak ends."""
         with self._lock:
             budget = self._budgets.get(key)
-            if budget is not None and budget.last_refusal_ms <= now_ms:
+            if budget is not None and streak_ends(now_ms).holds(budget.snapshot()):
                 budget.streak = 0
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:

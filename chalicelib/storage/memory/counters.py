@@ -12,11 +12,20 @@ from chalicelib.quota.core import (
     LeaseId,
     SessionKey,
     SessionSnapshot,
-    Verdict,
     fold_repeats,
     with_call,
 )
-from chalicelib.quota.rules import admits, explain_refusal
+from chalicelib.quota.rules import (
+    Recorded,
+    admits,
+    idle_restart,
+    lease_return,
+    refusal_noted,
+    refusal_record,
+    still_spent,
+    suspended_refusal,
+    take_back,
+)
 from chalicelib.storage.ports import (
     Consumed,
     LimitChange,
@@ -59,13 +68,8 @@ class _Session:
             raised_until=dict(self.raised_until),
             server=self.server,
             leased=dict(self.leased),
-        )
-
-    def holds(self, record: CallRecord) -> bool:
-        return any(
-            c.check_id == record.check_id
-            and (c.allowed, c.replay) == (record.allowed, record.replay)
-            for c in self.calls
+            grants=dict(self.grants),
+            first_refusals={c: mark[0] for c, mark in self.notified.items()},
         )
 
     def zero(self) -> None:
@@ -138,9 +142,9 @@ class MemoryCounters:
         """Start idle-expired counters again with this call counted."""
         with self._lock:
             session = self._sessions.get(attempt.session)
-            if session is None or session.last_seen_ms != old_last_seen_ms:
-                return None
-            if session.suspended_reason is not None:
+            if session is None or not idle_restart(old_last_seen_ms, False).holds(
+                session.snapshot()
+            ):
                 return None
             session.zero()
             session.raised.clear()
@@ -156,10 +160,8 @@ class MemoryCounters:
         """A suspended session's first attempt after idle expiry: counters start again."""
         with self._lock:
             session = self._sessions.get(attempt.session)
-            if (
-                session is None
-                or session.last_seen_ms != old_last_seen_ms
-                or session.suspended_reason is None
+            if session is None or not idle_restart(old_last_seen_ms, True).holds(
+                session.snapshot()
             ):
                 return None
             session.zero()
@@ -184,25 +186,21 @@ class MemoryCounters:
             session = self._sessions.get(attempt.session)
             if session is None:
                 return None
-            if expected and (
-                explain_refusal(session.snapshot(), attempt) is not Verdict.OVER_LIMIT
-                or session.notified.get(attempt.category, (None, None))[0] != limit
-                or session.started_ms != seen.started_ms
-            ):
-                return None  # no longer spent at that limit: checked the usual way
-            if session.holds(record):
+            now = session.snapshot()
+            if Recorded(record).holds(now):  # a retry of this very write
                 first = session.notified.get(attempt.category) == (limit, attempt.check_id)
                 return not suspended and first
             if suspended:
-                if session.suspended_reason is None:
+                if not suspended_refusal(record).holds(now):
                     return None
                 session.last_seen_ms = attempt.now_ms
                 self._append(session, record)
                 return False
-            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+            first = refusal_noted(record, seen.started_ms, limit, first=True).holds(now)
+            if not first and not refusal_noted(record, seen.started_ms, limit, False).holds(now):
                 return None
-            previous = session.notified.get(attempt.category)
-            first = previous is None or previous[0] != limit
+            if expected and (first or not still_spent(attempt, limit).holds(now)):
+                return None  # no longer spent at that limit: checked the usual way
             if first:  # later refusals at this limit keep the first one's check id
                 session.notified[attempt.category] = (limit, attempt.check_id)
             session.refused[attempt.category] = session.refused.get(attempt.category, 0) + 1
@@ -217,9 +215,10 @@ class MemoryCounters:
             session = self._sessions.get(attempt.session)
             if session is None:
                 return False
-            if session.holds(record):
+            now = session.snapshot()
+            if Recorded(record).holds(now):
                 return True
-            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+            if not refusal_record(record, seen.started_ms).holds(now):
                 return False
             self._touch(session, attempt)
             self._append(session, record)
@@ -243,7 +242,7 @@ class MemoryCounters:
                     del session.calls[i]
                     break
             category, units = attempt.category, attempt.units
-            if session.started_ms == started_ms and session.counts.get(category, 0) >= units:
+            if take_back(attempt, started_ms).holds(session.snapshot()):
                 session.counts[category] -= units
                 if attempt.leased:
                     session.leased[category] = session.leased.get(category, 0) - units
@@ -258,14 +257,7 @@ class MemoryCounters:
         with self._lock:
             found = self._sessions.get(session)
             category = lease.category
-            if (
-                found is None
-                or found.started_ms != lease.started_ms
-                or found.last_seen_ms < cutoff_ms
-                or found.grants.get(category) != lease.grant
-                or found.leased.get(category, 0) < unused
-                or found.counts.get(category, 0) < unused
-            ):
+            if found is None or not lease_return(lease, unused, cutoff_ms).holds(found.snapshot()):
                 return None
             del found.grants[category]
             found.counts[category] -= unused
