@@ -477,6 +477,8 @@ def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict)
         return replace(attempt, dedupe=False)
     if verdict is Verdict.STALE:
         return attempt
+    if verdict is Verdict.CLOCK_BEHIND:
+        return replace(attempt, now_ms=snapshot.started_ms)
     if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
         # The end of a budget: a lease gets the calls that remain, in one more write.
         return replace(attempt, units=partial_units(snapshot, attempt))

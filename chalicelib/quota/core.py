@@ -60,6 +60,10 @@ class Verdict(enum.Enum):
     CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     STALE = "stale"  # the session read back no longer fails the condition: try again
+    # The counters started after this check's clock (an admin reset in the same ms moves
+    # their start past it): the check is made again at their start, so that what it
+    # records belongs to these counters (a call id it counts binds in them).
+    CLOCK_BEHIND = "clock_behind"
 
 
 @dataclass(frozen=True)

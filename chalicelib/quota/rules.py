@@ -188,6 +188,16 @@ class SameCounters:
 
 
 @dataclass(frozen=True)
+class StartedBy:
+    """The session's counters started at or before `now_ms`."""
+
+    now_ms: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is not None and record.started_ms <= self.now_ms
+
+
+@dataclass(frozen=True)
 class Fits:
     """The category's count plus `units` stays within its limit: the base limit, or a
     per-session raise still in force at `now_ms`, if higher."""
@@ -393,10 +403,10 @@ def _windows(record: BudgetSnapshot, category: str) -> list[int]:
 
 
 def session_consume(attempt: Attempt) -> Condition:
-    """When a check counts a call in its session: a session never seen, or one that has
-    not counted this very check, is not suspended, is not idle-expired, has not counted
-    the client's call id, and has room for the calls asked. The clauses are listed in the
-    order a refusal is explained."""
+    """When a check counts a call in its session: a session never seen, or one whose
+    counters started by the check's time, that has not counted this very check, is not
+    suspended, is not idle-expired, has not counted the client's call id, and has room
+    for the calls asked. The clauses are listed in the order a refusal is explained."""
     call_id = attempt.dedupe_call_id
     unseen: Condition = (
         Named(
@@ -405,7 +415,7 @@ def session_consume(attempt: Attempt) -> Condition:
         if call_id is not None
         else Named(Verdict.ALREADY_COUNTED, CheckNotCounted(attempt.check_id))
     )
-    clauses: list[Condition] = []
+    clauses: list[Condition] = [Named(Verdict.CLOCK_BEHIND, StartedBy(attempt.now_ms))]
     if call_id is None:
         clauses.append(unseen)
     clauses += [

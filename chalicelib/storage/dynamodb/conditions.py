@@ -41,6 +41,7 @@ from chalicelib.quota.rules import (
     SeenSince,
     SessionExists,
     SessionSuspended,
+    StartedBy,
     facts,
 )
 from chalicelib.storage.dynamodb import layout
@@ -184,6 +185,12 @@ def _r_fits(fact: Any, form: Form, out: Rendered) -> str:
     return _fits(fact, form, out)
 
 
+def _r_startedby(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#started"] = layout.STARTED
+    out.values[":now"] = n(fact.now_ms)
+    return "#started <= :now"
+
+
 def _r_checknotcounted(fact: Any, form: Form, out: Rendered) -> str:
     out.names["#ids"] = layout.CALL_IDS
     out.values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
@@ -261,6 +268,7 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     LastSeenAt: _r_lastseenat,
     SameCounters: _r_samecounters,
     Fits: _r_fits,
+    StartedBy: _r_startedby,
     CheckNotCounted: _r_checknotcounted,
     CallIdFree: _r_callidfree,
     Recorded: _r_recorded,
