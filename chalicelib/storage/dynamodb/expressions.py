@@ -101,9 +101,9 @@ RAISE_ACTIVE_UPDATE = "SET #r = :new"
 LOWER_CONDITION = EXISTS
 LOWER_UPDATE = "REMOVE #r, #rx"
 RAISE_NEW_CONDITION = _NEW_SESSION
-RAISE_IDLE_CONDITION = f"#ls = :old_ls AND {_NOT_SUSPENDED}"
 _START = "#started = :now, #ls = :now, #exp = :exp"
 RAISE_FRESH_SET = f"SET #r = :new, {_START}"
+RAISE_FRESH_SUSPENDED_SET = "SET #r = :new, #started = :now, #ls = :now"
 SUSPEND_UPDATE = (
     "SET #sus = :why, #ls = if_not_exists(#ls, :now), #started = if_not_exists(#started, :now)"
     " REMOVE #exp"

@@ -10,12 +10,13 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.rules import SessionExists
+from chalicelib.quota.rules import SessionExists, idle_restart
 from chalicelib.storage.dynamodb.codec import (
     key_of,
     snapshot_from_item,
     ttl,
 )
+from chalicelib.storage.dynamodb.conditions import with_rule
 from chalicelib.storage.dynamodb.expressions import (
     ADMIN_ROUNDS,
     LOWER_CONDITION,
@@ -23,7 +24,7 @@ from chalicelib.storage.dynamodb.expressions import (
     RAISE_ACTIVE_CONDITION,
     RAISE_ACTIVE_UPDATE,
     RAISE_FRESH_SET,
-    RAISE_IDLE_CONDITION,
+    RAISE_FRESH_SUSPENDED_SET,
     RAISE_NEW_CONDITION,
     RESET_COUNTERS_CONDITION,
     RESET_COUNTERS_SET,
@@ -91,7 +92,9 @@ class AdminWrites(SessionItems):
         }
         if seen is None:
             update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
-        elif not seen.suspended and seen.is_idle(now_ms, idle_ms):
+        elif seen.is_idle(now_ms, idle_ms):
+            # Idle expiry holds while suspended too: the raise applies to the counters
+            # that start now (a suspended session stays suspended, and keeps no TTL).
             removed = counter_names(
                 (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX, LEASED_PREFIX), self._categories
             )
@@ -102,9 +105,10 @@ class AdminWrites(SessionItems):
                 if c != change.category
             ]
             clause, extra = remove_clause(removed)
-            update, condition = RAISE_FRESH_SET + clause, RAISE_IDLE_CONDITION
-            names.update(extra)
-            values[":old_ls"] = _n(seen.last_seen_ms)
+            fresh = RAISE_FRESH_SUSPENDED_SET if seen.suspended else RAISE_FRESH_SET
+            rule = idle_restart(seen.last_seen_ms, seen.suspended)
+            condition, names, values = with_rule(rule, {**names, **extra}, values)
+            update = fresh + clause
         else:
             update, condition = RAISE_ACTIVE_UPDATE, RAISE_ACTIVE_CONDITION
         update = with_expiry(update, change.until_ms is not None)

@@ -281,15 +281,14 @@ class MemoryCounters:
         now_ms, idle_ms = change.now_ms, change.idle_ms
         with self._lock:
             found = self._sessions.get(session)
-            if seen is None or (not seen.suspended and seen.is_idle(now_ms, idle_ms)):
+            if seen is None or seen.is_idle(now_ms, idle_ms):
+                # Idle expiry holds while suspended too: the raise applies to the counters
+                # that start now (a suspended session stays suspended, with no expiry).
                 fresh_ok = (
                     found is None
                     if seen is None
-                    else (
-                        found is not None
-                        and found.last_seen_ms == seen.last_seen_ms
-                        and found.suspended_reason is None
-                    )
+                    else found is not None
+                    and idle_restart(seen.last_seen_ms, seen.suspended).holds(found.snapshot())
                 )
                 if not fresh_ok:
                     raise RecordChanged("raising a limit")
@@ -300,7 +299,8 @@ class MemoryCounters:
                 found.raised = {}
                 found.raised_until = {}
                 found.started_ms = found.last_seen_ms = now_ms
-                found.expires_ms = now_ms + idle_ms
+                suspended = found.suspended_reason is not None
+                found.expires_ms = None if suspended else now_ms + idle_ms
             else:
                 live = found is not None and (
                     found.last_seen_ms >= now_ms - idle_ms or found.suspended_reason is not None
