@@ -198,6 +198,26 @@ class StartedBy:
 
 
 @dataclass(frozen=True)
+class StartedBefore:
+    """The session's counters started before `ms`."""
+
+    ms: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is not None and record.started_ms < self.ms
+
+
+@dataclass(frozen=True)
+class SeenBefore:
+    """The session's last attempt was before `ms`."""
+
+    ms: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is not None and record.last_seen_ms < self.ms
+
+
+@dataclass(frozen=True)
 class Fits:
     """The category's count plus `units` stays within its limit: the base limit, or a
     per-session raise still in force at `now_ms`, if higher."""
@@ -525,6 +545,24 @@ def streak_ends(now_ms: int) -> Condition:
     """A call allowed at every scope at `now_ms` ends the streak, unless a refusal was
     recorded after it."""
     return RefusedBy(now_ms)
+
+
+def counters_reset(start_ms: int, suspended: bool, first_try: bool = True) -> Condition:
+    """When an administrator's reset starts new counters at `start_ms`: after the current
+    ones started and (on a first try) after the session's last attempt, so that no call
+    recorded before the reset is taken for one of the new counters' (a check in the same
+    millisecond after it runs at their start: `Verdict.CLOCK_BEHIND`). A try after a read
+    starts them past what it read, and only admins can defeat it: checks never do. A
+    suspended session is reset as one (it keeps no TTL)."""
+    state: Condition = SessionSuspended() if suspended else Not(SessionSuspended())
+    after = [SeenBefore(start_ms)] if first_try else []
+    return all_of(SessionExists(), state, StartedBefore(start_ms), *after)
+
+
+def reset_start(record: SessionSnapshot, now_ms: int) -> int:
+    """When a reset read `record` may start the new counters: now, or just after the
+    current counters' start and the last attempt, whichever is later."""
+    return max(now_ms, record.started_ms + 1, record.last_seen_ms + 1)
 
 
 def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:

@@ -38,9 +38,11 @@ from chalicelib.quota.rules import (
     RefusedBefore,
     RefusedBy,
     SameCounters,
+    SeenBefore,
     SeenSince,
     SessionExists,
     SessionSuspended,
+    StartedBefore,
     StartedBy,
     facts,
 )
@@ -191,6 +193,18 @@ def _r_startedby(fact: Any, form: Form, out: Rendered) -> str:
     return "#started <= :now"
 
 
+def _r_startedbefore(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#started"] = layout.STARTED
+    out.values[":now"] = n(fact.ms)
+    return "#started < :now"
+
+
+def _r_seenbefore(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#ls"] = layout.LAST_SEEN
+    out.values[":now"] = n(fact.ms)
+    return "#ls < :now"
+
+
 def _r_checknotcounted(fact: Any, form: Form, out: Rendered) -> str:
     out.names["#ids"] = layout.CALL_IDS
     out.values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
@@ -269,6 +283,8 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     SameCounters: _r_samecounters,
     Fits: _r_fits,
     StartedBy: _r_startedby,
+    StartedBefore: _r_startedbefore,
+    SeenBefore: _r_seenbefore,
     CheckNotCounted: _r_checknotcounted,
     CallIdFree: _r_callidfree,
     Recorded: _r_recorded,

@@ -115,11 +115,8 @@ RESUME_CONDITION = EXISTS
 RESUME_UPDATE = "SET #exp = :exp REMOVE #sus"
 # `started` names the counters' generation (block records are tied to it), so a reset
 # must move it forward; a suspended session keeps no TTL.
-_NEWER = "#started < :now"
 RESET_COUNTERS_SET = f"SET {_START}"
-RESET_COUNTERS_CONDITION = f"{EXISTS} AND {_NOT_SUSPENDED} AND {_NEWER}"
 RESET_SUSPENDED_SET = "SET #started = :now, #ls = :now"
-RESET_SUSPENDED_CONDITION = f"{_IS_SUSPENDED} AND {_NEWER}"
 ADMIN_ROUNDS = 4
 
 

@@ -10,7 +10,7 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.rules import SessionExists, idle_restart
+from chalicelib.quota.rules import SessionExists, counters_reset, idle_restart, reset_start
 from chalicelib.storage.dynamodb.codec import (
     key_of,
     snapshot_from_item,
@@ -26,9 +26,7 @@ from chalicelib.storage.dynamodb.expressions import (
     RAISE_FRESH_SET,
     RAISE_FRESH_SUSPENDED_SET,
     RAISE_NEW_CONDITION,
-    RESET_COUNTERS_CONDITION,
     RESET_COUNTERS_SET,
-    RESET_SUSPENDED_CONDITION,
     RESET_SUSPENDED_SET,
     RESUME_CONDITION,
     RESUME_UPDATE,
@@ -172,19 +170,19 @@ class AdminWrites(SessionItems):
         doing = "resetting a session"
         key = key_of(session)
         suspended = False
-        for _ in range(ADMIN_ROUNDS):
+        for round_ in range(ADMIN_ROUNDS):
             values = {":now": _n(now_ms), ":exp": _n(ttl(now_ms + idle_ms))}
-            if suspended:
-                update, condition = RESET_SUSPENDED_SET + clause, RESET_SUSPENDED_CONDITION
-            else:
-                update, condition = RESET_COUNTERS_SET + clause, RESET_COUNTERS_CONDITION
+            update = (RESET_SUSPENDED_SET if suspended else RESET_COUNTERS_SET) + clause
+            condition, all_names, values = with_rule(
+                counters_reset(now_ms, suspended, round_ == 0), names, values
+            )
             try:
-                return self._admin_update(session, update, condition, names, values, doing)
+                return self._admin_update(session, update, condition, all_names, values, doing)
             except _ConditionFailed as failed:
                 old = self._old(failed, key, doing)
             if old is None:
                 raise RecordNotFound(doing)
             seen = snapshot_from_item(old)
             suspended = seen.suspended
-            now_ms = max(now_ms, seen.started_ms + 1)
+            now_ms = reset_start(seen, now_ms)
         raise RecordChanged(doing)

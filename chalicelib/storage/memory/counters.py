@@ -22,6 +22,7 @@ from chalicelib.quota.rules import (
     lease_return,
     refusal_noted,
     refusal_record,
+    reset_start,
     still_spent,
     suspended_refusal,
     take_back,
@@ -365,7 +366,7 @@ class MemoryCounters:
             if found is None:
                 raise RecordNotFound("resetting a session")
             found.zero()
-            found.started_ms = found.last_seen_ms = max(now_ms, found.started_ms + 1)
+            found.started_ms = found.last_seen_ms = reset_start(found.snapshot(), now_ms)
             if found.suspended_reason is None:
                 found.expires_ms = found.started_ms + idle_ms
             return found.snapshot()
