@@ -328,6 +328,21 @@ class LastGrantIs:
         return record is not None and record.grants.get(self.category) == self.grant
 
 
+@dataclass(frozen=True)
+class RaisedAbove:
+    """A per-session raise of the category above `limit` is in force at `now_ms`."""
+
+    category: str
+    limit: int
+    now_ms: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        if record is None:
+            return False
+        raised = record.raise_for(self.category, self.now_ms)
+        return raised is not None and raised > self.limit
+
+
 # -- facts about a budget above the session ----------------------------------------------
 
 
@@ -413,6 +428,25 @@ class RefusedBy:
     def holds(self, record: BudgetSnapshot | None) -> bool:
         last = None if record is None else record.last_refusal_ms
         return last is not None and last <= self.ms
+
+
+@dataclass(frozen=True)
+class BudgetExists:
+    """The budget has a record."""
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        return record is not None
+
+
+@dataclass(frozen=True)
+class BudgetRaisedAbove:
+    """The budget's category is raised above `limit`."""
+
+    category: str
+    limit: int
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        return record is not None and record.raised.get(self.category, 0) > self.limit
 
 
 def _windows(record: BudgetSnapshot, category: str) -> list[int]:
@@ -563,6 +597,27 @@ def reset_start(record: SessionSnapshot, now_ms: int) -> int:
     """When a reset read `record` may start the new counters: now, or just after the
     current counters' start and the last attempt, whichever is later."""
     return max(now_ms, record.started_ms + 1, record.last_seen_ms + 1)
+
+
+def session_raise(category: str, new_limit: int, now_ms: int, cutoff_ms: int) -> Condition:
+    """An administrator's raise in place: the session is live (active, or suspended) and
+    no raise in force above the new one was set meanwhile (a raise only lifts a limit; a
+    lapsed one may be replaced by a smaller one)."""
+    return all_of(
+        SessionExists(),
+        any_of(SeenSince(cutoff_ms), SessionSuspended()),
+        Not(RaisedAbove(category, new_limit, now_ms)),
+    )
+
+
+def session_unseen() -> Condition:
+    """An administrator's raise ahead of a session's first check: it is still unseen."""
+    return Not(SessionExists())
+
+
+def budget_raise(category: str, new_limit: int) -> Condition:
+    """An administrator's raise of a budget only lifts its limit."""
+    return Not(BudgetRaisedAbove(category, new_limit))
 
 
 def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:

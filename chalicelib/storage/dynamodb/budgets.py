@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
 from chalicelib.quota.rules import (
+    BudgetExists,
     Condition,
     CountsNoLaterWindow,
     CountsWindow,
     budget_give_back,
+    budget_raise,
     budget_take,
     streak_ends,
     streak_goes_on,
@@ -69,10 +71,9 @@ END_STREAK_UPDATE = "SET #rf = :zero"
 STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :one"  # {mark}: `, #z = :mark`, or nothing
 STREAK_RESTART = "SET #rl = :now, #rf = :one{mark}"
 MARK_TOO = ", #z = :mark"
-RAISE_CONDITION = "attribute_not_exists(#r) OR #r <= :new"
 RAISE_UPDATE = "SET #r = :new, #rf = :zero"
 SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
-EXISTS = "attribute_exists(#pk)"
+_EXISTS = render(BudgetExists()).expression
 RESUME_UPDATE = "SET #rf = :zero REMOVE #sus"
 
 
@@ -362,17 +363,12 @@ class BudgetStore:
             RecordChanged: a higher raise was set meanwhile.
             StorageError: the store failed.
         """
-        names = {"#r": RAISED_PREFIX + category}
         doing = f"raising the {key.scope.value} budget"
+        raise_condition, names, values = with_rule(
+            budget_raise(category, new_limit), {}, {":new": n(new_limit), ":zero": n(0)}
+        )
         try:
-            item = self._update(
-                key,
-                RAISE_UPDATE,
-                RAISE_CONDITION,
-                names,
-                {":new": n(new_limit), ":zero": n(0)},
-                doing,
-            )
+            item = self._update(key, RAISE_UPDATE, raise_condition, names, values, doing)
         except ConditionFailed as exc:
             raise RecordChanged(doing) from exc
         return snapshot_from_item(item)
@@ -398,7 +394,7 @@ class BudgetStore:
         """
         doing = f"resuming the {key.scope.value} budget"
         try:
-            item = self._update(key, RESUME_UPDATE, EXISTS, {}, {":zero": n(0)}, doing)
+            item = self._update(key, RESUME_UPDATE, _EXISTS, {}, {":zero": n(0)}, doing)
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
         return snapshot_from_item(item)
@@ -420,7 +416,7 @@ class BudgetStore:
         remove = f" REMOVE {', '.join(names)}" if names else ""
         try:
             item = self._update(
-                key, f"SET #rf = :zero{remove}", EXISTS, names, {":zero": n(0)}, doing
+                key, f"SET #rf = :zero{remove}", _EXISTS, names, {":zero": n(0)}, doing
             )
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc

@@ -19,7 +19,9 @@ from chalicelib.quota.core import call_id_key
 from chalicelib.quota.rules import (
     And,
     BudgetCountAtLeast,
+    BudgetExists,
     BudgetFits,
+    BudgetRaisedAbove,
     BudgetSuspended,
     CallIdFree,
     CheckNotCounted,
@@ -34,6 +36,7 @@ from chalicelib.quota.rules import (
     Named,
     Not,
     Or,
+    RaisedAbove,
     Recorded,
     RefusedBefore,
     RefusedBy,
@@ -124,7 +127,7 @@ def _render(condition: Condition, form: Form, out: Rendered) -> str:
         parts = [_render(p, form, out) for p in kept]
         if len(parts) == 1:
             return parts[0]
-        return " OR ".join(f"({p})" if " AND " in p and i else p for i, p in enumerate(parts))
+        return "(" + " OR ".join(f"({p})" if " AND " in p else p for p in parts) + ")"
     if isinstance(condition, Not):
         return _render_not(condition.part, form, out)
     return _fact(condition, form, out)
@@ -138,7 +141,7 @@ def _render_not(part: Condition, form: Form, out: Rendered) -> str:
     if isinstance(part, Fits) and part.units == 1:
         _fits(part, Form(raised=True), out)
         return STILL_SPENT
-    if isinstance(part, SessionExists):
+    if isinstance(part, SessionExists | BudgetExists):
         out.names["#pk"] = layout.PK
         return "attribute_not_exists(#pk)"
     if isinstance(part, SessionSuspended | BudgetSuspended):
@@ -203,6 +206,20 @@ def _r_seenbefore(fact: Any, form: Form, out: Rendered) -> str:
     out.names["#ls"] = layout.LAST_SEEN
     out.values[":now"] = n(fact.ms)
     return "#ls < :now"
+
+
+def _r_raisedabove(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#r"] = layout.RAISED_PREFIX + fact.category
+    out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
+    out.values[":new"] = n(fact.limit)
+    out.values[":now"] = n(fact.now_ms)
+    return f"#r > :new AND {RAISE_IN_FORCE}"
+
+
+def _r_budgetraisedabove(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#r"] = layout.RAISED_PREFIX + fact.category
+    out.values[":new"] = n(fact.limit)
+    return "#r > :new"
 
 
 def _r_checknotcounted(fact: Any, form: Form, out: Rendered) -> str:
@@ -283,6 +300,9 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     SameCounters: _r_samecounters,
     Fits: _r_fits,
     StartedBy: _r_startedby,
+    RaisedAbove: _r_raisedabove,
+    BudgetRaisedAbove: _r_budgetraisedabove,
+    BudgetExists: _r_sessionexists,
     StartedBefore: _r_startedbefore,
     SeenBefore: _r_seenbefore,
     CheckNotCounted: _r_checknotcounted,

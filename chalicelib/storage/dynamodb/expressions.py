@@ -93,14 +93,8 @@ RETURN_UPDATE = "SET #n = #n - :unused, #l = #l - :unused REMOVE #g"
 # every check rewrites: a session that agents keep calling can always be acted on.
 # A raise may only lift a limit, so concurrent raises never lower one; on an idle
 # session it starts the counters again, as the next check would.
-_LIVE = f"{EXISTS} AND ({_ACTIVE} OR {_IS_SUSPENDED})"
-# A lapsed raise no longer counts, so a smaller raise may replace it.
-_LAPSED = "(attribute_exists(#rx) AND #rx <= :now)"
-RAISE_ACTIVE_CONDITION = f"{_LIVE} AND (attribute_not_exists(#r) OR #r <= :new OR {_LAPSED})"
 RAISE_ACTIVE_UPDATE = "SET #r = :new"
-LOWER_CONDITION = EXISTS
 LOWER_UPDATE = "REMOVE #r, #rx"
-RAISE_NEW_CONDITION = _NEW_SESSION
 _START = "#started = :now, #ls = :now, #exp = :exp"
 RAISE_FRESH_SET = f"SET #r = :new, {_START}"
 RAISE_FRESH_SUSPENDED_SET = "SET #r = :new, #started = :now, #ls = :now"
@@ -111,7 +105,6 @@ SUSPEND_UPDATE = (
 # Resuming leaves the idle clock where the last attempt left it, so counters that went
 # idle while suspended start again at the next check. The TTL is only clean-up: it is set
 # from now, which is never earlier than the idle clock says.
-RESUME_CONDITION = EXISTS
 RESUME_UPDATE = "SET #exp = :exp REMOVE #sus"
 # `started` names the counters' generation (block records are tied to it), so a reset
 # must move it forward; a suspended session keeps no TTL.

@@ -10,7 +10,14 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.rules import SessionExists, counters_reset, idle_restart, reset_start
+from chalicelib.quota.rules import (
+    SessionExists,
+    counters_reset,
+    idle_restart,
+    reset_start,
+    session_raise,
+    session_unseen,
+)
 from chalicelib.storage.dynamodb.codec import (
     key_of,
     snapshot_from_item,
@@ -19,16 +26,12 @@ from chalicelib.storage.dynamodb.codec import (
 from chalicelib.storage.dynamodb.conditions import with_rule
 from chalicelib.storage.dynamodb.expressions import (
     ADMIN_ROUNDS,
-    LOWER_CONDITION,
     LOWER_UPDATE,
-    RAISE_ACTIVE_CONDITION,
     RAISE_ACTIVE_UPDATE,
     RAISE_FRESH_SET,
     RAISE_FRESH_SUSPENDED_SET,
-    RAISE_NEW_CONDITION,
     RESET_COUNTERS_SET,
     RESET_SUSPENDED_SET,
-    RESUME_CONDITION,
     RESUME_UPDATE,
     SUSPEND_UPDATE,
     counter_names,
@@ -86,10 +89,10 @@ class AdminWrites(SessionItems):
             ":new": _n(change.new_limit),
             ":now": _n(now_ms),
             ":exp": _n(ttl(now_ms + idle_ms)),
-            ":cutoff": _n(now_ms - idle_ms),
         }
         if seen is None:
-            update, condition = RAISE_FRESH_SET, RAISE_NEW_CONDITION
+            update = RAISE_FRESH_SET
+            condition, names, values = with_rule(session_unseen(), names, values)
         elif seen.is_idle(now_ms, idle_ms):
             # Idle expiry holds while suspended too: the raise applies to the counters
             # that start now (a suspended session stays suspended, and keeps no TTL).
@@ -108,7 +111,9 @@ class AdminWrites(SessionItems):
             condition, names, values = with_rule(rule, {**names, **extra}, values)
             update = fresh + clause
         else:
-            update, condition = RAISE_ACTIVE_UPDATE, RAISE_ACTIVE_CONDITION
+            update = RAISE_ACTIVE_UPDATE
+            rule = session_raise(change.category, change.new_limit, now_ms, now_ms - idle_ms)
+            condition, names, values = with_rule(rule, names, values)
         update = with_expiry(update, change.until_ms is not None)
         doing = "raising a limit"
         try:
@@ -126,7 +131,8 @@ class AdminWrites(SessionItems):
         names = {"#r": RAISED_PREFIX + category, "#rx": RAISED_UNTIL_PREFIX + category}
         doing = "lowering a limit"
         try:
-            return self._admin_update(session, LOWER_UPDATE, LOWER_CONDITION, names, {}, doing)
+            exists, names, _ = with_rule(SessionExists(), names, {})
+            return self._admin_update(session, LOWER_UPDATE, exists, names, {}, doing)
         except _ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
 
@@ -149,7 +155,8 @@ class AdminWrites(SessionItems):
         doing = "resuming a session"
         values = {":exp": _n(ttl(now_ms + idle_ms))}
         try:
-            return self._admin_update(session, RESUME_UPDATE, RESUME_CONDITION, {}, values, doing)
+            exists, names, _ = with_rule(SessionExists(), {}, {})
+            return self._admin_update(session, RESUME_UPDATE, exists, names, values, doing)
         except _ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
 

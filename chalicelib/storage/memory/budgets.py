@@ -10,7 +10,13 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     Spend,
 )
-from chalicelib.quota.rules import budget_give_back, budget_take, streak_ends, streak_goes_on
+from chalicelib.quota.rules import (
+    budget_give_back,
+    budget_raise,
+    budget_take,
+    streak_ends,
+    streak_goes_on,
+)
 from chalicelib.storage.ports import (
     NotTaken,
     RecordChanged,
@@ -108,7 +114,7 @@ class MemoryBudgets:
         """
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
-            if budget.raised.get(category, 0) > new_limit:
+            if not budget_raise(category, new_limit).holds(budget.snapshot()):
                 raise RecordChanged("raising a budget")
             budget.raised[category] = new_limit
             budget.streak = 0

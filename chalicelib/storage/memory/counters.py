@@ -23,6 +23,7 @@ from chalicelib.quota.rules import (
     refusal_noted,
     refusal_record,
     reset_start,
+    session_raise,
     still_spent,
     suspended_refusal,
     take_back,
@@ -303,14 +304,8 @@ class MemoryCounters:
                 suspended = found.suspended_reason is not None
                 found.expires_ms = None if suspended else now_ms + idle_ms
             else:
-                live = found is not None and (
-                    found.last_seen_ms >= now_ms - idle_ms or found.suspended_reason is not None
-                )
-                if found is None or not live:
-                    raise RecordChanged("raising a limit")
-                until = found.raised_until.get(change.category)
-                lapsed = until is not None and until <= now_ms
-                if found.raised.get(change.category, 0) > change.new_limit and not lapsed:
+                rule = session_raise(change.category, change.new_limit, now_ms, now_ms - idle_ms)
+                if found is None or not rule.holds(found.snapshot()):
                     raise RecordChanged("raising a limit")
             found.raised[change.category] = change.new_limit
             if change.until_ms is None:
