@@ -77,7 +77,10 @@ class Escalation:
             return decision
         key = BudgetKey.principal(attempt.tenant, attempt.principal)
         if streak is None:
-            streak, _ = self._budgets.note_streak(key, attempt.now_ms, allowed_since_ms)
+            # Nothing happened later than now by the check's own clock (a call counted
+            # at its counters' start, a millisecond ahead, was still counted before).
+            since = min(allowed_since_ms, attempt.real_ms)
+            streak, _ = self._budgets.note_streak(key, attempt.real_ms, since)
         if streak < self._after:
             return decision
         return replace(decision, escalated=self._suspend(attempt, streak))

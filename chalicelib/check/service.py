@@ -390,9 +390,8 @@ class CheckService:
         own = step.window.scope is Scope.PRINCIPAL
         if own and not suspended:
             # The principal's own budget refused: its mark and its streak in one write.
-            streak, first = self._budgets.note_streak(
-                step.key, attempt.now_ms, allowed_since_ms, step.spend
-            )
+            since = min(allowed_since_ms, attempt.real_ms)  # nothing is later than now
+            streak, first = self._budgets.note_streak(step.key, attempt.real_ms, since, step.spend)
         elif not suspended:
             first = self._budgets.note_refusal(step.key, step.spend)
         calls = () if session is None else session.calls
@@ -478,7 +477,7 @@ def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict)
     if verdict is Verdict.STALE:
         return attempt
     if verdict is Verdict.CLOCK_BEHIND:
-        return replace(attempt, now_ms=snapshot.started_ms)
+        return replace(attempt, now_ms=snapshot.started_ms, clock_ms=attempt.real_ms)
     if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
         # The end of a budget: a lease gets the calls that remain, in one more write.
         return replace(attempt, units=partial_units(snapshot, attempt))

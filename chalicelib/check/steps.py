@@ -137,14 +137,14 @@ class WiderBudgets:
             else:
                 key = BudgetKey.whole_tenant(attempt.tenant)
             limit = self._limits.window_limit(
-                attempt.tenant, attempt.principal, window, category.name, attempt.now_ms
+                attempt.tenant, attempt.principal, window, category.name, attempt.real_ms
             )
             spend = Spend(
                 category.name,
                 limit,
-                window.window_start_ms(attempt.now_ms),
-                window.window_end_ms(attempt.now_ms),
-                attempt.now_ms,
+                window.window_start_ms(attempt.real_ms),
+                window.window_end_ms(attempt.real_ms),
+                attempt.real_ms,
                 attempt.units,
             )
             steps.append(Step(key, window, spend))
@@ -198,7 +198,7 @@ class WiderBudgets:
         more write, only when the principal's budget showed a streak."""
         for step, budget in taken:
             if step.window.scope is Scope.PRINCIPAL and budget.refusals_in_a_row > 0:
-                self._budgets.end_streak(step.key, attempt.now_ms)
+                self._budgets.end_streak(step.key, attempt.real_ms)
 
     def give_back(self, steps: Iterable[Step]) -> None:
         """Undo what these steps took, at once.

@@ -354,6 +354,14 @@ class Attempt:
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one
     asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
+    clock_ms: int | None = None  # the clock's reading, when `now_ms` was moved past it
+
+    @property
+    def real_ms(self) -> int:
+        """When the check was made by its own clock. `now_ms` may be a millisecond past
+        it (`Verdict.CLOCK_BEHIND`): what is compared with other keys' times (a
+        principal's refusals, a budget's windows) uses this one."""
+        return self.now_ms if self.clock_ms is None else self.clock_ms
 
     @property
     def tenant(self) -> str:
