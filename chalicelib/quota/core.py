@@ -6,16 +6,22 @@ module holds the values they speak of.
 
 from __future__ import annotations
 
-import base64
 import enum
-import hashlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from chalicelib.clock import iso_utc
+from chalicelib.quota import calls, leases
 
-MAX_PLAIN_CALL_ID = 20
+# Named here too, where every caller has always found them.
+CallRecord = calls.CallRecord
+call_id_key = calls.call_id_key
+with_call = calls.with_call
+fold_repeats = calls.fold_repeats
+Lease = leases.Lease
+LeaseId = leases.LeaseId
+grant_of = leases.grant_of
+
 # A retry of a timed-out check comes within seconds, a few times at most. A call id
 # reused later or more often is a new call: a loop cannot run uncounted on one id.
 REPLAY_WINDOW_MS = 60_000
@@ -143,81 +149,6 @@ class ScopeUse:
     def remaining(self) -> int:
         """Calls left in this scope's budget."""
         return max(0, self.limit - self.used)
-
-
-def call_id_key(call_id: str) -> str:
-    """The form a call id is kept and compared in: short ids (JSON-RPC ids are usually
-    small numbers) as they are, long ones as a 90-bit hash, to keep the session small."""
-    if len(call_id) <= MAX_PLAIN_CALL_ID:
-        return call_id
-    digest = hashlib.sha256(call_id.encode("utf-8")).digest()
-    return "~" + base64.urlsafe_b64encode(digest).decode("ascii")[:15]
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One recent call of a session, as kept in the session's last-calls record.
-
-    `call_id` is the client's id in its kept form; `check_id` is the service's own id of
-    the check that wrote the record, which makes the store's retries idempotent.
-    """
-
-    at_ms: int
-    category: str
-    tool: str
-    allowed: bool
-    principal: str | None = None
-    call_id: str | None = None
-    replay: bool = False
-    check_id: str | None = None
-    repeats: int = 1  # refusals of the same tool in a row, kept as one record
-    units: int = 1  # the calls asked for at once (a lease's size): part of what an id binds
-
-    def repeats_of(self, earlier: CallRecord) -> bool:
-        """Whether this refused call repeats `earlier`: a runaway loop's next attempt at
-        the same refused tool, which the record keeps as one line with a count."""
-        return (
-            not self.allowed
-            and not earlier.allowed
-            and not self.replay
-            and not earlier.replay
-            and (self.tool, self.category) == (earlier.tool, earlier.category)
-        )
-
-    def to_json(self) -> dict[str, object]:
-        """The record as the API shows it."""
-        out: dict[str, object] = {
-            "at": iso_utc(self.at_ms),
-            "tool": self.tool,
-            "category": self.category,
-            "allowed": self.allowed,
-        }
-        if self.call_id is not None:
-            out["call_id"] = self.call_id
-        if self.principal is not None:
-            out["principal"] = self.principal
-        if self.replay:
-            out["replay"] = True
-        if self.repeats > 1:
-            out["repeats"] = self.repeats
-        return out
-
-
-def with_call(calls: tuple[CallRecord, ...], record: CallRecord) -> tuple[CallRecord, ...]:
-    """The last calls with `record` added: a refusal that repeats the last one is folded
-    into it ("delete_tag refused x385"), so a loop cannot push everything else out."""
-    if calls and record.repeats_of(calls[-1]):
-        folded = replace(record, repeats=calls[-1].repeats + record.repeats)
-        return (*calls[:-1], folded)
-    return (*calls, record)
-
-
-def fold_repeats(calls: tuple[CallRecord, ...] | list[CallRecord]) -> tuple[CallRecord, ...]:
-    """The last calls with every run of repeated refusals folded into one record."""
-    out: tuple[CallRecord, ...] = ()
-    for record in calls:
-        out = with_call(out, record)
-    return out
 
 
 @dataclass(frozen=True)
@@ -407,90 +338,6 @@ class Attempt:
             self.check_id,
             units=self.asked,
         )
-
-
-LEASE_ID = re.compile(
-    r"^(?P<category>[a-z][a-z0-9_]{0,31})\.(?P<check>[A-Za-z0-9_-]{1,12})\.(?P<units>[1-9][0-9]{0,2})"
-    r"\.(?P<granted>[0-9a-z]{1,12})\.(?P<started>[0-9a-z]{1,12})$"
-)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """Calls granted in one check, this call included, for the client to spend locally.
-
-    The id names the grant: category, check id, calls granted, when, and the session
-    counters' generation, so that a return can be capped and applied once without a read.
-    """
-
-    category: str
-    check_id: str
-    granted: int
-    granted_ms: int
-    started_ms: int
-    expires_at_ms: int
-    lease_max: int
-    lease_seconds: int
-
-    @property
-    def lease_id(self) -> str:
-        """The id a client sends back with the calls it did not spend."""
-        return ".".join(
-            (
-                self.category,
-                self.check_id,
-                str(self.granted),
-                _base36(self.granted_ms),
-                _base36(self.started_ms),
-            )
-        )
-
-
-@dataclass(frozen=True)
-class LeaseId:
-    """A lease id as a client sends it back: what the grant was, unverified."""
-
-    category: str
-    check_id: str
-    granted: int
-    granted_ms: int
-    started_ms: int
-
-    @property
-    def grant(self) -> str:
-        """The grant this id claims, in the form the session keeps its last lease in: a
-        return is applied only if the two are equal, so a forged or altered id (another
-        size, time or check) gives nothing back."""
-        return grant_of(self.check_id, self.granted_ms, self.granted)
-
-    @classmethod
-    def parse(cls, text: str) -> LeaseId | None:
-        """The lease id's parts, or None if it is not one this service issues."""
-        match = LEASE_ID.fullmatch(text)
-        if match is None:
-            return None
-        return cls(
-            match["category"],
-            match["check"],
-            int(match["units"]),
-            int(match["granted"], 36),
-            int(match["started"], 36),
-        )
-
-
-def grant_of(check_id: str, granted_ms: int, units: int) -> str:
-    """A lease as the session keeps it: which check granted it, when, how many calls."""
-    return f"{check_id}|{granted_ms}|{units}"
-
-
-def _base36(value: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        value, digit = divmod(value, 36)
-        out = digits[digit] + out
-        if value == 0:
-            return out
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from chalicelib.quota import rules
+from chalicelib.quota import facts, rules
 from chalicelib.quota.core import (
     Attempt,
     BudgetSnapshot,
@@ -20,7 +20,7 @@ from chalicelib.storage.dynamodb.conditions import Form, render
 from tests.support import T0
 
 HOUR = 3_600_000
-NEW_WINDOW = frozenset({rules.CountsWindow})
+NEW_WINDOW = frozenset({facts.CountsWindow})
 
 
 def attempt(now: int = T0, call_id: str | None = None) -> Attempt:
@@ -30,14 +30,14 @@ def attempt(now: int = T0, call_id: str | None = None) -> Attempt:
 
 
 def test_every_fact_of_the_core_has_a_dynamodb_rendering() -> None:
-    facts = [
+    found = [
         cls
-        for _, cls in inspect.getmembers(rules, inspect.isclass)
-        if cls.__module__ == rules.__name__
+        for _, cls in inspect.getmembers(facts, inspect.isclass)
+        if cls.__module__ == facts.__name__
         and hasattr(cls, "holds")
-        and cls not in (rules.And, rules.Or, rules.Not, rules.Named, rules.Condition)
+        and cls not in (facts.And, facts.Or, facts.Not, facts.Named, facts.Condition)
     ]
-    assert set(facts) <= set(conditions._RENDERERS)
+    assert set(found) <= set(conditions._RENDERERS)
 
 
 def test_a_refusal_is_explained_by_the_first_clause_that_fails() -> None:
@@ -63,10 +63,10 @@ def test_a_call_id_clause_tells_a_conflict_a_retry_and_a_reuse_apart() -> None:
 def test_the_rendered_rule_uses_only_aliased_names_and_values() -> None:
     conditions = [
         render(rules.session_consume(attempt(call_id="c1"))),
-        render(rules.session_consume(attempt()), Form(frozenset({rules.SessionExists}), True)),
+        render(rules.session_consume(attempt()), Form(frozenset({facts.SessionExists}), True)),
         render(
             rules.budget_take(Spend("write", 4, 0, 60_000, T0, 2)),
-            Form(frozenset({rules.CountsWindow})),
+            Form(frozenset({facts.CountsWindow})),
         ),
         render(rules.lease_return(LeaseId("read", "chk", 3, T0, T0), 2, T0 - HOUR)),
         render(rules.counters_reset(T0, suspended=False)),

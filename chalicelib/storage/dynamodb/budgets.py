@@ -24,11 +24,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.quota.facts import BudgetExists, Condition, CountsNoLaterWindow, CountsWindow
 from chalicelib.quota.rules import (
-    BudgetExists,
-    Condition,
-    CountsNoLaterWindow,
-    CountsWindow,
     budget_give_back,
     budget_raise,
     budget_take,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalicelib.quota.core import call_id_key
-from chalicelib.quota.rules import (
+from chalicelib.quota.facts import (
     And,
     BudgetCountAtLeast,
     BudgetExists,

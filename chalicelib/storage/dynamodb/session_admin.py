@@ -10,8 +10,8 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
+from chalicelib.quota.facts import SessionExists
 from chalicelib.quota.rules import (
-    SessionExists,
     counters_reset,
     idle_restart,
     reset_start,
@@ -59,8 +59,6 @@ from chalicelib.storage.ports import (
 if TYPE_CHECKING:
     pass
 
-# The case of the consume rule a known session's check leaves out: a new session.
-KNOWN = frozenset({SessionExists})
 
 _log = logging.getLogger(__name__)
 

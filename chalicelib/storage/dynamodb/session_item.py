@@ -14,7 +14,6 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.rules import SessionExists
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
@@ -44,8 +43,6 @@ from chalicelib.storage.ports import (
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-# The case of the consume rule a known session's check leaves out: a new session.
-KNOWN = frozenset({SessionExists})
 
 _log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from chalicelib.quota.core import (
     fold_repeats,
     with_call,
 )
+from chalicelib.quota.facts import Recorded
 from chalicelib.quota.rules import (
-    Recorded,
     admits,
     idle_restart,
     lease_return,
