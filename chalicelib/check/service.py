@@ -23,7 +23,7 @@ from typing import Protocol
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.requests import CheckRequest, LeaseReturn
-from chalicelib.check.steps import Step, WiderBudgets, compensate, use_of
+from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
 from chalicelib.quota.core import (
@@ -196,7 +196,14 @@ class CheckService:
             compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
             raise
         if refusal is None:
-            wider.end_streaks(attempt, taken)
+            try:
+                retried(partial(wider.end_streaks, attempt, taken))
+            except StorageError:
+                # Counted everywhere, but the principal's streak still stands: answered
+                # 503, so nothing may stay counted (a retry counts it anew).
+                compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
+                compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
+                raise
             return replace(allowed, scopes=tuple(use_of(s, b) for s, b in taken))
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).

@@ -72,6 +72,22 @@ def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
 COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
 
 
+def retried(write: Callable[[], object]) -> None:
+    """A write the check needs before it answers, tried again over a throttle.
+
+    Raises:
+        StorageError: the store kept failing.
+    """
+    for pause in (*COMPENSATION_PAUSES_S, None):
+        try:
+            write()
+            return
+        except StorageError:
+            if pause is None:
+                raise
+            time.sleep(pause)
+
+
 def compensate(undo: Callable[[], object], attempt: Attempt) -> None:
     """Undo what a failed check counted, trying again over a throttle. If the store stays
     down, the count stays one too high (under-admission, never over) and says so: an
