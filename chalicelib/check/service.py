@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from typing import Protocol, TypeVar, cast
+from typing import Protocol
 
+from chalicelib.check.escalation import Escalation
+from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.requests import CheckRequest, LeaseReturn
+from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
-from chalicelib.observability import count, logger
 from chalicelib.quota.core import (
     Allowed,
     Attempt,
@@ -36,104 +36,26 @@ from chalicelib.quota.core import (
     RefusalReason,
     Refused,
     Scope,
-    ScopeUse,
     SessionKey,
     SessionSnapshot,
-    Spend,
     Verdict,
-    explain_refusal,
     fold_repeats,
-    partial_units,
     with_call,
 )
-from chalicelib.quota.policy import Category, Policy, WindowLimit
+from chalicelib.quota.policy import Policy, WindowLimit
+from chalicelib.quota.rules import explain_refusal, partial_units
 from chalicelib.storage.ports import (
     BudgetCounters,
     Consumed,
-    NotTaken,
     RecordChanged,
-    SessionCounters,
+    SessionChecks,
     StorageError,
-    StoreMisconfigured,
-    StoreRejected,
-    StoreUnavailable,
-    Taken,
 )
 
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
 MAX_ROUNDS = 4
 SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
-_T = TypeVar("_T")
-
-
-def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
-    """Run independent store requests at once (one round trip for all); the first
-    exception is raised once every call has finished, so none is left half-seen. The
-    extra calls run on daemon threads: nothing is left for the interpreter to join at
-    exit (a pool's atexit join is what a Ctrl-C of `make run` used to interrupt)."""
-    if len(calls) <= 1:
-        return [call() for call in calls]
-    results: list[_T | None] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(index: int) -> None:
-        try:
-            results[index] = calls[index]()
-        except BaseException as exc:  # handed to the caller below
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=run, args=(i,), daemon=True, name="quota-step")
-        for i in range(1, len(calls))
-    ]
-    for thread in threads:
-        thread.start()
-    run(0)
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return cast("list[_T]", results)  # every call ran: each slot holds its result
-
-
-COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
-
-
-def compensate(undo: Callable[[], object], attempt: Attempt) -> None:
-    """Undo what a failed check counted, trying again over a throttle. If the store stays
-    down, the count stays one too high (under-admission, never over) and says so: an
-    error log line and the CompensationFailed metric, never a silent miscount.
-
-    Raises:
-        StorageError: the store kept failing.
-    """
-    for pause in (*COMPENSATION_PAUSES_S, None):
-        try:
-            undo()
-            return
-        except StorageError as exc:
-            if pause is None:
-                logger.error(
-                    "could not give back a call answered 503; its count stays",
-                    extra={
-                        "tenant": attempt.tenant,
-                        "session_id": attempt.session_id,
-                        "category": attempt.category,
-                        "error": exc.doing,
-                    },
-                )
-                count("CompensationFailed", attempt.category)
-                raise
-            time.sleep(pause)
-
-
-def surely_not_written(exc: StorageError) -> bool:
-    """Whether a failed write certainly changed nothing (throttled, refused outright), as
-    opposed to a timeout or server error, after which it may have been applied."""
-    if isinstance(exc, StoreUnavailable):
-        return exc.throttled
-    return isinstance(exc, StoreMisconfigured | StoreRejected)
 
 
 class BlockListener(Protocol):
@@ -177,53 +99,10 @@ class QuietListener:
         return None
 
 
-class PrincipalGate:
-    """Which principals are suspended, cached per container for `cache_seconds`, so that
-    a check of a category without a principal budget (reads, by default) pays no request
-    for it. A suspension reaches such checks in other containers within that delay; a
-    category with a principal budget sees it at once, in its conditional update."""
-
-    def __init__(self, budgets: BudgetCounters, clock: Clock, cache_seconds: int = 30) -> None:
-        self._budgets = budgets
-        self._clock = clock
-        self._cache_ms = cache_seconds * 1000
-        self._cache: dict[BudgetKey, tuple[int, str | None]] = {}
-
-    def suspension(self, key: BudgetKey) -> str | None:
-        """The reason the principal is suspended, or None.
-
-        Raises:
-            StorageError: the store failed.
-        """
-        now = self._clock()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        snapshot = self._budgets.get(key)
-        reason = snapshot.suspended_reason if snapshot else None
-        self.learn(key, reason)
-        return reason
-
-    def learn(self, key: BudgetKey, reason: str | None) -> None:
-        """Remember a principal's state seen or set here."""
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key] = (self._clock() + self._cache_ms, reason)
-
-
 def new_check_id() -> str:
     """The service's own id of one check: 36 random bits, unique among a session's
     last calls, which is all it must be."""
     return secrets.token_urlsafe(6)[:6]
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One wider budget a check counts against."""
-
-    key: BudgetKey
-    window: WindowLimit
-    spend: Spend
 
 
 class CheckService:
@@ -232,7 +111,7 @@ class CheckService:
     def __init__(
         self,
         policy: Policy,
-        store: SessionCounters,
+        store: SessionChecks,
         clock: Clock,
         idle_timeout_seconds: int,
         limits: LimitResolver | None = None,
@@ -250,9 +129,8 @@ class CheckService:
         self._keep = keep_calls
         self._budgets = budgets
         self._gate = gate or (PrincipalGate(budgets, clock) if budgets else None)
-        # Wider budgets this container last saw refusing (category, window, limit): a
-        # hint for the order of the steps, never a decision.
-        self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
+        self._wider = WiderBudgets(budgets, self._limits) if budgets else None
+        self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
         self._spent: OrderedDict[SessionKey, tuple[str, SessionSnapshot]] = OrderedDict()
@@ -307,93 +185,39 @@ class CheckService:
             return counted
         # The attempt as counted: a lease at the end of the budget has fewer units.
         allowed, snapshot, attempt = counted
-        steps = self._steps(attempt, category)
-        if allowed.duplicate or not steps:
+        wider = self._wider
+        steps = wider.steps(attempt, category) if wider else []
+        if allowed.duplicate or not steps or wider is None:
             return allowed
         try:
-            taken, refusal = self._take_all(attempt, steps)
+            taken, refusal = wider.take_all(attempt, steps)
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
             compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
             raise
         if refusal is None:
-            self._end_streaks(attempt, taken)
-            return replace(allowed, scopes=tuple(_use(s, b) for s, b in taken))
+            try:
+                retried(partial(wider.end_streaks, attempt, taken))
+            except StorageError:
+                # Counted everywhere, but the principal's streak still stands: answered
+                # 503, so nothing may stay counted (a retry counts it anew).
+                compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
+                compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
+                raise
+            return replace(allowed, scopes=tuple(use_of(s, b) for s, b in taken))
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
-        compensate(partial(self._give_back, [s for s, _ in taken]), attempt)
+        compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
         compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
         step, seen = refusal
         suspended = seen is not None and seen.suspended
-        remaining = _use(step, seen or BudgetSnapshot()).remaining
+        remaining = use_of(step, seen or BudgetSnapshot()).remaining
         if attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
             return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
         since = snapshot.last_allowed_ms(besides=attempt)
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
-
-    def _take_all(
-        self, attempt: Attempt, steps: list[_Step]
-    ) -> tuple[list[tuple[_Step, BudgetSnapshot]], tuple[_Step, BudgetSnapshot | None] | None]:
-        """Take from every wider budget at once: the steps that took, and the first that
-        refused (with the budget as it was), if any.
-
-        Raises:
-            StorageError: a step failed; what the others took was given back first.
-        """
-        assert self._budgets is not None
-        budgets = self._budgets
-        if any(self._refusing.get(step.key) == _seen_as(step) for step in steps):
-            # A budget this container saw refusing in this window: one step at a time,
-            # so a loop against it stops at its refusal and touches nothing else.
-            results: list[Taken | NotTaken | StorageError] = []
-            for step in steps:
-                results.append(_attempt_take(budgets, step))
-                if not isinstance(results[-1], Taken):
-                    break
-            steps = steps[: len(results)]
-        else:
-            results = in_parallel([partial(_attempt_take, budgets, step) for step in steps])
-        for step, result in zip(steps, results, strict=True):
-            if isinstance(result, NotTaken):
-                if len(self._refusing) > 10_000:
-                    self._refusing.clear()
-                self._refusing[step.key] = _seen_as(step)
-            elif isinstance(result, Taken):
-                self._refusing.pop(step.key, None)
-        taken = [
-            (step, result.snapshot)
-            for step, result in zip(steps, results, strict=True)
-            if isinstance(result, Taken)
-        ]
-        for result in results:
-            if isinstance(result, StorageError):
-                undo = partial(self._give_back, [s for s, _ in taken])
-                compensate(undo, attempt)
-                raise result
-        for step, result in zip(steps, results, strict=True):
-            if isinstance(result, NotTaken):
-                return taken, (step, result.snapshot)
-        return taken, None
-
-    def _end_streaks(self, attempt: Attempt, taken: list[tuple[_Step, BudgetSnapshot]]) -> None:
-        """A call allowed at every scope ends its principal's streak of refusals: one
-        more write, only when the principal's budget showed a streak."""
-        assert self._budgets is not None
-        for step, budget in taken:
-            if step.window.scope is Scope.PRINCIPAL and budget.refusals_in_a_row > 0:
-                self._budgets.end_streak(step.key, attempt.now_ms)
-
-    def _give_back(self, steps: Iterable[_Step]) -> None:
-        """Undo what these steps took, at once.
-
-        Raises:
-            StorageError: the store failed.
-        """
-        assert self._budgets is not None
-        budgets = self._budgets
-        in_parallel([partial(budgets.give_back, step.key, step.spend) for step in steps])
 
     # -- the session -------------------------------------------------------------------
 
@@ -414,7 +238,7 @@ class CheckService:
             return None
         decision = self._session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED)
         self._remember_spent(attempt, known)
-        decision = self._escalation(attempt, known.last_allowed_ms(), decision)
+        decision = self._escalation.after(attempt, known.last_allowed_ms(), decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
@@ -466,7 +290,7 @@ class CheckService:
             if decision is not None and verdict is Verdict.OVER_LIMIT:
                 self._remember_spent(attempt, snapshot)
             if decision is not None:
-                decision = self._escalation(attempt, snapshot.last_allowed_ms(), decision)
+                decision = self._escalation.after(attempt, snapshot.last_allowed_ms(), decision)
                 self._listener.on_block(attempt.tenant, attempt, decision)
                 return decision
         raise RecordChanged("counting a call")
@@ -554,47 +378,18 @@ class CheckService:
 
     # -- the wider budgets ---------------------------------------------------------------
 
-    @property
-    def _escalate_after(self) -> int:
-        return self._policy.suspend_after_refusals
-
-    def _steps(self, attempt: Attempt, category: Category) -> list[_Step]:
-        if self._budgets is None:
-            return []
-        steps = []
-        for window in category.windows:
-            if window.scope is Scope.PRINCIPAL:
-                if attempt.principal is None:
-                    continue
-                key = BudgetKey.principal(attempt.tenant, attempt.principal)
-            else:
-                key = BudgetKey.whole_tenant(attempt.tenant)
-            limit = self._limits.window_limit(
-                attempt.tenant, attempt.principal, window, category.name, attempt.now_ms
-            )
-            spend = Spend(
-                category.name,
-                limit,
-                window.window_start_ms(attempt.now_ms),
-                window.window_end_ms(attempt.now_ms),
-                attempt.now_ms,
-                attempt.units,
-            )
-            steps.append(_Step(key, window, spend))
-        return steps
-
     def _refuse_wider(
         self,
         attempt: Attempt,
         session: SessionSnapshot | None,
-        refusal: tuple[_Step, BudgetSnapshot | None],
-        taken: list[tuple[_Step, BudgetSnapshot]],
+        refusal: tuple[Step, BudgetSnapshot | None],
+        taken: list[tuple[Step, BudgetSnapshot]],
         allowed_since_ms: int,
     ) -> Refused:
         """The refusal of a wider budget: nothing stays counted anywhere."""
         assert self._budgets is not None
         step, snapshot = refusal
-        use = _use(step, snapshot or BudgetSnapshot())
+        use = use_of(step, snapshot or BudgetSnapshot())
         suspended = snapshot is not None and snapshot.suspended
         if suspended and self._gate is not None:
             self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
@@ -602,14 +397,13 @@ class CheckService:
         own = step.window.scope is Scope.PRINCIPAL
         if own and not suspended:
             # The principal's own budget refused: its mark and its streak in one write.
-            streak, first = self._budgets.note_streak(
-                step.key, attempt.now_ms, allowed_since_ms, step.spend
-            )
+            since = min(allowed_since_ms, attempt.real_ms)  # nothing is later than now
+            streak, first = self._budgets.note_streak(step.key, attempt.real_ms, since, step.spend)
         elif not suspended:
             first = self._budgets.note_refusal(step.key, step.spend)
         calls = () if session is None else session.calls
         calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
-        uses = [_use(s, b) for s, b in taken if s.window.scope is not step.window.scope]
+        uses = [use_of(s, b) for s, b in taken if s.window.scope is not step.window.scope]
         decision = Refused(
             session_id=attempt.session_id,
             tool=attempt.tool,
@@ -626,48 +420,9 @@ class CheckService:
             principal=attempt.principal,
             started_ms=None if session is None else session.started_ms,
         )
-        decision = self._escalation(attempt, allowed_since_ms, decision, streak)
+        decision = self._escalation.after(attempt, allowed_since_ms, decision, streak)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
-
-    def _escalation(
-        self,
-        attempt: Attempt,
-        allowed_since_ms: int,
-        decision: Refused,
-        streak: int | None = None,
-    ) -> Refused:
-        """Count the refusal in its principal's streak; suspend the principal when the
-        streak reaches `suspend_after_refusals`. Only the refused principal's own run of
-        refusals counts: other principals' refusals, and the tenant ceiling's as such,
-        never suspend anyone."""
-        if (
-            self._budgets is None
-            or attempt.principal is None
-            or decision.reason is RefusalReason.PRINCIPAL_SUSPENDED
-        ):
-            return decision
-        key = BudgetKey.principal(attempt.tenant, attempt.principal)
-        if streak is None:
-            streak, _ = self._budgets.note_streak(key, attempt.now_ms, allowed_since_ms)
-        if streak < self._escalate_after:
-            return decision
-        return replace(decision, escalated=self._escalate(attempt, streak))
-
-    def _escalate(self, attempt: Attempt, refusals: int) -> bool:
-        """Suspend the principal of a caller that keeps ignoring refusals; whether this
-        check is the one that suspended it (one email per suspension)."""
-        if self._budgets is None or attempt.principal is None:
-            return False
-        key = BudgetKey.principal(attempt.tenant, attempt.principal)
-        reason = (
-            f"automatic: {refusals} refused calls in a row (suspend_after_refusals is "
-            f"{self._escalate_after}); an agent that ignores refusals is stopped"
-        )
-        _, newly = self._budgets.suspend(key, reason)
-        if self._gate is not None:
-            self._gate.learn(key, reason)
-        return newly
 
     # -- returned leases -------------------------------------------------------------
 
@@ -691,34 +446,10 @@ class CheckService:
         snapshot = self._store.return_lease(session, lease, unused, now_ms - self._idle_ms)
         if snapshot is None:
             return 0
-        if self._budgets is not None:
-            principal = snapshot.principal
-            for window in category.windows:
-                if window.window_start_ms(now_ms) != window.window_start_ms(lease.granted_ms):
-                    continue
-                if window.scope is Scope.PRINCIPAL:
-                    if principal is None:
-                        continue
-                    key = BudgetKey.principal(tenant, principal)
-                else:
-                    key = BudgetKey.whole_tenant(tenant)
-                spend = Spend(
-                    category.name,
-                    window.limit,
-                    window.window_start_ms(now_ms),
-                    window.window_end_ms(now_ms),
-                    now_ms,
-                    unused,
-                )
-                try:
-                    self._budgets.give_back(key, spend)
-                except StorageError as exc:
-                    # The session has its calls back; the wider budget keeps them until
-                    # its window ends (under-admission, never over).
-                    logger.warning(
-                        "lease return: a wider budget kept its calls",
-                        extra={"scope": key.scope.value, "error": exc.doing},
-                    )
+        if self._wider is not None:
+            self._wider.give_back_lease(
+                session, snapshot.principal, category, lease, unused, now_ms
+            )
         return unused
 
     def _principal_suspended(self, attempt: Attempt) -> Refused:
@@ -746,38 +477,15 @@ def _conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
     )
 
 
-def _attempt_take(budgets: BudgetCounters, step: _Step) -> Taken | NotTaken | StorageError:
-    """One wider step, its failure returned rather than raised: the steps run at once,
-    and what the others took must be given back before a failure is answered."""
-    try:
-        return budgets.take(step.key, step.spend)
-    except StorageError as exc:
-        return exc
-
-
-def _seen_as(step: _Step) -> tuple[str, int, int]:
-    """What a refusal of a wider budget was seen at: its category, window and limit."""
-    return step.spend.category, step.spend.window_start_ms, step.spend.limit
-
-
 def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:
     """The attempt to make next for a verdict that is no answer yet, or None."""
     if verdict is Verdict.REUSED_CALL_ID:
         return replace(attempt, dedupe=False)
     if verdict is Verdict.STALE:
         return attempt
+    if verdict is Verdict.CLOCK_BEHIND:
+        return replace(attempt, now_ms=snapshot.started_ms, clock_ms=attempt.real_ms)
     if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
         # The end of a budget: a lease gets the calls that remain, in one more write.
         return replace(attempt, units=partial_units(snapshot, attempt))
     return None
-
-
-def _use(step: _Step, snapshot: BudgetSnapshot) -> ScopeUse:
-    spend = step.spend
-    return ScopeUse(
-        scope=step.window.scope,
-        used=snapshot.used(spend.category, spend.window_start_ms),
-        limit=snapshot.limit_for(spend.category, spend.limit),
-        window_seconds=step.window.window_seconds,
-        resets_at_ms=spend.window_end_ms,
-    )

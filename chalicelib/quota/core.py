@@ -1,21 +1,27 @@
 """The pure quota decision: no I/O, no wall clock; times are epoch milliseconds passed in.
 
-The store applies one conditional update per check. When it refuses, the old session
-comes back and `explain_refusal` says why, with the same rules the store's condition uses.
+The rules a store's condition applies are written once, as data, in `quota.rules`; this
+module holds the values they speak of.
 """
 
 from __future__ import annotations
 
-import base64
 import enum
-import hashlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from chalicelib.clock import iso_utc
+from chalicelib.quota import calls, leases
 
-MAX_PLAIN_CALL_ID = 20
+# Named here too, where every caller has always found them.
+CallRecord = calls.CallRecord
+call_id_key = calls.call_id_key
+with_call = calls.with_call
+fold_repeats = calls.fold_repeats
+Lease = leases.Lease
+LeaseId = leases.LeaseId
+grant_of = leases.grant_of
+
 # A retry of a timed-out check comes within seconds, a few times at most. A call id
 # reused later or more often is a new call: a loop cannot run uncounted on one id.
 REPLAY_WINDOW_MS = 60_000
@@ -60,6 +66,10 @@ class Verdict(enum.Enum):
     CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     STALE = "stale"  # the session read back no longer fails the condition: try again
+    # The counters started after this check's clock (an admin reset in the same ms moves
+    # their start past it): the check is made again at their start, so that what it
+    # records belongs to these counters (a call id it counts binds in them).
+    CLOCK_BEHIND = "clock_behind"
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class BudgetSnapshot:
     raised: Mapping[str, int] = field(default_factory=dict)
     suspended_reason: str | None = None
     refusals_in_a_row: int = 0  # a principal's streak (escalation); 0 on other budgets
+    last_refusal_ms: int | None = None  # when the principal was last refused
 
     @property
     def suspended(self) -> bool:
@@ -140,81 +151,6 @@ class ScopeUse:
         return max(0, self.limit - self.used)
 
 
-def call_id_key(call_id: str) -> str:
-    """The form a call id is kept and compared in: short ids (JSON-RPC ids are usually
-    small numbers) as they are, long ones as a 90-bit hash, to keep the session small."""
-    if len(call_id) <= MAX_PLAIN_CALL_ID:
-        return call_id
-    digest = hashlib.sha256(call_id.encode("utf-8")).digest()
-    return "~" + base64.urlsafe_b64encode(digest).decode("ascii")[:15]
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One recent call of a session, as kept in the session's last-calls record.
-
-    `call_id` is the client's id in its kept form; `check_id` is the service's own id of
-    the check that wrote the record, which makes the store's retries idempotent.
-    """
-
-    at_ms: int
-    category: str
-    tool: str
-    allowed: bool
-    principal: str | None = None
-    call_id: str | None = None
-    replay: bool = False
-    check_id: str | None = None
-    repeats: int = 1  # refusals of the same tool in a row, kept as one record
-    units: int = 1  # the calls asked for at once (a lease's size): part of what an id binds
-
-    def repeats_of(self, earlier: CallRecord) -> bool:
-        """Whether this refused call repeats `earlier`: a runaway loop's next attempt at
-        the same refused tool, which the record keeps as one line with a count."""
-        return (
-            not self.allowed
-            and not earlier.allowed
-            and not self.replay
-            and not earlier.replay
-            and (self.tool, self.category) == (earlier.tool, earlier.category)
-        )
-
-    def to_json(self) -> dict[str, object]:
-        """The record as the API shows it."""
-        out: dict[str, object] = {
-            "at": iso_utc(self.at_ms),
-            "tool": self.tool,
-            "category": self.category,
-            "allowed": self.allowed,
-        }
-        if self.call_id is not None:
-            out["call_id"] = self.call_id
-        if self.principal is not None:
-            out["principal"] = self.principal
-        if self.replay:
-            out["replay"] = True
-        if self.repeats > 1:
-            out["repeats"] = self.repeats
-        return out
-
-
-def with_call(calls: tuple[CallRecord, ...], record: CallRecord) -> tuple[CallRecord, ...]:
-    """The last calls with `record` added: a refusal that repeats the last one is folded
-    into it ("delete_tag refused x385"), so a loop cannot push everything else out."""
-    if calls and record.repeats_of(calls[-1]):
-        folded = replace(record, repeats=calls[-1].repeats + record.repeats)
-        return (*calls[:-1], folded)
-    return (*calls, record)
-
-
-def fold_repeats(calls: tuple[CallRecord, ...] | list[CallRecord]) -> tuple[CallRecord, ...]:
-    """The last calls with every run of repeated refusals folded into one record."""
-    out: tuple[CallRecord, ...] = ()
-    for record in calls:
-        out = with_call(out, record)
-    return out
-
-
 @dataclass(frozen=True)
 class SessionSnapshot:
     """A session's counters as stored."""
@@ -231,6 +167,8 @@ class SessionSnapshot:
     raised_until: Mapping[str, int] = field(default_factory=dict)  # when a raise lapses
     server: str | None = None  # the MCP server that last named itself in a check
     leased: Mapping[str, int] = field(default_factory=dict)  # counted through leases, kept
+    grants: Mapping[str, str] = field(default_factory=dict)  # each category's last lease
+    first_refusals: Mapping[str, int] = field(default_factory=dict)  # limit first refused at
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -347,6 +285,14 @@ class Attempt:
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one
     asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
+    clock_ms: int | None = None  # the clock's reading, when `now_ms` was moved past it
+
+    @property
+    def real_ms(self) -> int:
+        """When the check was made by its own clock. `now_ms` may be a millisecond past
+        it (`Verdict.CLOCK_BEHIND`): what is compared with other keys' times (a
+        principal's refusals, a budget's windows) uses this one."""
+        return self.now_ms if self.clock_ms is None else self.clock_ms
 
     @property
     def tenant(self) -> str:
@@ -392,129 +338,6 @@ class Attempt:
             self.check_id,
             units=self.asked,
         )
-
-
-def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:
-    """The store's condition for counting a call: a new session, or an active one that is
-    not suspended, under its limit and has not counted this call id."""
-    return snapshot is None or explain_refusal(snapshot, attempt) is Verdict.STALE
-
-
-def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
-    """Mirror of the store's condition: which clause failed for this old session."""
-    if snapshot.counted(attempt.check_id):
-        return Verdict.ALREADY_COUNTED
-    if snapshot.suspended:
-        return Verdict.SUSPENDED
-    if snapshot.is_idle(attempt.now_ms, attempt.idle_ms):
-        return Verdict.EXPIRED
-    if attempt.call_id is not None and not snapshot.binds(
-        attempt.call_id, attempt.tool, attempt.category, attempt.asked
-    ):
-        return Verdict.CALL_ID_CONFLICT
-    call_id = attempt.dedupe_call_id
-    if call_id is not None and snapshot.holds_call_id(call_id):
-        if snapshot.find_call(call_id) and snapshot.replayable(call_id, attempt.now_ms):
-            return Verdict.DUPLICATE
-        # Counted and taken back (a wider budget refused it), or replayed too often.
-        return Verdict.REUSED_CALL_ID
-    used = snapshot.counts.get(attempt.category, 0)
-    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-    if used + attempt.units > limit:
-        return Verdict.OVER_LIMIT
-    return Verdict.STALE
-
-
-def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
-    """How many calls a lease that did not fit may still be granted: what remains under
-    the limit (0: none, the call is refused)."""
-    used = snapshot.counts.get(attempt.category, 0)
-    limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-    return max(0, min(attempt.units - 1, limit - used))
-
-
-LEASE_ID = re.compile(
-    r"^(?P<category>[a-z][a-z0-9_]{0,31})\.(?P<check>[A-Za-z0-9_-]{1,12})\.(?P<units>[1-9][0-9]{0,2})"
-    r"\.(?P<granted>[0-9a-z]{1,12})\.(?P<started>[0-9a-z]{1,12})$"
-)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """Calls granted in one check, this call included, for the client to spend locally.
-
-    The id names the grant: category, check id, calls granted, when, and the session
-    counters' generation, so that a return can be capped and applied once without a read.
-    """
-
-    category: str
-    check_id: str
-    granted: int
-    granted_ms: int
-    started_ms: int
-    expires_at_ms: int
-    lease_max: int
-    lease_seconds: int
-
-    @property
-    def lease_id(self) -> str:
-        """The id a client sends back with the calls it did not spend."""
-        return ".".join(
-            (
-                self.category,
-                self.check_id,
-                str(self.granted),
-                _base36(self.granted_ms),
-                _base36(self.started_ms),
-            )
-        )
-
-
-@dataclass(frozen=True)
-class LeaseId:
-    """A lease id as a client sends it back: what the grant was, unverified."""
-
-    category: str
-    check_id: str
-    granted: int
-    granted_ms: int
-    started_ms: int
-
-    @property
-    def grant(self) -> str:
-        """The grant this id claims, in the form the session keeps its last lease in: a
-        return is applied only if the two are equal, so a forged or altered id (another
-        size, time or check) gives nothing back."""
-        return grant_of(self.check_id, self.granted_ms, self.granted)
-
-    @classmethod
-    def parse(cls, text: str) -> LeaseId | None:
-        """The lease id's parts, or None if it is not one this service issues."""
-        match = LEASE_ID.fullmatch(text)
-        if match is None:
-            return None
-        return cls(
-            match["category"],
-            match["check"],
-            int(match["units"]),
-            int(match["granted"], 36),
-            int(match["started"], 36),
-        )
-
-
-def grant_of(check_id: str, granted_ms: int, units: int) -> str:
-    """A lease as the session keeps it: which check granted it, when, how many calls."""
-    return f"{check_id}|{granted_ms}|{units}"
-
-
-def _base36(value: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        value, digit = divmod(value, 36)
-        out = digits[digit] + out
-        if value == 0:
-            return out
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
-"""What the service needs from storage, keyed by domain values, and what storage may
-raise. The DynamoDB adapters and the in-memory ones (`chalicelib.storage`) implement
-these; nothing above them knows a key format, an expression or a TTL attribute.
+"""What the service needs from storage, keyed by domain values. The DynamoDB and the
+in-memory adapters implement these; nothing above them knows a key, an expression or a TTL.
 """
 
 from __future__ import annotations
@@ -8,6 +7,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from chalicelib.storage import errors
 
 if TYPE_CHECKING:
     from chalicelib.admin.audit import AuditEvent
@@ -23,53 +24,14 @@ if TYPE_CHECKING:
         Spend,
     )
 
-# -- storage errors: what went wrong, never how to say it over HTTP -------------------
-
-
-class StorageError(Exception):
-    """Base of the errors every adapter raises; `chalicelib.errors` maps them."""
-
-    def __init__(self, doing: str) -> None:
-        super().__init__(doing)
-        self.doing = doing  # what the service was doing, e.g. "counting a call"
-
-
-class StoreUnavailable(StorageError):
-    """Throttled or unreachable: retrying later may work."""
-
-    def __init__(self, doing: str, retry_after_seconds: int = 1, throttled: bool = False) -> None:
-        super().__init__(doing)
-        self.retry_after_seconds = retry_after_seconds
-        self.throttled = throttled
-
-
-class StoreMisconfigured(StorageError):
-    """A table or permission the service needs is missing."""
-
-    def __init__(self, doing: str, code: str) -> None:
-        super().__init__(doing)
-        self.code = code
-
-
-class StoreRejected(StorageError):
-    """The store refused a request for a reason that retrying will not fix."""
-
-    def __init__(self, doing: str, code: str) -> None:
-        super().__init__(doing)
-        self.code = code
-
-
-class RecordChanged(StorageError):
-    """A conditional update failed: the record changed since it was read."""
-
-
-class RecordNotFound(StorageError):
-    """The addressed record does not exist."""
-
-
-class BadPageToken(StorageError):
-    """A page token that this listing did not issue."""
-
+# What every port raises (defined in `storage.errors`), named here for its callers.
+BadPageToken = errors.BadPageToken
+RecordChanged = errors.RecordChanged
+RecordNotFound = errors.RecordNotFound
+StorageError = errors.StorageError
+StoreMisconfigured = errors.StoreMisconfigured
+StoreRejected = errors.StoreRejected
+StoreUnavailable = errors.StoreUnavailable
 
 # -- results -------------------------------------------------------------------------
 
@@ -155,11 +117,24 @@ class TroubleMark:
 # -- ports ---------------------------------------------------------------------------
 
 
-class SessionCounters(Protocol):
-    """A session's counters, state and last calls: the check's one conditional write."""
+class SessionReads(Protocol):
+    """A session as stored: both the check and the administrator read it."""
+
+    def get(self, session: SessionKey) -> SessionSnapshot | None:
+        """The session as stored (strongly consistent), or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
+
+class SessionChecks(SessionReads, Protocol):
+    """A session's counters, state and last calls as a check writes them: one conditional
+    write per call counted (the rule: `quota.rules.session_consume`)."""
 
     def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
-        """Count one call if `quota.admits` the session as stored; atomically.
+        """Count the call if `rules.session_consume` holds on the session as stored;
+        atomically.
 
         Raises:
             StorageError: the store failed.
@@ -191,28 +166,25 @@ class SessionCounters(Protocol):
         suspended: bool,
         expected: bool = False,
     ) -> bool | None:
-        """Record a refused attempt and refresh the idle clock. Returns whether it is the
-        first refusal at `limit` since the counters started (False while suspended), or
-        None if the session changed since `seen`. Idempotent per `attempt.check_id`.
-        `expected`: no check was made (the session was seen spent at `limit`); one write
-        that holds only while the session is still spent there, else None.
+        """Record a refused attempt, refresh the idle clock: whether it is the first refusal
+        at `limit` of these counters (False while suspended), None if `seen` changed.
+        Idempotent per `attempt.check_id`. `expected`: no check was made (the session was
+        seen spent at `limit`); one write that holds only while it still is, else None.
 
         Raises:
             StorageError: the store failed.
         """
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
-        """Record a replayed call id and refresh the idle clock; False if the session
-        changed since `seen`.
+        """Record a replayed call id, refresh the idle clock; False if `seen` changed.
 
         Raises:
             StorageError: the store failed.
         """
 
     def uncount(self, attempt: Attempt, started_ms: int) -> None:
-        """Take back a call `consume` counted, because a budget above the session refused
-        it: the count goes down (if the counters are still those of `started_ms`) and the
-        call shows as refused in the last calls.
+        """Take back a call `consume` counted (a wider budget refused it): the count goes
+        down if the counters are still those of `started_ms`; the call shows as refused.
 
         Raises:
             StorageError: the store failed.
@@ -223,19 +195,17 @@ class SessionCounters(Protocol):
     ) -> SessionSnapshot | None:
         """Give back `unused` calls of a lease: the count and the leased count go down, if
         the counters are still the generation that granted it (`lease.started_ms`), hold
-        that many leased calls, and this lease is not the one last given back (a retried
-        return). Returns the session after, or None if nothing was given back.
+        that many leased calls, and it is the category's last lease, exactly as granted,
+        not yet returned. Returns the session after, or None if nothing was given back.
 
         Raises:
             StorageError: the store failed.
         """
 
-    def get(self, session: SessionKey) -> SessionSnapshot | None:
-        """The session as stored (strongly consistent), or None.
 
-        Raises:
-            StorageError: the store failed.
-        """
+class SessionAdmin(SessionReads, Protocol):
+    """A session as an administrator changes it: none of these compares the idle clock or
+    the counters, which every check rewrites."""
 
     def raise_limit(
         self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None
@@ -264,8 +234,7 @@ class SessionCounters(Protocol):
         """
 
     def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
-        """Zero every counter; raises, suspension and last calls stay. Concurrent checks
-        never defeat it.
+        """Zero every counter (raises, suspension, last calls stay); checks never defeat it.
 
         Raises:
             RecordNotFound: the session does not exist.
@@ -281,12 +250,16 @@ class SessionCounters(Protocol):
         """
 
 
+class SessionCounters(SessionChecks, SessionAdmin, Protocol):
+    """Both callers' writes: each adapter implements one store for both."""
+
+
 class BudgetCounters(Protocol):
     """Budgets above the session, in fixed windows: a principal's, the tenant's.
 
-    A check counts the session first, then each of these in order; a refusal gives back
-    what the earlier steps took. So no budget is ever over-admitted, and a crash between
-    steps can only leave a budget counted for a call that did not run (under-admission).
+    A check counts the session first, then these; a refusal or a failure gives back what
+    the other steps took, so no budget is ever over-admitted (a crash between steps can
+    only leave a call counted that did not run).
     """
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:

@@ -72,6 +72,24 @@ def test_raise_on_an_idle_session_starts_fresh_counters(stores: Stores, clock: F
     assert service.check("demo", read()).limit == READS  # the earlier raise went with the rest
 
 
+def test_raise_on_an_idle_suspended_session_keeps_the_raise_for_the_counters_after(
+    stores: Stores, clock: FixedClock
+) -> None:
+    # Idle expiry holds while suspended: the raise applies to the counters that start
+    # now, and survives the next (refused) attempt and the resume.
+    service, counters = checks(stores.counters, clock), stores.counters
+    for _ in range(16):
+        service.check("demo", write())
+    counters.suspend(S1, "look first", clock())
+    clock.advance(IDLE + 5)
+    after = counters.raise_limit(S1, change(clock, 30), counters.get(S1))
+    assert after.suspended and after.counts == {} and after.raised == {"write": 30}
+    assert refused(service.check("demo", write())).reason is RefusalReason.SESSION_SUSPENDED
+    counters.resume(S1, clock(), IDLE_MS)
+    first = allowed(service.check("demo", write()))
+    assert first.used == 1 and first.limit == 30
+
+
 def test_raise_on_an_idle_session_touched_meanwhile_is_refused(
     stores: Stores, clock: FixedClock
 ) -> None:

@@ -22,9 +22,9 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
     Verdict,
-    explain_refusal,
 )
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
+from chalicelib.quota.rules import explain_refusal
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.ports import Consumed, LimitChange, NotConsumed, SessionCounters

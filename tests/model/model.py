@@ -474,8 +474,8 @@ class State:
         sess.peak = dict(sess.raised)
         sess.generation += 1
         sess.call_ids = {}  # the record starts again with the counters
-        if not expired:
-            return [(ALLOWED, st)]
+        # Whether the idle clock restarts with the new counters is open (README, 7): the
+        # rules time it from the last check attempt, and a reset starts fresh counters.
         refreshed = st.copy()
         refreshed.sessions[sid].last_seen_ms = st.now_ms
         return [(ALLOWED, st), (ALLOWED, refreshed)]

@@ -17,11 +17,9 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
     Verdict,
-    admits,
-    explain_refusal,
-    partial_units,
 )
 from chalicelib.quota.policy import load_policy, parse_policy
+from chalicelib.quota.rules import admits, explain_refusal, partial_units
 from tests.support import T0
 
 HOUR = 3_600_000

@@ -12,13 +12,12 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     SessionState,
     Verdict,
-    admits,
     call_id_key,
-    explain_refusal,
     fold_repeats,
     with_call,
 )
-from chalicelib.storage.dynamodb.counters import decode_call, encode_call, stored_id
+from chalicelib.quota.rules import admits, explain_refusal
+from chalicelib.storage.dynamodb.codec import decode_call, encode_call, stored_id
 from tests.support import T0
 
 HOUR = 3_600_000

@@ -24,7 +24,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.quota.facts import BudgetExists, Condition, CountsNoLaterWindow, CountsWindow
+from chalicelib.quota.rules import (
+    budget_give_back,
+    budget_raise,
+    budget_take,
+    streak_ends,
+    streak_goes_on,
+)
 from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
+from chalicelib.storage.dynamodb.layout import BUDGET_COUNT_PREFIX, BUDGET_WINDOW_PREFIX
 from chalicelib.storage.dynamodb.updates import ConditionFailed, n, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 
@@ -32,8 +42,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 PK = "pk"
-COUNT_PREFIX = "c_"
-WINDOW_PREFIX = "w_"
+COUNT_PREFIX = BUDGET_COUNT_PREFIX
+WINDOW_PREFIX = BUDGET_WINDOW_PREFIX
 OLD_COUNT_PREFIX = "n_"  # the per-window names items were written with before
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
@@ -44,36 +54,23 @@ EXPIRES = "expires_at"
 _KEEP_AFTER_WINDOW_S = 86_400
 
 _NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
-_NOT_SUSPENDED = "attribute_not_exists(#sus)"
-_THIS_WINDOW = "#w = :ws"
-_LATER_WINDOW = "(attribute_not_exists(#w) OR #w < :ws)"
-_UNDER_LIMIT = "(#n < :limit OR #n < #r)"
-# A take in the window the item counts: under the limit (or a raise of it).
-TAKE_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND {_UNDER_LIMIT}"
-# Several calls at once (a lease): `:limit` is `limit - units + 1`; no arithmetic is
-# allowed in a condition, so a raise is met by a second try tied to its value.
-TAKE_UNITS_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #n < :limit"
-TAKE_RAISED_CONDITION = f"{_THIS_WINDOW} AND {_NOT_SUSPENDED} AND #r = :r AND #n < :rlimit"
+# A take's condition is the core's rule (`quota.rules.budget_take`), rendered in one of
+# two forms: in the window the item counts, or in a later one, which starts the count
+# again. Several calls at once (a lease) under a raise: a second try tied to the raise.
+THIS_WINDOW = frozenset({CountsNoLaterWindow})  # the form that leaves out a new window
+NEW_WINDOW = frozenset({CountsWindow})
 TAKE_UPDATE = "SET #n = #n + :units, #exp = :exp"
-# The first take of a later window starts the count again (the units fit: the caller
-# asks only for what the limit or the raise it saw allows).
-TAKE_FRESH_CONDITION = f"{_LATER_WINDOW} AND {_NOT_SUSPENDED}"
+# The first take of a later window starts the count again.
 TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
-GIVE_BACK_CONDITION = "#w = :ws AND #n >= :units"
 GIVE_BACK_UPDATE = "SET #n = #n - :units"
 NOTE_REFUSAL_UPDATE = "SET #z = :mark"
-# A comparison with a missing attribute is false: with no refusal yet, the streak goes on.
-STREAK_GOES_ON = "NOT #rl < :since"
-# A call allowed at every scope ends the streak, unless a later refusal started another.
-END_STREAK_CONDITION = "#rl <= :now"
 END_STREAK_UPDATE = "SET #rf = :zero"
 STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :one"  # {mark}: `, #z = :mark`, or nothing
 STREAK_RESTART = "SET #rl = :now, #rf = :one{mark}"
 MARK_TOO = ", #z = :mark"
-RAISE_CONDITION = "attribute_not_exists(#r) OR #r <= :new"
 RAISE_UPDATE = "SET #r = :new, #rf = :zero"
 SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
-EXISTS = "attribute_exists(#pk)"
+_EXISTS = render(BudgetExists()).expression
 RESUME_UPDATE = "SET #rf = :zero REMOVE #sus"
 
 
@@ -112,6 +109,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
         raised=raised,
         suspended_reason=suspended.get("S") if suspended else None,
         refusals_in_a_row=int(item.get(STREAK, {"N": "0"})["N"]),
+        last_refusal_ms=int(item[LAST_REFUSAL]["N"]) if LAST_REFUSAL in item else None,
     )
 
 
@@ -172,12 +170,13 @@ class BudgetStore:
         doing = f"counting a call against the {key.scope.value} budget"
         fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
         seen: BudgetSnapshot | None = None
+        rule = budget_take(spend)
         for _ in range(3):
             try:
                 if fresh:
-                    item = self._fresh(key, spend, names, values, doing, seen)
+                    item = self._fresh(key, rule, names, values, doing)
                 else:
-                    item = self._same(key, spend, names, values, doing)
+                    item = self._same(key, spend, rule, names, values, doing)
             except ConditionFailed as failed:
                 old = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
                 seen = snapshot_from_item(old) if old else None
@@ -195,6 +194,7 @@ class BudgetStore:
         self,
         key: BudgetKey,
         spend: Spend,
+        rule: Condition,
         names: dict[str, str],
         values: dict[str, Any],
         doing: str,
@@ -204,40 +204,58 @@ class BudgetStore:
         Raises:
             ConditionFailed: spent, suspended, or the item counts another window.
         """
-        condition = TAKE_CONDITION if spend.units == 1 else TAKE_UNITS_CONDITION
+        rendered = render(rule, Form(THIS_WINDOW))
         try:
             return self._update(
-                key, TAKE_UPDATE, condition, names, values, doing, old_on_failure=True
+                key,
+                TAKE_UPDATE,
+                rendered.expression,
+                {**names, **rendered.names},
+                {**values, **rendered.values},
+                doing,
+                old_on_failure=True,
             )
         except ConditionFailed as failed:
             seen = snapshot_from_item(failed.old_item) if failed.old_item else None
             raised = seen.raised.get(spend.category, 0) if seen else 0
             if spend.units == 1 or raised <= spend.limit:
                 raise
-            tied = {**values, ":r": n(raised), ":rlimit": n(raised - spend.units + 1)}
+            tied = render(rule, Form(THIS_WINDOW, raise_as_read=raised))
             return self._update(
-                key, TAKE_UPDATE, TAKE_RAISED_CONDITION, names, tied, doing, "ALL_NEW", True
+                key,
+                TAKE_UPDATE,
+                tied.expression,
+                {**names, **tied.names},
+                {**values, **tied.values},
+                doing,
+                "ALL_NEW",
+                True,
             )
 
     def _fresh(
         self,
         key: BudgetKey,
-        spend: Spend,
+        rule: Condition,
         names: dict[str, str],
         values: dict[str, Any],
         doing: str,
-        seen: BudgetSnapshot | None,
     ) -> dict[str, Any]:
         """The first take of a window, starting the count again.
 
         Raises:
-            ConditionFailed: suspended, or a take of this window came first.
+            ConditionFailed: suspended, a take of this window came first, or the calls do
+                not fit even in an empty window.
         """
-        raised = seen.raised.get(spend.category, 0) if seen else 0
-        if spend.units > max(spend.limit, raised):
-            raise ConditionFailed(None)  # a lease larger than the whole budget
+        rendered = render(rule, Form(NEW_WINDOW))
         return self._update(
-            key, TAKE_FRESH_UPDATE, TAKE_FRESH_CONDITION, names, values, doing, "ALL_NEW", True
+            key,
+            TAKE_FRESH_UPDATE,
+            rendered.expression,
+            {**names, **rendered.names},
+            {**values, **rendered.values},
+            doing,
+            "ALL_NEW",
+            True,
         )
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
@@ -246,11 +264,13 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = _count_names(spend.category)
-        values = {":units": n(spend.units), ":ws": n(spend.window_start_ms)}
+        rule = budget_give_back(spend)
+        condition, names, values = with_rule(
+            rule, _count_names(spend.category), {":units": n(spend.units)}
+        )
         doing = f"giving back calls to the {key.scope.value} budget"
         try:
-            self._update(key, GIVE_BACK_UPDATE, GIVE_BACK_CONDITION, names, values, doing, "NONE")
+            self._update(key, GIVE_BACK_UPDATE, condition, names, values, doing, "NONE")
         except ConditionFailed:
             return
 
@@ -280,7 +300,7 @@ class BudgetStore:
             StorageError: the store failed.
         """
         names = {"#rl": LAST_REFUSAL}
-        values = {":now": n(now_ms), ":one": n(1), ":since": n(allowed_since_ms)}
+        values = {":now": n(now_ms), ":one": n(1)}
         mark, marking = "", ""
         if spend is not None:
             mark = f"{spend.window_start_ms}|{spend.limit}"
@@ -290,18 +310,20 @@ class BudgetStore:
         doing = f"counting a refusal in the {key.scope.value}'s streak"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         try:
+            goes_on, with_names, with_values = with_rule(
+                streak_goes_on(allowed_since_ms), names, values
+            )
             old = self._update(
                 key,
                 STREAK_UPDATE.format(mark=marking),
-                STREAK_GOES_ON,
-                names,
-                values,
+                goes_on,
+                with_names,
+                with_values,
                 doing,
                 "ALL_OLD",
             )
             streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
         except ConditionFailed:
-            del values[":since"]
             restart = STREAK_RESTART.format(mark=marking)
             old = self._update(key, restart, "", names, values, doing, "ALL_OLD")
             streak = 1
@@ -314,11 +336,10 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = {"#rl": LAST_REFUSAL}
-        values = {":zero": n(0), ":now": n(now_ms)}
+        condition, names, values = with_rule(streak_ends(now_ms), {}, {":zero": n(0)})
         doing = f"ending the {key.scope.value}'s streak of refusals"
         try:
-            self._update(key, END_STREAK_UPDATE, END_STREAK_CONDITION, names, values, doing, "NONE")
+            self._update(key, END_STREAK_UPDATE, condition, names, values, doing, "NONE")
         except ConditionFailed:
             return  # refused again since: that refusal's streak stands
 
@@ -339,17 +360,12 @@ class BudgetStore:
             RecordChanged: a higher raise was set meanwhile.
             StorageError: the store failed.
         """
-        names = {"#r": RAISED_PREFIX + category}
         doing = f"raising the {key.scope.value} budget"
+        raise_condition, names, values = with_rule(
+            budget_raise(category, new_limit), {}, {":new": n(new_limit), ":zero": n(0)}
+        )
         try:
-            item = self._update(
-                key,
-                RAISE_UPDATE,
-                RAISE_CONDITION,
-                names,
-                {":new": n(new_limit), ":zero": n(0)},
-                doing,
-            )
+            item = self._update(key, RAISE_UPDATE, raise_condition, names, values, doing)
         except ConditionFailed as exc:
             raise RecordChanged(doing) from exc
         return snapshot_from_item(item)
@@ -375,7 +391,7 @@ class BudgetStore:
         """
         doing = f"resuming the {key.scope.value} budget"
         try:
-            item = self._update(key, RESUME_UPDATE, EXISTS, {}, {":zero": n(0)}, doing)
+            item = self._update(key, RESUME_UPDATE, _EXISTS, {}, {":zero": n(0)}, doing)
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
         return snapshot_from_item(item)
@@ -397,7 +413,7 @@ class BudgetStore:
         remove = f" REMOVE {', '.join(names)}" if names else ""
         try:
             item = self._update(
-                key, f"SET #rf = :zero{remove}", EXISTS, names, {":zero": n(0)}, doing
+                key, f"SET #rf = :zero{remove}", _EXISTS, names, {":zero": n(0)}, doing
             )
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc

@@ -10,6 +10,13 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     Spend,
 )
+from chalicelib.quota.rules import (
+    budget_give_back,
+    budget_raise,
+    budget_take,
+    streak_ends,
+    streak_goes_on,
+)
 from chalicelib.storage.ports import (
     NotTaken,
     RecordChanged,
@@ -31,7 +38,8 @@ class _Budget:
         counts: dict[int, dict[str, int]] = {}
         for (category, start), count in self.counts.items():
             counts.setdefault(start, {})[category] = count
-        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak)
+        last = self.last_refusal_ms or None  # 0: never refused
+        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak, last)
 
 
 class MemoryBudgets:
@@ -42,14 +50,13 @@ class MemoryBudgets:
         self._lock = threading.Lock()
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
-        """Count one call if not suspended and under the limit in the current window."""
+        """Count the calls if the core's rule (`rules.budget_take`) holds."""
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
             slot = (spend.category, spend.window_start_ms)
-            used = budget.counts.get(slot, 0)
-            limit = max(spend.limit, budget.raised.get(spend.category, 0))
-            if budget.suspended_reason is not None or used + spend.units > limit:
+            if not budget_take(spend).holds(budget.snapshot()):
                 return NotTaken(budget.snapshot())
+            used = budget.counts.get(slot, 0)
             # As the DynamoDB item: one window counted per category, the current one.
             for other in [s for s in budget.counts if s[0] == spend.category and s != slot]:
                 del budget.counts[other]
@@ -61,7 +68,7 @@ class MemoryBudgets:
         with self._lock:
             budget = self._budgets.get(key)
             slot = (spend.category, spend.window_start_ms)
-            if budget is not None and budget.counts.get(slot, 0) >= spend.units:
+            if budget is not None and budget_give_back(spend).holds(budget.snapshot()):
                 budget.counts[slot] -= spend.units
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
@@ -81,8 +88,8 @@ class MemoryBudgets:
         first = spend is not None and self.note_refusal(key, spend)
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
-            fresh = budget.last_refusal_ms < allowed_since_ms
-            budget.streak = 1 if fresh else budget.streak + 1
+            goes_on = streak_goes_on(allowed_since_ms).holds(budget.snapshot())
+            budget.streak = budget.streak + 1 if goes_on else 1
             budget.last_refusal_ms = now_ms
             return budget.streak, first
 
@@ -90,7 +97,7 @@ class MemoryBudgets:
         """A call of this principal was allowed at every scope: its streak ends."""
         with self._lock:
             budget = self._budgets.get(key)
-            if budget is not None and budget.last_refusal_ms <= now_ms:
+            if budget is not None and streak_ends(now_ms).holds(budget.snapshot()):
                 budget.streak = 0
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:
@@ -107,7 +114,7 @@ class MemoryBudgets:
         """
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
-            if budget.raised.get(category, 0) > new_limit:
+            if not budget_raise(category, new_limit).holds(budget.snapshot()):
                 raise RecordChanged("raising a budget")
             budget.raised[category] = new_limit
             budget.streak = 0

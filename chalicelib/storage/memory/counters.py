@@ -12,11 +12,21 @@ from chalicelib.quota.core import (
     LeaseId,
     SessionKey,
     SessionSnapshot,
-    Verdict,
-    admits,
-    explain_refusal,
     fold_repeats,
     with_call,
+)
+from chalicelib.quota.facts import Recorded
+from chalicelib.quota.rules import (
+    admits,
+    idle_restart,
+    lease_return,
+    refusal_noted,
+    refusal_record,
+    reset_start,
+    session_raise,
+    still_spent,
+    suspended_refusal,
+    take_back,
 )
 from chalicelib.storage.ports import (
     Consumed,
@@ -60,13 +70,8 @@ class _Session:
             raised_until=dict(self.raised_until),
             server=self.server,
             leased=dict(self.leased),
-        )
-
-    def holds(self, record: CallRecord) -> bool:
-        return any(
-            c.check_id == record.check_id
-            and (c.allowed, c.replay) == (record.allowed, record.replay)
-            for c in self.calls
+            grants=dict(self.grants),
+            first_refusals={c: mark[0] for c, mark in self.notified.items()},
         )
 
     def zero(self) -> None:
@@ -139,9 +144,9 @@ class MemoryCounters:
         """Start idle-expired counters again with this call counted."""
         with self._lock:
             session = self._sessions.get(attempt.session)
-            if session is None or session.last_seen_ms != old_last_seen_ms:
-                return None
-            if session.suspended_reason is not None:
+            if session is None or not idle_restart(old_last_seen_ms, False).holds(
+                session.snapshot()
+            ):
                 return None
             session.zero()
             session.raised.clear()
@@ -157,10 +162,8 @@ class MemoryCounters:
         """A suspended session's first attempt after idle expiry: counters start again."""
         with self._lock:
             session = self._sessions.get(attempt.session)
-            if (
-                session is None
-                or session.last_seen_ms != old_last_seen_ms
-                or session.suspended_reason is None
+            if session is None or not idle_restart(old_last_seen_ms, True).holds(
+                session.snapshot()
             ):
                 return None
             session.zero()
@@ -185,25 +188,21 @@ class MemoryCounters:
             session = self._sessions.get(attempt.session)
             if session is None:
                 return None
-            if expected and (
-                explain_refusal(session.snapshot(), attempt) is not Verdict.OVER_LIMIT
-                or session.notified.get(attempt.category, (None, None))[0] != limit
-                or session.started_ms != seen.started_ms
-            ):
-                return None  # no longer spent at that limit: checked the usual way
-            if session.holds(record):
+            now = session.snapshot()
+            if Recorded(record).holds(now):  # a retry of this very write
                 first = session.notified.get(attempt.category) == (limit, attempt.check_id)
                 return not suspended and first
             if suspended:
-                if session.suspended_reason is None:
+                if not suspended_refusal(record).holds(now):
                     return None
                 session.last_seen_ms = attempt.now_ms
                 self._append(session, record)
                 return False
-            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+            first = refusal_noted(record, seen.started_ms, limit, first=True).holds(now)
+            if not first and not refusal_noted(record, seen.started_ms, limit, False).holds(now):
                 return None
-            previous = session.notified.get(attempt.category)
-            first = previous is None or previous[0] != limit
+            if expected and (first or not still_spent(attempt, limit).holds(now)):
+                return None  # no longer spent at that limit: checked the usual way
             if first:  # later refusals at this limit keep the first one's check id
                 session.notified[attempt.category] = (limit, attempt.check_id)
             session.refused[attempt.category] = session.refused.get(attempt.category, 0) + 1
@@ -218,9 +217,10 @@ class MemoryCounters:
             session = self._sessions.get(attempt.session)
             if session is None:
                 return False
-            if session.holds(record):
+            now = session.snapshot()
+            if Recorded(record).holds(now):
                 return True
-            if session.suspended_reason is not None or session.started_ms != seen.started_ms:
+            if not refusal_record(record, seen.started_ms).holds(now):
                 return False
             self._touch(session, attempt)
             self._append(session, record)
@@ -244,7 +244,7 @@ class MemoryCounters:
                     del session.calls[i]
                     break
             category, units = attempt.category, attempt.units
-            if session.started_ms == started_ms and session.counts.get(category, 0) >= units:
+            if take_back(attempt, started_ms).holds(session.snapshot()):
                 session.counts[category] -= units
                 if attempt.leased:
                     session.leased[category] = session.leased.get(category, 0) - units
@@ -259,14 +259,7 @@ class MemoryCounters:
         with self._lock:
             found = self._sessions.get(session)
             category = lease.category
-            if (
-                found is None
-                or found.started_ms != lease.started_ms
-                or found.last_seen_ms < cutoff_ms
-                or found.grants.get(category) != lease.grant
-                or found.leased.get(category, 0) < unused
-                or found.counts.get(category, 0) < unused
-            ):
+            if found is None or not lease_return(lease, unused, cutoff_ms).holds(found.snapshot()):
                 return None
             del found.grants[category]
             found.counts[category] -= unused
@@ -290,15 +283,14 @@ class MemoryCounters:
         now_ms, idle_ms = change.now_ms, change.idle_ms
         with self._lock:
             found = self._sessions.get(session)
-            if seen is None or (not seen.suspended and seen.is_idle(now_ms, idle_ms)):
+            if seen is None or seen.is_idle(now_ms, idle_ms):
+                # Idle expiry holds while suspended too: the raise applies to the counters
+                # that start now (a suspended session stays suspended, with no expiry).
                 fresh_ok = (
                     found is None
                     if seen is None
-                    else (
-                        found is not None
-                        and found.last_seen_ms == seen.last_seen_ms
-                        and found.suspended_reason is None
-                    )
+                    else found is not None
+                    and idle_restart(seen.last_seen_ms, seen.suspended).holds(found.snapshot())
                 )
                 if not fresh_ok:
                     raise RecordChanged("raising a limit")
@@ -309,16 +301,11 @@ class MemoryCounters:
                 found.raised = {}
                 found.raised_until = {}
                 found.started_ms = found.last_seen_ms = now_ms
-                found.expires_ms = now_ms + idle_ms
+                suspended = found.suspended_reason is not None
+                found.expires_ms = None if suspended else now_ms + idle_ms
             else:
-                live = found is not None and (
-                    found.last_seen_ms >= now_ms - idle_ms or found.suspended_reason is not None
-                )
-                if found is None or not live:
-                    raise RecordChanged("raising a limit")
-                until = found.raised_until.get(change.category)
-                lapsed = until is not None and until <= now_ms
-                if found.raised.get(change.category, 0) > change.new_limit and not lapsed:
+                rule = session_raise(change.category, change.new_limit, now_ms, now_ms - idle_ms)
+                if found is None or not rule.holds(found.snapshot()):
                     raise RecordChanged("raising a limit")
             found.raised[change.category] = change.new_limit
             if change.until_ms is None:
@@ -374,7 +361,7 @@ class MemoryCounters:
             if found is None:
                 raise RecordNotFound("resetting a session")
             found.zero()
-            found.started_ms = found.last_seen_ms = max(now_ms, found.started_ms + 1)
+            found.started_ms = found.last_seen_ms = reset_start(found.snapshot(), now_ms)
             if found.suspended_reason is None:
                 found.expires_ms = found.started_ms + idle_ms
             return found.snapshot()

@@ -1,0 +1,101 @@
+"""Suspension above the session: which principals are suspended (cached per container),
+and escalation, which suspends a principal that ignored `suspend_after_refusals`
+refusals in a row (once: one email per suspension)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason, Refused
+from chalicelib.storage.ports import BudgetCounters
+
+if TYPE_CHECKING:
+    from chalicelib.clock import Clock
+
+
+class PrincipalGate:
+    """Which principals are suspended, cached per container for `cache_seconds`, so that
+    a check of a category without a principal budget (reads, by default) pays no request
+    for it. A suspension reaches such checks in other containers within that delay; a
+    category with a principal budget sees it at once, in its conditional update."""
+
+    def __init__(self, budgets: BudgetCounters, clock: Clock, cache_seconds: int = 30) -> None:
+        self._budgets = budgets
+        self._clock = clock
+        self._cache_ms = cache_seconds * 1000
+        self._cache: dict[BudgetKey, tuple[int, str | None]] = {}
+
+    def suspension(self, key: BudgetKey) -> str | None:
+        """The reason the principal is suspended, or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        snapshot = self._budgets.get(key)
+        reason = snapshot.suspended_reason if snapshot else None
+        self.learn(key, reason)
+        return reason
+
+    def learn(self, key: BudgetKey, reason: str | None) -> None:
+        """Remember a principal's state seen or set here."""
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[key] = (self._clock() + self._cache_ms, reason)
+
+
+class Escalation:
+    """Counts each refusal in its principal's streak and suspends at the threshold."""
+
+    def __init__(
+        self, budgets: BudgetCounters | None, gate: PrincipalGate | None, after: int
+    ) -> None:
+        self._budgets = budgets
+        self._gate = gate
+        self._after = after
+
+    def after(
+        self,
+        attempt: Attempt,
+        allowed_since_ms: int,
+        decision: Refused,
+        streak: int | None = None,
+    ) -> Refused:
+        """Count the refusal in its principal's streak; suspend the principal when the
+        streak reaches `suspend_after_refusals`. Only the refused principal's own run of
+        refusals counts: other principals' refusals, and the tenant ceiling's as such,
+        never suspend anyone."""
+        if (
+            self._budgets is None
+            or attempt.principal is None
+            or decision.reason is RefusalReason.PRINCIPAL_SUSPENDED
+        ):
+            return decision
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        if streak is None:
+            # Nothing happened later than now by the check's own clock (a call counted
+            # at its counters' start, a millisecond ahead, was still counted before).
+            since = min(allowed_since_ms, attempt.real_ms)
+            streak, _ = self._budgets.note_streak(key, attempt.real_ms, since)
+        if streak < self._after:
+            return decision
+        return replace(decision, escalated=self._suspend(attempt, streak))
+
+    def _suspend(self, attempt: Attempt, refusals: int) -> bool:
+        """Suspend the principal of a caller that keeps ignoring refusals; whether this
+        check is the one that suspended it (one email per suspension)."""
+        if self._budgets is None or attempt.principal is None:
+            return False
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        reason = (
+            f"automatic: {refusals} refused calls in a row (suspend_after_refusals is "
+            f"{self._after}); an agent that ignores refusals is stopped"
+        )
+        _, newly = self._budgets.suspend(key, reason)
+        if self._gate is not None:
+            self._gate.learn(key, reason)
+        return newly

@@ -1,0 +1,288 @@
+"""The budgets above the session as steps of one check: which apply, taken at once (one
+round trip for all), and given back, over a throttle too, when the check does not stand.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar, cast
+
+from chalicelib.observability import count, logger
+from chalicelib.quota.core import (
+    Attempt,
+    BudgetKey,
+    BudgetSnapshot,
+    LeaseId,
+    Scope,
+    ScopeUse,
+    SessionKey,
+    Spend,
+)
+from chalicelib.quota.policy import Category, WindowLimit
+from chalicelib.storage.ports import (
+    BudgetCounters,
+    NotTaken,
+    StorageError,
+    StoreMisconfigured,
+    StoreRejected,
+    StoreUnavailable,
+    Taken,
+)
+
+if TYPE_CHECKING:
+    from chalicelib.check.service import LimitResolver
+
+_T = TypeVar("_T")
+
+
+def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
+    """Run independent store requests at once (one round trip for all); the first
+    exception is raised once every call has finished, so none is left half-seen. The
+    extra calls run on daemon threads: nothing is left for the interpreter to join at
+    exit (a pool's atexit join is what a Ctrl-C of `make run` used to interrupt)."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    results: list[_T | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:  # handed to the caller below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(i,), daemon=True, name="quota-step")
+        for i in range(1, len(calls))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return cast("list[_T]", results)  # every call ran: each slot holds its result
+
+
+COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
+
+
+def retried(write: Callable[[], object]) -> None:
+    """A write the check needs before it answers, tried again over a throttle.
+
+    Raises:
+        StorageError: the store kept failing.
+    """
+    for pause in (*COMPENSATION_PAUSES_S, None):
+        try:
+            write()
+            return
+        except StorageError:
+            if pause is None:
+                raise
+            time.sleep(pause)
+
+
+def compensate(undo: Callable[[], object], attempt: Attempt) -> None:
+    """Undo what a failed check counted, trying again over a throttle. If the store stays
+    down, the count stays one too high (under-admission, never over) and says so: an
+    error log line and the CompensationFailed metric, never a silent miscount.
+
+    Raises:
+        StorageError: the store kept failing.
+    """
+    for pause in (*COMPENSATION_PAUSES_S, None):
+        try:
+            undo()
+            return
+        except StorageError as exc:
+            if pause is None:
+                logger.error(
+                    "could not give back a call answered 503; its count stays",
+                    extra={
+                        "tenant": attempt.tenant,
+                        "session_id": attempt.session_id,
+                        "category": attempt.category,
+                        "error": exc.doing,
+                    },
+                )
+                count("CompensationFailed", attempt.category)
+                raise
+            time.sleep(pause)
+
+
+def surely_not_written(exc: StorageError) -> bool:
+    """Whether a failed write certainly changed nothing (throttled, refused outright), as
+    opposed to a timeout or server error, after which it may have been applied."""
+    if isinstance(exc, StoreUnavailable):
+        return exc.throttled
+    return isinstance(exc, StoreMisconfigured | StoreRejected)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One wider budget a check counts against."""
+
+    key: BudgetKey
+    window: WindowLimit
+    spend: Spend
+
+
+class WiderBudgets:
+    """The steps of a check above its session, and what undoes them."""
+
+    def __init__(self, budgets: BudgetCounters, limits: LimitResolver) -> None:
+        self._budgets = budgets
+        self._limits = limits
+        # Wider budgets this container last saw refusing (category, window, limit): a
+        # hint for the order of the steps, never a decision.
+        self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
+
+    def steps(self, attempt: Attempt, category: Category) -> list[Step]:
+        steps = []
+        for window in category.windows:
+            if window.scope is Scope.PRINCIPAL:
+                if attempt.principal is None:
+                    continue
+                key = BudgetKey.principal(attempt.tenant, attempt.principal)
+            else:
+                key = BudgetKey.whole_tenant(attempt.tenant)
+            limit = self._limits.window_limit(
+                attempt.tenant, attempt.principal, window, category.name, attempt.real_ms
+            )
+            spend = Spend(
+                category.name,
+                limit,
+                window.window_start_ms(attempt.real_ms),
+                window.window_end_ms(attempt.real_ms),
+                attempt.real_ms,
+                attempt.units,
+            )
+            steps.append(Step(key, window, spend))
+        return steps
+
+    def take_all(
+        self, attempt: Attempt, steps: list[Step]
+    ) -> tuple[list[tuple[Step, BudgetSnapshot]], tuple[Step, BudgetSnapshot | None] | None]:
+        """Take from every wider budget at once: the steps that took, and the first that
+        refused (with the budget as it was), if any.
+
+        Raises:
+            StorageError: a step failed; what the others took was given back first.
+        """
+        budgets = self._budgets
+        if any(self._refusing.get(step.key) == seen_as(step) for step in steps):
+            # A budget this container saw refusing in this window: one step at a time,
+            # so a loop against it stops at its refusal and touches nothing else.
+            results: list[Taken | NotTaken | StorageError] = []
+            for step in steps:
+                results.append(attempt_take(budgets, step))
+                if not isinstance(results[-1], Taken):
+                    break
+            steps = steps[: len(results)]
+        else:
+            results = in_parallel([partial(attempt_take, budgets, step) for step in steps])
+        for step, result in zip(steps, results, strict=True):
+            if isinstance(result, NotTaken):
+                if len(self._refusing) > 10_000:
+                    self._refusing.clear()
+                self._refusing[step.key] = seen_as(step)
+            elif isinstance(result, Taken):
+                self._refusing.pop(step.key, None)
+        taken = [
+            (step, result.snapshot)
+            for step, result in zip(steps, results, strict=True)
+            if isinstance(result, Taken)
+        ]
+        for result in results:
+            if isinstance(result, StorageError):
+                undo = partial(self.give_back, [s for s, _ in taken])
+                compensate(undo, attempt)
+                raise result
+        for step, result in zip(steps, results, strict=True):
+            if isinstance(result, NotTaken):
+                return taken, (step, result.snapshot)
+        return taken, None
+
+    def end_streaks(self, attempt: Attempt, taken: list[tuple[Step, BudgetSnapshot]]) -> None:
+        """A call allowed at every scope ends its principal's streak of refusals: one
+        more write, only when the principal's budget showed a streak."""
+        for step, budget in taken:
+            if step.window.scope is Scope.PRINCIPAL and budget.refusals_in_a_row > 0:
+                self._budgets.end_streak(step.key, attempt.real_ms)
+
+    def give_back(self, steps: Iterable[Step]) -> None:
+        """Undo what these steps took, at once.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        budgets = self._budgets
+        in_parallel([partial(budgets.give_back, step.key, step.spend) for step in steps])
+
+    def give_back_lease(
+        self,
+        session: SessionKey,
+        principal: str | None,
+        category: Category,
+        lease: LeaseId,
+        unused: int,
+        now_ms: int,
+    ) -> None:
+        """Give a returned lease's unused calls back to the wider budgets, best effort,
+        only in the window that granted them (the session has taken them back)."""
+        for window in category.windows:
+            if window.window_start_ms(now_ms) != window.window_start_ms(lease.granted_ms):
+                continue
+            if window.scope is Scope.PRINCIPAL:
+                if principal is None:
+                    continue
+                key = BudgetKey.principal(session.tenant, principal)
+            else:
+                key = BudgetKey.whole_tenant(session.tenant)
+            spend = Spend(
+                category.name,
+                window.limit,
+                window.window_start_ms(now_ms),
+                window.window_end_ms(now_ms),
+                now_ms,
+                unused,
+            )
+            try:
+                self._budgets.give_back(key, spend)
+            except StorageError as exc:
+                # The wider budget keeps them until its window ends (under-admission).
+                logger.warning(
+                    "lease return: a wider budget kept its calls",
+                    extra={"scope": key.scope.value, "error": exc.doing},
+                )
+
+
+def attempt_take(budgets: BudgetCounters, step: Step) -> Taken | NotTaken | StorageError:
+    """One wider step, its failure returned rather than raised: the steps run at once,
+    and what the others took must be given back before a failure is answered."""
+    try:
+        return budgets.take(step.key, step.spend)
+    except StorageError as exc:
+        return exc
+
+
+def seen_as(step: Step) -> tuple[str, int, int]:
+    """What a refusal of a wider budget was seen at: its category, window and limit."""
+    return step.spend.category, step.spend.window_start_ms, step.spend.limit
+
+
+def use_of(step: Step, snapshot: BudgetSnapshot) -> ScopeUse:
+    spend = step.spend
+    return ScopeUse(
+        scope=step.window.scope,
+        used=snapshot.used(spend.category, spend.window_start_ms),
+        limit=snapshot.limit_for(spend.category, spend.limit),
+        window_seconds=step.window.window_seconds,
+        resets_at_ms=spend.window_end_ms,
+    )

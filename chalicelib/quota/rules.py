@@ -1,0 +1,230 @@
+"""The admission rules, written once: each is a condition (`quota.facts`) composed here
+and nowhere else. Memory evaluates it under its lock, `explain_refusal` names its first
+failing clause, and the DynamoDB adapter renders it into a ConditionExpression.
+"""
+
+from __future__ import annotations
+
+from chalicelib.quota.core import (
+    Attempt,
+    CallRecord,
+    LeaseId,
+    SessionSnapshot,
+    Spend,
+    Verdict,
+)
+from chalicelib.quota.facts import (
+    And,
+    BudgetCountAtLeast,
+    BudgetFits,
+    BudgetRaisedAbove,
+    BudgetSuspended,
+    CallIdFree,
+    CheckNotCounted,
+    Condition,
+    CountAtLeast,
+    CountsNoLaterWindow,
+    CountsWindow,
+    FirstRefusalAt,
+    Fits,
+    LastGrantIs,
+    LastSeenAt,
+    Named,
+    Not,
+    RaisedAbove,
+    Recorded,
+    RefusedBefore,
+    RefusedBy,
+    SameCounters,
+    SeenBefore,
+    SeenSince,
+    SessionExists,
+    SessionSuspended,
+    StartedBefore,
+    StartedBy,
+    all_of,
+    any_of,
+    explain,
+)
+
+
+def session_consume(attempt: Attempt) -> Condition:
+    """When a check counts a call in its session: a session never seen, or one whose
+    counters started by the check's time, that has not counted this very check, is not
+    suspended, is not idle-expired, has not counted the client's call id, and has room
+    for the calls asked. The clauses are listed in the order a refusal is explained."""
+    call_id = attempt.dedupe_call_id
+    unseen: Condition = (
+        Named(
+            None, CallIdFree(call_id, attempt.tool, attempt.category, attempt.asked, attempt.now_ms)
+        )
+        if call_id is not None
+        else Named(Verdict.ALREADY_COUNTED, CheckNotCounted(attempt.check_id))
+    )
+    clauses: list[Condition] = [Named(Verdict.CLOCK_BEHIND, StartedBy(attempt.now_ms))]
+    if call_id is None:
+        clauses.append(unseen)
+    clauses += [
+        Named(Verdict.SUSPENDED, Not(SessionSuspended())),
+        Named(Verdict.EXPIRED, SeenSince(attempt.cutoff_ms)),
+    ]
+    if call_id is not None:
+        clauses.append(unseen)
+    clauses.append(
+        Named(
+            Verdict.OVER_LIMIT,
+            Fits(attempt.category, attempt.units, attempt.base_limit, attempt.now_ms),
+        )
+    )
+    return any_of(Not(SessionExists()), And(tuple(clauses)))
+
+
+def budget_take(spend: Spend) -> Condition:
+    """When a budget above the session counts `spend.units` calls: it is not suspended,
+    counts this window (or none later, and starts it again), and the calls fit."""
+    return all_of(
+        Named(Verdict.SUSPENDED, Not(BudgetSuspended())),
+        any_of(
+            CountsWindow(spend.category, spend.window_start_ms),
+            CountsNoLaterWindow(spend.category, spend.window_start_ms),
+        ),
+        Named(
+            Verdict.OVER_LIMIT,
+            BudgetFits(spend.category, spend.window_start_ms, spend.units, spend.limit),
+        ),
+    )
+
+
+def idle_restart(old_last_seen_ms: int, suspended: bool) -> Condition:
+    """When idle-expired counters start again: no attempt came since the session was read
+    idle (a suspended one restarts too, and stays suspended)."""
+    state: Condition = SessionSuspended() if suspended else Not(SessionSuspended())
+    return all_of(LastSeenAt(old_last_seen_ms), state)
+
+
+def refusal_record(entry: CallRecord, started_ms: int) -> Condition:
+    """When a refused (or replayed) call is recorded: on the counters it was decided on,
+    not suspended meanwhile, once."""
+    return all_of(
+        SessionExists(),
+        SameCounters(started_ms),
+        Not(SessionSuspended()),
+        Not(Recorded(entry)),
+    )
+
+
+def refusal_noted(entry: CallRecord, started_ms: int, limit: int, first: bool) -> Condition:
+    """A refusal recorded as the first at `limit` of these counters (or as a later one):
+    exactly one writer finds the first refusal at a limit unrecorded."""
+    at = FirstRefusalAt(entry.category, limit)
+    return all_of(refusal_record(entry, started_ms), Not(at) if first else at)
+
+
+def suspended_refusal(entry: CallRecord) -> Condition:
+    """When a refusal of a suspended session is recorded: still suspended, once."""
+    return all_of(SessionSuspended(), Not(Recorded(entry)))
+
+
+def still_spent(attempt: Attempt, limit: int) -> Condition:
+    """A refusal the check expected (it saw the session spent): the session is still
+    active and spent at `limit`, with no raise in force above it."""
+    return all_of(
+        SeenSince(attempt.cutoff_ms), Not(Fits(attempt.category, 1, limit, attempt.now_ms))
+    )
+
+
+def take_back(attempt: Attempt, started_ms: int) -> Condition:
+    """When a counted call comes off the count (a wider budget refused it): the counters
+    are still the generation that counted it, and hold it."""
+    return all_of(SameCounters(started_ms), CountAtLeast(attempt.category, attempt.units))
+
+
+def lease_return(lease: LeaseId, unused: int, cutoff_ms: int) -> Condition:
+    """When unspent calls of a lease come back: to the generation that granted it, not
+    idle-expired, never more than the leases counted, only for the category's last lease
+    exactly as granted, once."""
+    return all_of(
+        SameCounters(lease.started_ms),
+        SeenSince(cutoff_ms),
+        CountAtLeast(lease.category, unused, leased=True),
+        CountAtLeast(lease.category, unused),
+        LastGrantIs(lease.category, lease.grant),
+    )
+
+
+def budget_give_back(spend: Spend) -> Condition:
+    """When calls go back to a budget: its window is still the one they were taken in,
+    and counts them."""
+    return all_of(
+        CountsWindow(spend.category, spend.window_start_ms),
+        BudgetCountAtLeast(spend.category, spend.window_start_ms, spend.units),
+    )
+
+
+def streak_goes_on(allowed_since_ms: int) -> Condition:
+    """A refusal adds to the principal's streak unless the principal was last refused
+    before an allowed call of the refused session (`allowed_since_ms`)."""
+    return Not(RefusedBefore(allowed_since_ms))
+
+
+def streak_ends(now_ms: int) -> Condition:
+    """A call allowed at every scope at `now_ms` ends the streak, unless a refusal was
+    recorded after it."""
+    return RefusedBy(now_ms)
+
+
+def counters_reset(start_ms: int, suspended: bool, first_try: bool = True) -> Condition:
+    """When an administrator's reset starts new counters at `start_ms`: after the current
+    ones started and (on a first try) after the session's last attempt, so that no call
+    recorded before the reset is taken for one of the new counters' (a check in the same
+    millisecond after it runs at their start: `Verdict.CLOCK_BEHIND`). A try after a read
+    starts them past what it read, and only admins can defeat it: checks never do. A
+    suspended session is reset as one (it keeps no TTL)."""
+    state: Condition = SessionSuspended() if suspended else Not(SessionSuspended())
+    after = [SeenBefore(start_ms)] if first_try else []
+    return all_of(SessionExists(), state, StartedBefore(start_ms), *after)
+
+
+def reset_start(record: SessionSnapshot, now_ms: int) -> int:
+    """When a reset read `record` may start the new counters: now, or just after the
+    current counters' start and the last attempt, whichever is later."""
+    return max(now_ms, record.started_ms + 1, record.last_seen_ms + 1)
+
+
+def session_raise(category: str, new_limit: int, now_ms: int, cutoff_ms: int) -> Condition:
+    """An administrator's raise in place: the session is live (active, or suspended) and
+    no raise in force above the new one was set meanwhile (a raise only lifts a limit; a
+    lapsed one may be replaced by a smaller one)."""
+    return all_of(
+        SessionExists(),
+        any_of(SeenSince(cutoff_ms), SessionSuspended()),
+        Not(RaisedAbove(category, new_limit, now_ms)),
+    )
+
+
+def session_unseen() -> Condition:
+    """An administrator's raise ahead of a session's first check: it is still unseen."""
+    return Not(SessionExists())
+
+
+def budget_raise(category: str, new_limit: int) -> Condition:
+    """An administrator's raise of a budget only lifts its limit."""
+    return Not(BudgetRaisedAbove(category, new_limit))
+
+
+def admits(snapshot: SessionSnapshot | None, attempt: Attempt) -> bool:
+    """Whether the store counts the attempt in the session as stored."""
+    return session_consume(attempt).holds(snapshot)
+
+
+def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
+    """Why the store did not count the attempt in this (old) session: the first clause of
+    `session_consume` that fails; STALE if it holds now (the session changed)."""
+    return explain(session_consume(attempt), snapshot) or Verdict.STALE
+
+
+def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
+    """How many calls a lease that did not fit may still be granted: what remains under
+    the limit (0: none, the call is refused)."""
+    fits = Fits(attempt.category, attempt.units - 1, attempt.base_limit, attempt.now_ms)
+    return fits.remaining(snapshot)

@@ -1,0 +1,207 @@
+"""The session item codec: a session's item into the core's snapshot and back, and the
+compact forms its last calls are kept in (`calls` texts, `cids` entries)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib.quota.core import CallRecord, SessionKey, SessionSnapshot, fold_repeats
+from chalicelib.storage.dynamodb.layout import (
+    BLOCKED,
+    CALL_IDS,
+    CALLS,
+    COUNT_PREFIX,
+    COUNTED_CALL_ID,
+    COUNTED_CHECK,
+    GRANT_PREFIX,
+    LAST_SEEN,
+    LEASED_PREFIX,
+    NOTIFIED_PREFIX,
+    PRINCIPAL,
+    RAISED_PREFIX,
+    RAISED_UNTIL_PREFIX,
+    REFUSED_PREFIX,
+    REPLAYED,
+    SERVER,
+    STARTED,
+    SUSPENDED,
+    UNCOUNTED,
+)
+
+SEP = "|"
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def key_of(session: SessionKey) -> str:
+    return f"{session.tenant}#{session.session_id}"
+
+
+def ttl(until_ms: int) -> int:
+    """The TTL attribute for an item that may be cleaned up after `until_ms`."""
+    return until_ms // 1000 + 1
+
+
+def _base36(value: int) -> str:
+    out = ""
+    while True:
+        value, digit = divmod(value, 36)
+        out = _DIGITS36[digit] + out
+        if value == 0:
+            return out
+
+
+def encode_call(record: CallRecord) -> str:
+    """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed,
+    and how many refusals in a row it stands for, if more than one. Its ids are kept in
+    `cids`; the principal is the session's, stored once."""
+    allowed = "1" if record.allowed else "0"
+    fields = [_base36(record.at_ms), record.category, record.tool, allowed]
+    if record.repeats > 1:
+        fields.append(str(record.repeats))
+    if record.units > 1:
+        fields.append(f"x{record.units}")
+    return SEP.join(fields)
+
+
+def stored_id(record: CallRecord) -> str:
+    """The `cids` entry of a call."""
+    call_id = record.call_id or ""
+    if record.replay:
+        return f"{REPLAYED}{call_id}{SEP}{record.check_id}"
+    if not record.allowed:
+        return f"{BLOCKED}{call_id}{SEP}{record.check_id}"
+    if record.call_id is not None:
+        return COUNTED_CALL_ID + record.call_id
+    return f"{COUNTED_CHECK}{record.check_id}"
+
+
+def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
+    """Rebuild a call from its `calls` and `cids` entries."""
+    at, category, tool, allowed, *more = text.split(SEP)
+    call_id: str | None = None
+    check_id: str | None = None
+    if stored.startswith(COUNTED_CALL_ID):
+        call_id = stored[len(COUNTED_CALL_ID) :]
+    elif stored.startswith(COUNTED_CHECK):
+        check_id = stored[len(COUNTED_CHECK) :]
+    elif stored.startswith((BLOCKED, REPLAYED, UNCOUNTED)) and SEP in stored:
+        call_id, check_id = stored[2:].rsplit(SEP, 1)
+    replay = stored.startswith(REPLAYED)
+    repeats = next((int(f) for f in more if f.isdigit()), 1)
+    units = next((int(f[1:]) for f in more if f.startswith("x")), 1)
+    return CallRecord(
+        int(at, 36),
+        category,
+        tool,
+        allowed == "1",
+        principal,
+        call_id or None,
+        replay,
+        check_id,
+        repeats,
+        units,
+    )
+
+
+def notified(value: Mapping[str, Any] | None) -> tuple[int, str | None] | None:
+    """The limit (and check id) a `z_<cat>` attribute records, in either stored form."""
+    if value is None:
+        return None
+    if "N" in value:
+        return int(value["N"]), None
+    limit, _, check_id = str(value["S"]).partition(SEP)
+    return int(limit), check_id
+
+
+def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
+    """Decode a counter item into the decision core's view of it."""
+    counts: dict[str, int] = {}
+    raised: dict[str, int] = {}
+    raised_until: dict[str, int] = {}
+    refused: dict[str, int] = {}
+    leased: dict[str, int] = {}
+    for name, value in item.items():
+        for prefix, target in (
+            (COUNT_PREFIX, counts),
+            (RAISED_PREFIX, raised),
+            (RAISED_UNTIL_PREFIX, raised_until),
+            (REFUSED_PREFIX, refused),
+            (LEASED_PREFIX, leased),
+        ):
+            if name.startswith(prefix) and "N" in value:
+                target[name[len(prefix) :]] = int(value["N"])
+    grants = {
+        name[len(GRANT_PREFIX) :]: str(value["S"])
+        for name, value in item.items()
+        if name.startswith(GRANT_PREFIX) and "S" in value
+    }
+    first_refusals = {
+        name[len(NOTIFIED_PREFIX) :]: mark[0]
+        for name, value in item.items()
+        if name.startswith(NOTIFIED_PREFIX) and (mark := notified(value)) is not None
+    }
+    suspended = item.get(SUSPENDED)
+    principal = item.get(PRINCIPAL, {}).get("S")
+    texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
+    ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
+    pairs = zip(texts, ids, strict=False)
+    calls = _settle([(decode_call(text, cid, principal), cid) for text, cid in pairs])
+    return SessionSnapshot(
+        last_seen_ms=int(item.get(LAST_SEEN, {"N": "0"})["N"]),
+        started_ms=int(item.get(STARTED, {"N": "0"})["N"]),
+        counts=counts,
+        raised=raised,
+        refused=refused,
+        suspended=suspended is not None,
+        suspended_reason=suspended.get("S") if suspended else None,
+        principal=principal,
+        calls=calls,
+        raised_until=raised_until,
+        server=item.get(SERVER, {}).get("S"),
+        leased=leased,
+        grants=grants,
+        first_refusals=first_refusals,
+    )
+
+
+def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
+    """The last calls with every taken-back call shown once, as refused, and repeated
+    refusals folded into one record."""
+    calls: list[CallRecord] = []
+    for record, stored in entries:
+        if stored.startswith(UNCOUNTED):
+            for i in range(len(calls) - 1, -1, -1):
+                kept = calls[i]
+                same = (
+                    kept.call_id == record.call_id
+                    if record.call_id is not None
+                    else kept.check_id == record.check_id
+                )
+                if same and kept.allowed and not kept.replay:
+                    del calls[i]
+                    break
+        calls.append(record)
+    return fold_repeats(calls)
+
+
+def same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
+    """Whether an item holds the unsuspended counters that started at `started_ms`."""
+    started = item.get(STARTED, {}).get("N")
+    return SUSPENDED not in item and started is not None and int(started) == started_ms
+
+
+def _with_expiry(update: str, expires: bool) -> str:
+    """A raise's update, setting when it lapses or removing a previous expiry. The REMOVE
+    of the idle-start form comes last, so the expiry joins the SET or the REMOVE."""
+    if expires:
+        return update.replace("SET #r = :new", "SET #r = :new, #rx = :until", 1)
+    if " REMOVE " in update:
+        return update.replace(" REMOVE ", " REMOVE #rx, ", 1)
+    return f"{update} REMOVE #rx"
+
+
+def holds_entry(item: Mapping[str, Any] | None, entry: str) -> bool:
+    return item is not None and any(
+        v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])
+    )

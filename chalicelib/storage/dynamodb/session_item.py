@@ -1,0 +1,182 @@
+"""The requests every write to a session's item makes (the item layout is in `layout`):
+one UpdateItem, a strongly consistent read, the old item of a failed condition, and the
+trim of the last calls."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from chalicelib.quota.core import (
+    Attempt,
+    CallRecord,
+    SessionKey,
+    SessionSnapshot,
+)
+from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.codec import (
+    encode_call,
+    key_of,
+    snapshot_from_item,
+    stored_id,
+    ttl,
+)
+from chalicelib.storage.dynamodb.expressions import (
+    BASE_NAMES,
+    TRIM_CONDITION,
+)
+from chalicelib.storage.dynamodb.layout import (
+    COUNT_PREFIX,
+    PK,
+    PRINCIPAL,
+    SERVER,
+)
+from chalicelib.storage.dynamodb.tails import Tails
+from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
+from chalicelib.storage.dynamodb.updates import n as _n
+from chalicelib.storage.dynamodb.updates import s as _s
+from chalicelib.storage.ports import (
+    StorageError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+
+_log = logging.getLogger(__name__)
+
+
+class SessionItems:
+    """One session's item: the requests every write to it makes; decides nothing."""
+
+    """Counts checks on the session counter item; decides nothing about policy."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        categories: Iterable[str],
+        keep_calls: int = 10,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._categories = tuple(categories)
+        self._keep = max(1, keep_calls)
+        self._batch = max(1, keep_calls // 2)
+        self._tails = Tails()
+
+    def _update(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        doing: str,
+        returns: str = "ALL_NEW",
+        old_on_failure: bool = False,
+    ) -> dict[str, Any]:
+        """One UpdateItem on a session's item.
+
+        Raises:
+            _ConditionFailed: the condition failed.
+            StorageError: the store failed.
+        """
+        return updates.update(
+            self._client,
+            self._table,
+            {PK: _s(key)},
+            update,
+            condition,
+            names,
+            values,
+            doing,
+            returns,
+            old_on_failure,
+        )
+
+    def _item(self, key: str, doing: str) -> dict[str, Any] | None:
+        """Read an item (strongly consistent), or None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        return updates.get(self._client, self._table, {PK: _s(key)}, doing)
+
+    def _old(self, failed: _ConditionFailed, key: str, doing: str) -> dict[str, Any] | None:
+        """The item a failed condition saw: returned with the failure, or read (dynalite
+        ignores ReturnValuesOnConditionCheckFailure)."""
+        old = dict(failed.old_item) if failed.old_item else self._item(key, doing)
+        self._tails.learn(key, old)
+        return old
+
+    def _names(self, attempt: Attempt) -> dict[str, str]:
+        names = dict(BASE_NAMES)
+        names["#n"] = COUNT_PREFIX + attempt.category
+        if attempt.principal is not None:
+            names["#pr"] = PRINCIPAL
+        if attempt.server is not None:
+            names["#srv"] = SERVER
+        return names
+
+    def _call_values(self, attempt: Attempt, record: CallRecord) -> dict[str, Any]:
+        values = {
+            ":now": _n(attempt.now_ms),
+            ":exp": _n(ttl(attempt.resets_at_ms)),
+            ":rec": {"L": [_s(encode_call(record))]},
+            ":cidl": {"L": [_s(stored_id(record))]},
+            ":empty": {"L": []},
+        }
+        if attempt.principal is not None:
+            values[":pr"] = _s(attempt.principal)
+        if attempt.server is not None:
+            values[":srv"] = _s(attempt.server)
+        return values
+
+    def _maybe_trim(self, key: str, length: int) -> None:
+        """Drop the oldest entries of the last calls once the list is a batch or more past
+        `keep`, back to `keep`.
+
+        The condition (the list is still at least `length` long) lets one of several
+        writers that saw the same or overlapping lengths trim, never below `keep`. A failed
+        trim is harmless (the next append past the batch trims again), so it is logged, not
+        raised.
+        """
+        over = length - self._keep
+        if over < self._batch:
+            return
+        positions = range(over)
+        removals = [f"#calls[{i}]" for i in positions] + [f"#ids[{i}]" for i in positions]
+        try:
+            self._update(
+                key,
+                "REMOVE " + ", ".join(removals),
+                TRIM_CONDITION,
+                BASE_NAMES,
+                {":min": _n(length)},
+                "trimming the last calls",
+                returns="NONE",
+            )
+        except _ConditionFailed:
+            return  # another writer trimmed first, or the session was reset
+        except StorageError as exc:
+            _log.warning("last-calls trim failed while %s", exc.doing)
+        finally:
+            self._tails.put(key, None)
+
+    def _admin_update(
+        self,
+        session: SessionKey,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        doing: str,
+    ) -> SessionSnapshot:
+        """Raises: _ConditionFailed, StorageError."""
+        names = {**BASE_NAMES, **names}
+        key = key_of(session)
+        item = self._update(key, update, condition, names, values, doing, old_on_failure=True)
+        self._tails.learn(key, item)
+        return snapshot_from_item(item)
