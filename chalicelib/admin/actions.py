@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from chalicelib.admin import listing
 from chalicelib.admin.audit import (
     TENANT_SCOPE,
     AuditEvent,
@@ -108,6 +109,8 @@ class AdminService:
         reason: str | None,
         before: Any = None,
         after: Any = None,
+        seen: SessionSnapshot | None = None,
+        principal: str | None = None,
     ) -> bool:
         return self._auditor.record(
             AuditEvent(
@@ -120,6 +123,8 @@ class AdminService:
                 before=before,
                 after=after,
                 detail=link_detail(who.role, who.name),
+                principal=seen.principal if seen is not None else principal,
+                server=None if seen is None else seen.server,
             )
         )
 
@@ -167,6 +172,7 @@ class AdminService:
                 request.reason,
                 before={"category": category, "limit": current},
                 after=raised_after(category, new, until),
+                seen=after,
             )
             view = self._view(session, after)
             return {"session": view, "category": category, "before": current, "after": new}
@@ -199,6 +205,7 @@ class AdminService:
             request.reason,
             before={"category": category, "limit": current},
             after={"category": category, "limit": new},
+            seen=after,
         )
         return {
             "session": self._view(session, after),
@@ -225,6 +232,7 @@ class AdminService:
             reason,
             before={"state": str(self._views.state(session.tenant, before))},
             after={"state": str(SessionState.SUSPENDED)},
+            seen=after,
         )
         return {"session": self._view(session, after)}
 
@@ -239,7 +247,9 @@ class AdminService:
         view = self._view(session, after)
         before_state = {"state": str(self._views.state(session.tenant, before))}
         after_state = {"state": view["state"]}
-        self._audit(who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state)
+        self._audit(
+            who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state, after
+        )
         return {"session": view}
 
     def reset(self, who: Identity, session_id: str, reason: str) -> dict[str, Any]:
@@ -251,7 +261,9 @@ class AdminService:
         session = SessionKey(who.tenant, session_id)
         before, after = self._change(session, self._counters.reset)
         used_before, used_after = {"used": dict(before.counts)}, {"used": dict(after.counts)}
-        self._audit(who, EventType.SESSION_RESET, session_id, reason, used_before, used_after)
+        self._audit(
+            who, EventType.SESSION_RESET, session_id, reason, used_before, used_after, after
+        )
         return {"session": self._view(session, after)}
 
     def _change(
@@ -283,31 +295,9 @@ class AdminService:
     def list_sessions(self, who: Identity, query: SessionsQuery) -> dict[str, Any]:
         """A page of the sessions blocked or suspended since `query.since_ms`, newest
         first, each with its counters as the next check would see them."""
-        marks = [] if self._trouble is None else self._trouble.marks(who.tenant, query.since_ms)
-        rows: list[dict[str, Any]] = []
-        for mark in marks:
-            session = SessionKey(who.tenant, mark.session_id)
-            snapshot = self._counters.get(session)
-            if snapshot is None:
-                continue
-            view = self._view(session, snapshot)
-            state = view["state"]  # the one derivation, as every view shows it
-            if query.state is not None and state != query.state:
-                continue
-            view["listing_state"] = state
-            view["trouble"] = {
-                "kind": mark.kind.value,
-                "at": iso_utc(mark.at_ms),
-                "category": mark.category,
-            }
-            rows.append(view)
-        page = rows[query.offset : query.offset + query.limit]
-        more = query.offset + query.limit < len(rows)
-        return {
-            "sessions": page,
-            "total": len(rows),
-            "next": str(query.offset + query.limit) if more else None,
-        }
+        if self._trouble is None:
+            return {"sessions": [], "next": None}
+        return listing.list_sessions(who.tenant, query, self._trouble, self._counters, self._view)
 
     # -- grants ----------------------------------------------------------------------
 
@@ -328,7 +318,14 @@ class AdminService:
         shown = grant.to_json()
         self._grants.put(grant)
         self._limits.forget(who.tenant)
-        self._audit(who, EventType.GRANT_CREATED, TENANT_SCOPE, request.reason, after=shown)
+        self._audit(
+            who,
+            EventType.GRANT_CREATED,
+            TENANT_SCOPE,
+            request.reason,
+            after=shown,
+            principal=grant.principal,
+        )
         return {"grant": shown}
 
     def list_grants(self, who: Identity) -> dict[str, Any]:
@@ -346,15 +343,25 @@ class AdminService:
         except RecordNotFound as exc:
             raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
         self._limits.forget(who.tenant)
-        self._audit(who, EventType.GRANT_DELETED, TENANT_SCOPE, None, before=grant.to_json())
+        self._audit(
+            who,
+            EventType.GRANT_DELETED,
+            TENANT_SCOPE,
+            None,
+            before=grant.to_json(),
+            principal=grant.principal,
+        )
         return {"grant": grant.to_json()}
 
     # -- audit -----------------------------------------------------------------------
 
     def audit_page(self, who: Identity, query: AuditQuery) -> dict[str, Any]:
-        """A page of the audit trail of one session (or of the tenant's own events)."""
-        scope = TENANT_SCOPE if query.session_id is None else query.session_id
-        page = self._audit_log.page(
-            who.tenant, scope, query.since_ms, query.limit, query.next_token
-        )
+        """A page of the audit trail of one session (oldest first), or of every event of
+        the tenant (newest first)."""
+        if query.session_id is None:
+            page = self._audit_log.feed(who.tenant, query.where, query.limit, query.next_token)
+        else:
+            page = self._audit_log.page(
+                who.tenant, query.session_id, query.since_ms, query.limit, query.next_token
+            )
         return {"events": [e.to_json() for e in page.events], "next": page.next_token}

@@ -35,6 +35,7 @@ class EventType(enum.StrEnum):
     SESSION_LOWERED = "session_lowered"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    LINK_DECLINED = "link_declined"  # an emailed link whose action was already done
 
 
 # The "session" of events that belong to no session. It holds a space, which no session
@@ -77,6 +78,8 @@ class AuditEvent:
     after: Any = None
     detail: Any = None
     event_id: str = field(default_factory=_next_event_id)
+    principal: str | None = None  # whom the agent acted for, where known
+    server: str | None = None  # the MCP server that named itself, where known
 
     @property
     def sort_key(self) -> str:
@@ -92,7 +95,7 @@ class AuditEvent:
             "session_id": None if self.session_id == TENANT_SCOPE else self.session_id,
             "actor": self.actor,
         }
-        for name in ("reason", "before", "after", "detail"):
+        for name in ("principal", "server", "reason", "before", "after", "detail"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

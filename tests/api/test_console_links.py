@@ -115,7 +115,9 @@ def test_the_listing_shows_blocked_and_suspended_sessions_only(linked: Api) -> N
     assert [s["session_id"] for s in active] == ["loop-a"]
     assert body(linked.get("/v1/sessions?since=2030-01-01T00:00:00Z"))["sessions"] == []
     page = body(linked.get("/v1/sessions?limit=1"))
-    assert len(page["sessions"]) == 1 and page["next"] == "1"
+    assert [s["session_id"] for s in page["sessions"]] == ["other"] and page["next"]
+    rest = body(linked.get(f"/v1/sessions?limit=1&next={page['next']}"))
+    assert [s["session_id"] for s in rest["sessions"]] == ["loop-a"] and rest["next"] is None
     assert linked.get("/v1/sessions?state=idle").status_code == 400
 
 

@@ -1,10 +1,13 @@
 """The tenant's index of sessions in trouble (blocked or suspended), on the audit table:
 one item per session in a partition of its own per tenant, overwritten by the latest
-event. Written only when a budget first runs out, a principal is escalated or a session
-is suspended, never by an allowed check.
+event. Written when a session's budget runs out (its last unit taken or its first
+refusal), a principal is escalated or a session is suspended.
 
 Item: pk "<tenant># trouble" (a space, which no session id holds), sk the session id,
-kind, at, category, principal, expires_at (TTL, clean-up only: listings filter by `at`).
+kind, at, category, principal, trouble_at "<13-digit ms>#<session id>", expires_at (TTL,
+clean-up only: listings bound `at` themselves). The index `trouble_by_time` on
+(pk, trouble_at) lists the entries newest first: a page is one Query of that partition,
+bounded by the page size, however many entries the tenant has.
 """
 
 from __future__ import annotations
@@ -13,19 +16,26 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chalicelib.schema import TROUBLE_BY_TIME
+from chalicelib.storage import page_tokens
 from chalicelib.storage.dynamodb.updates import n, s
 from chalicelib.storage.faults import translate
-from chalicelib.storage.ports import TroubleKind, TroubleMark
+from chalicelib.storage.ports import TroubleKind, TroubleMark, TroublePage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_PARTITION = "#pk = :pk"
+_NEWEST = "#pk = :pk AND #at BETWEEN :lo AND :hi"
 KEEP_DAYS = 30
+PAGE_SCOPE = "trouble"
 
 
 def _pk(tenant: str) -> str:
     return f"{tenant}# trouble"
+
+
+def _at_key(at_ms: int, session_id: str) -> str:
+    return f"{at_ms:013d}#{session_id}"
 
 
 def _mark(tenant: str, item: dict[str, Any]) -> TroubleMark:
@@ -57,6 +67,7 @@ class TroubleStore:
             "sk": s(mark.session_id),
             "kind": s(mark.kind.value),
             "at": n(mark.at_ms),
+            TROUBLE_BY_TIME.sort_key: s(_at_key(mark.at_ms, mark.session_id)),
             "expires_at": n(mark.at_ms // 1000 + KEEP_DAYS * 86_400),
         }
         if mark.category is not None:
@@ -68,28 +79,41 @@ class TroubleStore:
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, "indexing a blocked session") from exc
 
-    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
-        """The tenant's entries from `since_ms`, newest first.
+    def page(
+        self, tenant: str, since_ms: int, limit: int, next_token: str | None = None
+    ) -> TroublePage:
+        """Up to `limit` entries from `since_ms`, newest first: one Query.
 
         Raises:
+            BadPageToken: the page token is not one this listing issued.
             StorageError: the store failed.
         """
+        before = None
+        if next_token is not None:
+            before = page_tokens.decode_key(next_token, tenant, PAGE_SCOPE)
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": _PARTITION,
-            "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":pk": s(_pk(tenant))},
+            "KeyConditionExpression": _NEWEST,
+            "ExpressionAttributeNames": {"#pk": "pk", "#at": TROUBLE_BY_TIME.sort_key},
+            "ExpressionAttributeValues": {
+                ":pk": s(_pk(tenant)),
+                ":lo": s(f"{since_ms:013d}"),
+                # Inclusive: the previous page's last entry is read again and dropped.
+                ":hi": s("~" if before is None else before),
+            },
+            "ScanIndexForward": False,
+            "Limit": limit + 2,
         }
-        found: list[TroubleMark] = []
-        while True:
-            try:
-                response = self._client.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc, "listing blocked sessions") from exc
-            found += [_mark(tenant, dict(item)) for item in response.get("Items", [])]
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                break
-            kwargs["ExclusiveStartKey"] = last
-        kept = [m for m in found if m.at_ms >= since_ms]
-        return sorted(kept, key=lambda m: (m.at_ms, m.session_id), reverse=True)
+        try:
+            response = self._client.query(IndexName=TROUBLE_BY_TIME.name, **kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "listing blocked sessions") from exc
+        items = [
+            dict(i) for i in response.get("Items", []) if i[TROUBLE_BY_TIME.sort_key]["S"] != before
+        ]
+        kept = items[:limit]
+        token = None
+        if len(items) > limit or ("LastEvaluatedKey" in response and kept):
+            last = kept[-1][TROUBLE_BY_TIME.sort_key]["S"]
+            token = page_tokens.encode_key(tenant, PAGE_SCOPE, last)
+        return TroublePage([_mark(tenant, item) for item in kept], token)

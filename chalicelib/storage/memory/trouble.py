@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import threading
 
-from chalicelib.storage.ports import (
-    TroubleMark,
-)
+from chalicelib.storage import page_tokens
+from chalicelib.storage.ports import TroubleMark, TroublePage
+
+PAGE_SCOPE = "trouble"
+
+
+def _at_key(mark: TroubleMark) -> str:
+    return f"{mark.at_ms:013d}#{mark.session_id}"
 
 
 class MemoryTroubleIndex:
@@ -21,8 +26,23 @@ class MemoryTroubleIndex:
         with self._lock:
             self._marks[(mark.tenant, mark.session_id)] = mark
 
-    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
-        """The tenant's entries from `since_ms`, newest first."""
+    def page(
+        self, tenant: str, since_ms: int, limit: int, next_token: str | None = None
+    ) -> TroublePage:
+        """Up to `limit` entries from `since_ms`, newest first.
+
+        Raises:
+            BadPageToken: the page token is not one this listing issued.
+        """
+        before = None
+        if next_token is not None:
+            before = page_tokens.decode_key(next_token, tenant, PAGE_SCOPE)
         with self._lock:
-            kept = [m for m in self._marks.values() if m.tenant == tenant and m.at_ms >= since_ms]
-        return sorted(kept, key=lambda m: (m.at_ms, m.session_id), reverse=True)
+            found = [m for m in self._marks.values() if m.tenant == tenant and m.at_ms >= since_ms]
+        kept = sorted(
+            (m for m in found if before is None or _at_key(m) < before), key=_at_key, reverse=True
+        )
+        page = kept[:limit]
+        more = len(kept) > limit
+        token = page_tokens.encode_key(tenant, PAGE_SCOPE, _at_key(page[-1])) if more else None
+        return TroublePage(page, token)
