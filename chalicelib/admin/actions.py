@@ -297,7 +297,9 @@ class AdminService:
         first, each with its counters as the next check would see them."""
         if self._trouble is None:
             return {"sessions": [], "next": None}
-        return listing.list_sessions(who.tenant, query, self._trouble, self._counters, self._view)
+        return listing.list_sessions(
+            who.tenant, query, self._trouble, self._counters, self._view, self._clock()
+        )
 
     # -- grants ----------------------------------------------------------------------
 

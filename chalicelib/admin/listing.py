@@ -12,8 +12,9 @@ from chalicelib.clock import iso_utc
 from chalicelib.quota.core import SessionKey, SessionSnapshot
 from chalicelib.storage.ports import SessionCounters, TroubleIndex, TroubleMark
 
-# At most this many reads of the index per page: a state filter that drops most of the
-# first read's sessions gives a shorter page and a `next`, never a walk of the index.
+# At most this many reads of the index per page (each one day's): a listing of the last
+# 24 hours (the default) reads at most two days. A state filter that drops most sessions,
+# or a quiet stretch of days, gives a shorter page and a `next`, never a walk of the index.
 ROUNDS = 2
 READERS = 8  # sessions of a page read at once
 
@@ -54,6 +55,7 @@ def list_sessions(
     trouble: TroubleIndex,
     counters: SessionCounters,
     view: Callable[[SessionKey, SessionSnapshot], dict[str, Any]],
+    now_ms: int,
 ) -> dict[str, Any]:
     """A page of the sessions in trouble since `query.since_ms`, newest first, each as
     the next check would see it, kept if it is in `query.state` (any, if None).
@@ -65,7 +67,7 @@ def list_sessions(
     rows: list[dict[str, Any]] = []
     token = query.next_token
     for _ in range(ROUNDS):
-        page = trouble.page(tenant, query.since_ms, query.limit - len(rows), token)
+        page = trouble.page(tenant, query.since_ms, now_ms, query.limit - len(rows), token)
         token = page.next_token
         keys = [SessionKey(tenant, mark.session_id) for mark in page.marks]
         for mark, key, snapshot in zip(page.marks, keys, read_all(counters, keys), strict=True):

@@ -535,10 +535,11 @@ class TroubleIndex(Protocol):
         """
 
     def page(
-        self, tenant: str, since_ms: int, limit: int, next_token: str | None = None
+        self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
     ) -> TroublePage:
-        """Up to `limit` of the tenant's entries from `since_ms`, newest first, in one
-        read whatever the number of entries.
+        """Up to `limit` of the tenant's entries from `since_ms` to `until_ms`, newest
+        first, in one read of one day whatever the number of entries: a page may end
+        early, at the end of a day, with a `next_token` for the day before.
 
         Raises:
             BadPageToken: `next_token` is not one this listing issued.

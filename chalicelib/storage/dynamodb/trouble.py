@@ -1,22 +1,26 @@
 """The tenant's index of sessions in trouble (blocked or suspended), on the audit table:
-one item per session in a partition of its own per tenant, overwritten by the latest
-event. Written when a session's budget runs out (its last unit taken or its first
-refusal), a principal is escalated or a session is suspended.
+one item per session, overwritten by the session's latest trouble. Written when a
+session's budget runs out (its last unit taken, or its first refusal), a principal is
+escalated or a session is suspended; never by any other allowed check.
 
 Item: pk "<tenant># trouble" (a space, which no session id holds), sk the session id,
-kind, at, category, principal, trouble_at "<13-digit ms>#<session id>", expires_at (TTL,
-clean-up only: listings bound `at` themselves). The index `trouble_by_time` on
-(pk, trouble_at) lists the entries newest first: a page is one Query of that partition,
-bounded by the page size, however many entries the tenant has.
+kind, at, category, principal, trouble_day "<tenant> <YYYY-MM-DD>" (UTC),
+trouble_at "<13-digit ms>#<session id>", expires_at (TTL, clean-up only: listings bound
+`at` themselves).
+
+The index `trouble_by_day` on (trouble_day, trouble_at) lists a day's entries newest
+first; overwriting a session's item moves it to its new day. A page is one Query of one
+day, bounded by the page size: its cost does not grow with the tenant's history.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.schema import TROUBLE_BY_TIME
+from chalicelib.schema import TROUBLE_BY_DAY
 from chalicelib.storage import page_tokens
 from chalicelib.storage.dynamodb.updates import n, s
 from chalicelib.storage.faults import translate
@@ -25,13 +29,19 @@ from chalicelib.storage.ports import TroubleKind, TroubleMark, TroublePage
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_NEWEST = "#pk = :pk AND #at BETWEEN :lo AND :hi"
+_DAY_NEWEST_FIRST = "#day = :day AND #at BETWEEN :lo AND :hi"
 KEEP_DAYS = 30
 PAGE_SCOPE = "trouble"
+DAY_MS = 86_400_000
+_END_OF_MS = "#~"  # sorts after "#<session id>" of the same millisecond
 
 
 def _pk(tenant: str) -> str:
     return f"{tenant}# trouble"
+
+
+def _day(tenant: str, at_ms: int) -> str:
+    return f"{tenant} {time.strftime('%Y-%m-%d', time.gmtime(at_ms // 1000))}"
 
 
 def _at_key(at_ms: int, session_id: str) -> str:
@@ -67,7 +77,8 @@ class TroubleStore:
             "sk": s(mark.session_id),
             "kind": s(mark.kind.value),
             "at": n(mark.at_ms),
-            TROUBLE_BY_TIME.sort_key: s(_at_key(mark.at_ms, mark.session_id)),
+            TROUBLE_BY_DAY.partition_key: s(_day(mark.tenant, mark.at_ms)),
+            TROUBLE_BY_DAY.sort_key: s(_at_key(mark.at_ms, mark.session_id)),
             "expires_at": n(mark.at_ms // 1000 + KEEP_DAYS * 86_400),
         }
         if mark.category is not None:
@@ -80,40 +91,53 @@ class TroubleStore:
             raise translate(exc, "indexing a blocked session") from exc
 
     def page(
-        self, tenant: str, since_ms: int, limit: int, next_token: str | None = None
+        self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
     ) -> TroublePage:
-        """Up to `limit` entries from `since_ms`, newest first: one Query.
+        """Up to `limit` entries from `since_ms` to `until_ms`, newest first: one Query of
+        one day; at the day's end the token goes on with the day before.
 
         Raises:
             BadPageToken: the page token is not one this listing issued.
             StorageError: the store failed.
         """
-        before = None
+        # The highest key of the page, inclusive: the previous page's last entry, read
+        # again and dropped, or the end of a millisecond, which no entry equals.
+        high = f"{until_ms:013d}{_END_OF_MS}"
         if next_token is not None:
-            before = page_tokens.decode_key(next_token, tenant, PAGE_SCOPE)
+            high = min(high, page_tokens.decode_key(next_token, tenant, PAGE_SCOPE))
+        low = f"{since_ms:013d}"
+        if high < low:
+            return TroublePage([], None)
+        high_ms = int(high[:13])
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": _NEWEST,
-            "ExpressionAttributeNames": {"#pk": "pk", "#at": TROUBLE_BY_TIME.sort_key},
+            "KeyConditionExpression": _DAY_NEWEST_FIRST,
+            "ExpressionAttributeNames": {
+                "#day": TROUBLE_BY_DAY.partition_key,
+                "#at": TROUBLE_BY_DAY.sort_key,
+            },
             "ExpressionAttributeValues": {
-                ":pk": s(_pk(tenant)),
-                ":lo": s(f"{since_ms:013d}"),
-                # Inclusive: the previous page's last entry is read again and dropped.
-                ":hi": s("~" if before is None else before),
+                ":day": s(_day(tenant, high_ms)),
+                ":lo": s(low),
+                ":hi": s(high),
             },
             "ScanIndexForward": False,
             "Limit": limit + 2,
         }
         try:
-            response = self._client.query(IndexName=TROUBLE_BY_TIME.name, **kwargs)
+            response = self._client.query(IndexName=TROUBLE_BY_DAY.name, **kwargs)
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, "listing blocked sessions") from exc
-        items = [
-            dict(i) for i in response.get("Items", []) if i[TROUBLE_BY_TIME.sort_key]["S"] != before
-        ]
+        key = TROUBLE_BY_DAY.sort_key
+        items = [dict(i) for i in response.get("Items", []) if i[key]["S"] != high]
         kept = items[:limit]
-        token = None
         if len(items) > limit or ("LastEvaluatedKey" in response and kept):
-            last = kept[-1][TROUBLE_BY_TIME.sort_key]["S"]
-            token = page_tokens.encode_key(tenant, PAGE_SCOPE, last)
+            last = kept[-1][key]["S"]
+        elif "LastEvaluatedKey" in response:
+            last = response["LastEvaluatedKey"][key]["S"]
+        else:
+            day_start = high_ms - high_ms % DAY_MS
+            # The day is done: the next page is the day before, if the listing reaches it.
+            last = f"{day_start - 1:013d}{_END_OF_MS}" if day_start > since_ms else ""
+        token = page_tokens.encode_key(tenant, PAGE_SCOPE, last) if last else None
         return TroublePage([_mark(tenant, item) for item in kept], token)

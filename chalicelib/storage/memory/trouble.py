@@ -27,9 +27,9 @@ class MemoryTroubleIndex:
             self._marks[(mark.tenant, mark.session_id)] = mark
 
     def page(
-        self, tenant: str, since_ms: int, limit: int, next_token: str | None = None
+        self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
     ) -> TroublePage:
-        """Up to `limit` entries from `since_ms`, newest first.
+        """Up to `limit` entries from `since_ms` to `until_ms`, newest first.
 
         Raises:
             BadPageToken: the page token is not one this listing issued.
@@ -38,7 +38,11 @@ class MemoryTroubleIndex:
         if next_token is not None:
             before = page_tokens.decode_key(next_token, tenant, PAGE_SCOPE)
         with self._lock:
-            found = [m for m in self._marks.values() if m.tenant == tenant and m.at_ms >= since_ms]
+            found = [
+                m
+                for m in self._marks.values()
+                if m.tenant == tenant and since_ms <= m.at_ms <= until_ms
+            ]
         kept = sorted(
             (m for m in found if before is None or _at_key(m) < before), key=_at_key, reverse=True
         )
