@@ -32,6 +32,7 @@ from chalicelib.observability import logger
 from chalicelib.quota.core import SessionKey, SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import (
+    AuditFilter,
     AuditLog,
     GrantRepository,
     LimitChange,
@@ -354,6 +355,31 @@ class AdminService:
             principal=grant.principal,
         )
         return {"grant": grant.to_json()}
+
+    # -- what an emailed link finds --------------------------------------------------
+
+    def now_for_link(
+        self, tenant: str, session_id: str, category: str
+    ) -> tuple[SessionSnapshot | None, int, SessionState]:
+        """The session as stored, the category's limit the next check would apply, and
+        the state every view derives."""
+        seen = self._counters.get(SessionKey(tenant, session_id))
+        limit = self._views.current_limit(tenant, category, seen)
+        return seen, limit, self._views.state(tenant, seen)
+
+    def session_events(self, tenant: str, session_id: str, since_ms: int) -> list[AuditEvent]:
+        """The session's audit events from `since_ms` (the first page: a link needs the
+        few since its email)."""
+        return self._audit_log.page(tenant, session_id, since_ms, limit=100).events
+
+    def latest_event(self, tenant: str, where: AuditFilter) -> AuditEvent | None:
+        """The tenant's newest event that `where` holds."""
+        events = self._audit_log.feed(tenant, where, limit=1).events
+        return events[0] if events else None
+
+    def record(self, event: AuditEvent) -> None:
+        """Audit an event that is no administrator's change (a declined link)."""
+        self._auditor.record(event)
 
     # -- audit -----------------------------------------------------------------------
 

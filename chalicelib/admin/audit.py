@@ -52,8 +52,12 @@ def actor_of(token_id: str, role: str) -> str:
 
 
 def link_detail(role: str, name: str) -> dict[str, str] | None:
-    """The audit detail naming the link an action was taken through, if any."""
-    return {"link_id": name} if role == LINK_ROLE else None
+    """The audit detail naming the link an action was taken through (its id and
+    action, `<link id>:<action>` in the link's identity), if any."""
+    if role != LINK_ROLE:
+        return None
+    link_id, _, action = name.partition(":")
+    return {"link_id": link_id, "link_action": action} if action else {"link_id": link_id}
 
 
 _SEQUENCE = itertools.count()
