@@ -59,14 +59,11 @@ class TableSpec:
 
 # The audit table's indexes. Every event item carries `sk` (epoch ms, then its id) and is
 # in the tenant index; the facet indexes are sparse (an event without a principal, say,
-# is in no principal index). `trouble_by_day` holds the one entry of each session in
-# trouble, in a partition per tenant per day, newest first
-# (chalicelib/storage/dynamodb/trouble.py).
+# is in no principal index).
 AUDIT_BY_TENANT = IndexSpec("by_tenant", partition_key="tenant", sort_key="sk")
 AUDIT_BY_PRINCIPAL = IndexSpec("by_principal", partition_key="principal_feed", sort_key="sk")
 AUDIT_BY_SERVER = IndexSpec("by_server", partition_key="server_feed", sort_key="sk")
 AUDIT_BY_TYPE = IndexSpec("by_type", partition_key="type_feed", sort_key="sk")
-TROUBLE_BY_DAY = IndexSpec("trouble_by_day", partition_key="trouble_day", sort_key="trouble_at")
 
 COUNTERS = TableSpec("CountersTable", partition_key="pk", ttl_attribute="expires_at")
 TOKENS = TableSpec("TokensTable", partition_key="token_id")
@@ -75,7 +72,7 @@ AUDIT = TableSpec(
     partition_key="pk",
     sort_key="sk",
     ttl_attribute="expires_at",
-    indexes=(AUDIT_BY_TENANT, AUDIT_BY_PRINCIPAL, AUDIT_BY_SERVER, AUDIT_BY_TYPE, TROUBLE_BY_DAY),
+    indexes=(AUDIT_BY_TENANT, AUDIT_BY_PRINCIPAL, AUDIT_BY_SERVER, AUDIT_BY_TYPE),
 )
 GRANTS = TableSpec(
     "GrantsTable", partition_key="tenant", sort_key="grant_id", ttl_attribute="expires_at"

@@ -12,9 +12,10 @@ from chalicelib.clock import iso_utc
 from chalicelib.quota.core import SessionKey, SessionSnapshot
 from chalicelib.storage.ports import SessionCounters, TroubleIndex, TroubleMark
 
-# At most this many reads of the index per page (each one day's): a listing of the last
-# 24 hours (the default) reads at most two days. A state filter that drops most sessions,
-# or a quiet stretch of days, gives a shorter page and a `next`, never a walk of the index.
+# At most this many reads of the index per page, each one day's (one Query): a listing of
+# the last 24 hours (the default) reads at most two days. A state filter that drops most
+# sessions, or a quiet stretch of days, gives a shorter page and a `next`, never a walk of
+# the whole index.
 ROUNDS = 2
 READERS = 8  # sessions of a page read at once
 
@@ -65,14 +66,16 @@ def list_sessions(
         StorageError: the store failed.
     """
     rows: list[dict[str, Any]] = []
+    listed: set[str] = set()  # a session marked on two days shows once, at its newest
     token = query.next_token
     for _ in range(ROUNDS):
         page = trouble.page(tenant, query.since_ms, now_ms, query.limit - len(rows), token)
         token = page.next_token
         keys = [SessionKey(tenant, mark.session_id) for mark in page.marks]
         for mark, key, snapshot in zip(page.marks, keys, read_all(counters, keys), strict=True):
-            if snapshot is None:
-                continue  # its counters are gone: nothing left to show
+            if snapshot is None or mark.session_id in listed:
+                continue  # its counters are gone, or it is on the page already
+            listed.add(mark.session_id)
             row = view(key, snapshot)
             if query.state is not None and row["state"] != query.state:
                 continue

@@ -124,7 +124,7 @@ def listed(index: TroubleIndex, since_ms: int, until_ms: int, limit: int) -> lis
     raise AssertionError("the listing never ended")
 
 
-def test_trouble_lists_one_entry_per_session_newest_first_across_days(
+def test_trouble_lists_a_days_entries_newest_first_day_by_day(
     stores: Stores, clock: FixedClock
 ) -> None:
     now = clock()
@@ -133,9 +133,11 @@ def test_trouble_lists_one_entry_per_session_newest_first_across_days(
     for i in range(4):
         mark(stores.trouble, now - 100 + i, f"today-{i}")
     mark(stores.trouble, now - 2 * DAY_MS, "moved")
-    mark(stores.trouble, now - 50, "moved")  # its latest trouble: listed once, today
+    mark(stores.trouble, now - 60, "moved")
+    mark(stores.trouble, now - 50, "moved")  # the same day: overwrites the entry before
     mark(stores.trouble, now, "other-tenant", tenant="elsewhere")
-    expected = ["moved", "today-3", "today-2", "today-1", "today-0", "yesterday", "old"]
+    # A session marked on two days has an entry in each (the listing keeps the newest).
+    expected = ["moved", "today-3", "today-2", "today-1", "today-0", "yesterday", "moved", "old"]
     for limit in (1, 2, 3, 10):
         pages = listed(stores.trouble, now - 4 * DAY_MS, now, limit)
         assert [s for page in pages for s in page] == expected, limit
