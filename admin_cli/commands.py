@@ -403,8 +403,13 @@ def audit(
     limit: int | None = None,
     next_token: str | None = None,
     all_pages: bool = False,
+    type_: str | None = None,
+    principal: str | None = None,
+    server: str | None = None,
+    until: str | None = None,
 ) -> Output:
-    """`audit`: one page of audit events, or every page with `all_pages`.
+    """`audit`: one page of audit events (the whole tenant's, newest first, or one
+    session's, oldest first), or every page with `all_pages`.
 
     Raises:
         CliError: an option is malformed (usage), the request failed, or the service
@@ -415,6 +420,10 @@ def audit(
         "since": None if since is None else check_timestamp(since, "--since"),
         "limit": limit,
         "next": next_token,
+        "type": type_,
+        "principal": principal,
+        "server": server,
+        "until": None if until is None else check_timestamp(until, "--until"),
     }
     events: list[Mapping[str, Any]] = []
     seen: set[str] = set()

@@ -149,7 +149,16 @@ def _grant_rm(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
 
 def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.audit(
-        _client(args, env), args.session, args.since, args.limit, args.next, args.all_pages
+        _client(args, env),
+        args.session,
+        args.since,
+        args.limit,
+        args.next,
+        args.all_pages,
+        type_=args.type,
+        principal=args.principal,
+        server=args.server,
+        until=args.until,
     )
 
 
@@ -384,9 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_grant_commands(root)
     audit = _leaf(root, "audit", "list audit events: blocks, admin actions, notifications", _audit)
     audit.add_argument(
-        "--session", help="this session's events (default: tenant-level events: grants, tokens)"
+        "--session",
+        help="this session's events, oldest first (default: every event of the tenant, "
+        "newest first)",
     )
+    audit.add_argument("--type", help="only events of this type (e.g. session_raised)")
+    audit.add_argument("--principal", help="only events naming this principal")
+    audit.add_argument("--server", help="only events of this MCP server's sessions")
     audit.add_argument("--since", help="only events at or after this ISO-8601 time")
+    audit.add_argument("--until", help="only events at or before this ISO-8601 time")
     audit.add_argument("--limit", type=_positive_int, help="events per page")
     audit.add_argument("--next", help="page token from a previous answer")
     audit.add_argument("--all-pages", action="store_true", help="follow every page")

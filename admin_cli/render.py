@@ -268,12 +268,24 @@ def audit_events(events: Sequence[Mapping[str, Any]]) -> str:
     """Audit events as a table, or a line saying there are none."""
     if not events:
         return "No audit events."
-    headers = ("AT", "TYPE", "SESSION", "ACTOR", "REASON", "CHANGE", "DETAIL")
+    headers = (
+        "AT",
+        "TYPE",
+        "SESSION",
+        "PRINCIPAL",
+        "SERVER",
+        "ACTOR",
+        "REASON",
+        "CHANGE",
+        "DETAIL",
+    )
     rows = [
         (
             e.get("at"),
             e.get("type"),
             e.get("session_id"),
+            e.get("principal"),
+            e.get("server"),
             e.get("actor"),
             e.get("reason"),
             change(e.get("before"), e.get("after")),

@@ -345,7 +345,9 @@ class Container:
 
     @cached_property
     def checks(self) -> CheckService:
-        return CheckService(
+        from chalicelib.check.spent import MarksSpentSessions
+
+        return MarksSpentSessions(
             self.policy,
             self.counters,
             self.clock,
@@ -355,4 +357,5 @@ class Container:
             keep_calls=self.settings.last_calls,
             budgets=self.budgets,
             gate=self.gate,
+            mark=self.mark_trouble,
         )

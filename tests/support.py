@@ -28,17 +28,20 @@ from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.dynamodb.grants import GrantStore
 from chalicelib.storage.dynamodb.tokens import TokenStore
+from chalicelib.storage.dynamodb.trouble import TroubleStore
 from chalicelib.storage.memory.audit import MemoryAuditLog
 from chalicelib.storage.memory.budgets import MemoryBudgets
 from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.memory.grants import MemoryGrants
 from chalicelib.storage.memory.tokens import MemoryTokens
+from chalicelib.storage.memory.trouble import MemoryTroubleIndex
 from chalicelib.storage.ports import (
     AuditLog,
     BudgetCounters,
     GrantRepository,
     SessionCounters,
     TokenRepository,
+    TroubleIndex,
 )
 
 if TYPE_CHECKING:
@@ -169,6 +172,7 @@ class Stores:
     tokens: TokenRepository
     keeping: Callable[[int], SessionCounters]  # counters keeping that many last calls
     budgets: BudgetCounters
+    trouble: TroubleIndex
 
 
 def memory_stores(categories: Iterable[str]) -> Stores:
@@ -186,6 +190,7 @@ def memory_stores(categories: Iterable[str]) -> Stores:
         MemoryTokens(),
         keeping,
         MemoryBudgets(),
+        MemoryTroubleIndex(),
     )
 
 
@@ -204,6 +209,7 @@ def dynamodb_stores(backend: Backend, categories: Iterable[str]) -> Stores:
         TokenStore(client, settings.tokens_table),
         keeping,
         BudgetStore(client, settings.counters_table),
+        TroubleStore(client, settings.audit_table),
     )
 
 

@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from chalicelib.admin import listing
 from chalicelib.admin.audit import (
     TENANT_SCOPE,
     AuditEvent,
@@ -31,6 +32,7 @@ from chalicelib.observability import logger
 from chalicelib.quota.core import SessionKey, SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import (
+    AuditFilter,
     AuditLog,
     GrantRepository,
     LimitChange,
@@ -48,12 +50,10 @@ if TYPE_CHECKING:
         AuditPage,
         GrantAnswer,
         GrantList,
-        ListedSession,
         SessionChanged,
         SessionLimitChanged,
         SessionListing,
         SessionView,
-        TroubleView,
     )
 
 ROUNDS = 4
@@ -121,6 +121,8 @@ class AdminService:
         reason: str | None,
         before: Any = None,
         after: Any = None,
+        seen: SessionSnapshot | None = None,
+        principal: str | None = None,
     ) -> bool:
         return self._auditor.record(
             AuditEvent(
@@ -133,6 +135,8 @@ class AdminService:
                 before=before,
                 after=after,
                 detail=link_detail(who.role, who.name),
+                principal=seen.principal if seen is not None else principal,
+                server=None if seen is None else seen.server,
             )
         )
 
@@ -182,6 +186,7 @@ class AdminService:
                 request.reason,
                 before={"category": category, "limit": current},
                 after=raised_after(category, new, until),
+                seen=after,
             )
             view = self._view(session, after)
             return {"session": view, "category": category, "before": current, "after": new}
@@ -214,6 +219,7 @@ class AdminService:
             request.reason,
             before={"category": category, "limit": current},
             after={"category": category, "limit": new},
+            seen=after,
         )
         return {
             "session": self._view(session, after),
@@ -240,6 +246,7 @@ class AdminService:
             reason,
             before={"state": str(self._views.state(session.tenant, before))},
             after={"state": str(SessionState.SUSPENDED)},
+            seen=after,
         )
         return {"session": self._view(session, after)}
 
@@ -254,7 +261,9 @@ class AdminService:
         view = self._view(session, after)
         before_state = {"state": str(self._views.state(session.tenant, before))}
         after_state = {"state": view["state"]}
-        self._audit(who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state)
+        self._audit(
+            who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state, after
+        )
         return {"session": view}
 
     def reset(self, who: Identity, session_id: str, reason: str) -> SessionChanged:
@@ -266,7 +275,9 @@ class AdminService:
         session = SessionKey(who.tenant, session_id)
         before, after = self._change(session, self._counters.reset)
         used_before, used_after = {"used": dict(before.counts)}, {"used": dict(after.counts)}
-        self._audit(who, EventType.SESSION_RESET, session_id, reason, used_before, used_after)
+        self._audit(
+            who, EventType.SESSION_RESET, session_id, reason, used_before, used_after, after
+        )
         return {"session": self._view(session, after)}
 
     def _change(
@@ -298,30 +309,11 @@ class AdminService:
     def list_sessions(self, who: Identity, query: SessionsQuery) -> SessionListing:
         """A page of the sessions blocked or suspended since `query.since_ms`, newest
         first, each with its counters as the next check would see them."""
-        marks = [] if self._trouble is None else self._trouble.marks(who.tenant, query.since_ms)
-        rows: list[ListedSession] = []
-        for mark in marks:
-            session = SessionKey(who.tenant, mark.session_id)
-            snapshot = self._counters.get(session)
-            if snapshot is None:
-                continue
-            view = self._view(session, snapshot)
-            state = view["state"]  # the one derivation, as every view shows it
-            if query.state is not None and state != query.state:
-                continue
-            trouble: TroubleView = {
-                "kind": mark.kind.value,
-                "at": iso_utc(mark.at_ms),
-                "category": mark.category,
-            }
-            rows.append({**view, "listing_state": state, "trouble": trouble})
-        page = rows[query.offset : query.offset + query.limit]
-        more = query.offset + query.limit < len(rows)
-        return {
-            "sessions": page,
-            "total": len(rows),
-            "next": str(query.offset + query.limit) if more else None,
-        }
+        if self._trouble is None:
+            return {"sessions": [], "next": None}
+        return listing.list_sessions(
+            who.tenant, query, self._trouble, self._counters, self._view, self._clock()
+        )
 
     # -- grants ----------------------------------------------------------------------
 
@@ -342,7 +334,14 @@ class AdminService:
         shown = grant.to_json()
         self._grants.put(grant)
         self._limits.forget(who.tenant)
-        self._audit(who, EventType.GRANT_CREATED, TENANT_SCOPE, request.reason, after=shown)
+        self._audit(
+            who,
+            EventType.GRANT_CREATED,
+            TENANT_SCOPE,
+            request.reason,
+            after=shown,
+            principal=grant.principal,
+        )
         return {"grant": shown}
 
     def list_grants(self, who: Identity) -> GrantList:
@@ -360,15 +359,50 @@ class AdminService:
         except RecordNotFound as exc:
             raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
         self._limits.forget(who.tenant)
-        self._audit(who, EventType.GRANT_DELETED, TENANT_SCOPE, None, before=grant.to_json())
+        self._audit(
+            who,
+            EventType.GRANT_DELETED,
+            TENANT_SCOPE,
+            None,
+            before=grant.to_json(),
+            principal=grant.principal,
+        )
         return {"grant": grant.to_json()}
+
+    # -- what an emailed link finds --------------------------------------------------
+
+    def now_for_link(
+        self, tenant: str, session_id: str, category: str
+    ) -> tuple[SessionSnapshot | None, int, SessionState]:
+        """The session as stored, the category's limit the next check would apply, and
+        the state every view derives."""
+        seen = self._counters.get(SessionKey(tenant, session_id))
+        limit = self._views.current_limit(tenant, category, seen)
+        return seen, limit, self._views.state(tenant, seen)
+
+    def session_events(self, tenant: str, session_id: str, since_ms: int) -> list[AuditEvent]:
+        """The session's audit events from `since_ms` (the first page: a link needs the
+        few since its email)."""
+        return self._audit_log.page(tenant, session_id, since_ms, limit=100).events
+
+    def latest_event(self, tenant: str, where: AuditFilter) -> AuditEvent | None:
+        """The tenant's newest event that `where` holds."""
+        events = self._audit_log.feed(tenant, where, limit=1).events
+        return events[0] if events else None
+
+    def record(self, event: AuditEvent) -> None:
+        """Audit an event that is no administrator's change (a declined link)."""
+        self._auditor.record(event)
 
     # -- audit -----------------------------------------------------------------------
 
     def audit_page(self, who: Identity, query: AuditQuery) -> AuditPage:
-        """A page of the audit trail of one session (or of the tenant's own events)."""
-        scope = TENANT_SCOPE if query.session_id is None else query.session_id
-        page = self._audit_log.page(
-            who.tenant, scope, query.since_ms, query.limit, query.next_token
-        )
+        """A page of the audit trail of one session (oldest first), or of every event of
+        the tenant (newest first)."""
+        if query.session_id is None:
+            page = self._audit_log.feed(who.tenant, query.where, query.limit, query.next_token)
+        else:
+            page = self._audit_log.page(
+                who.tenant, query.session_id, query.since_ms, query.limit, query.next_token
+            )
         return {"events": [e.to_json() for e in page.events], "next": page.next_token}

@@ -35,6 +35,7 @@ class EventType(enum.StrEnum):
     SESSION_LOWERED = "session_lowered"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    LINK_DECLINED = "link_declined"  # an emailed link whose action was already done
 
 
 # The "session" of events that belong to no session. It holds a space, which no session
@@ -51,8 +52,12 @@ def actor_of(token_id: str, role: str) -> str:
 
 
 def link_detail(role: str, name: str) -> dict[str, str] | None:
-    """The audit detail naming the link an action was taken through, if any."""
-    return {"link_id": name} if role == LINK_ROLE else None
+    """The audit detail naming the link an action was taken through (its id and
+    action, `<link id>:<action>` in the link's identity), if any."""
+    if role != LINK_ROLE:
+        return None
+    link_id, _, action = name.partition(":")
+    return {"link_id": link_id, "link_action": action} if action else {"link_id": link_id}
 
 
 _SEQUENCE = itertools.count()
@@ -77,6 +82,8 @@ class AuditEvent:
     after: Any = None
     detail: Any = None
     event_id: str = field(default_factory=_next_event_id)
+    principal: str | None = None  # whom the agent acted for, where known
+    server: str | None = None  # the MCP server that named itself, where known
 
     @property
     def sort_key(self) -> str:
@@ -92,7 +99,7 @@ class AuditEvent:
             "session_id": None if self.session_id == TENANT_SCOPE else self.session_id,
             "actor": self.actor,
         }
-        for name in ("reason", "before", "after", "detail"):
+        for name in ("principal", "server", "reason", "before", "after", "detail"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -115,6 +115,7 @@ class BudgetAdmin:
                 before={"principal": key.subject, **before},
                 after={"principal": key.subject, **after},
                 detail=link_detail(who.role, who.name),
+                principal=key.subject if key.scope is Scope.PRINCIPAL else None,
             )
         )
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from chalicelib.admin.audit import EventType
 from chalicelib.auth.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
 from chalicelib.check.requests import (
     VISIBLE_ASCII,
@@ -23,6 +24,7 @@ from chalicelib.check.requests import (
 from chalicelib.errors import InvalidPageToken, InvalidRequest, NotFound
 from chalicelib.quota.core import SessionState
 from chalicelib.quota.policy import Policy
+from chalicelib.storage.ports import AuditFilter
 
 GRANT_ID = re.compile(r"g-[0-9a-f]{12}")
 TOKEN_ID = re.compile(r"[0-9a-f]{12}")
@@ -36,7 +38,8 @@ MAX_PAGE_TOKEN = 2048
 MAX_RAISE_SECONDS = 30 * 86_400
 SESSION_STATES = tuple(str(s) for s in SessionState if s is not SessionState.UNSEEN)
 DAY_MS = 86_400_000
-NEXT_OFFSET = re.compile(r"[0-9]{1,6}")
+EVENT_TYPES = tuple(str(t) for t in EventType)
+AUDIT_FILTERS = frozenset({"type", "principal", "server", "until"})
 
 
 @dataclass(frozen=True)
@@ -78,12 +81,14 @@ class TokenRequest:
 
 @dataclass(frozen=True)
 class AuditQuery:
-    """A page of the audit trail of one session, or of the tenant's own events."""
+    """A page of the audit trail of one session (oldest first), or of every event of the
+    tenant that `where` holds (newest first)."""
 
     session_id: str | None
     since_ms: int
     limit: int
     next_token: str | None
+    where: AuditFilter = field(default_factory=AuditFilter)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ class SessionsQuery:
     state: str | None
     since_ms: int
     limit: int
-    offset: int
+    next_token: str | None = None
 
 
 def parse_raise(body: Mapping[str, Any], policy: Policy) -> RaiseRequest:
@@ -138,10 +143,15 @@ def parse_sessions_query(params: Mapping[str, str], now_ms: int) -> SessionsQuer
     raw_limit = params.get("limit", "50")
     if not AUDIT_PAGE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= 100:
         raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 100.", "limit")
-    token = params.get("next", "0")
-    if not NEXT_OFFSET.fullmatch(token):
+    return SessionsQuery(state, since, int(raw_limit), _page_token(params))
+
+
+def _page_token(params: Mapping[str, str]) -> str | None:
+    """Raises: InvalidPageToken: a `next` no listing could have issued."""
+    token = params.get("next")
+    if token is not None and not (len(token) <= MAX_PAGE_TOKEN and VISIBLE_ASCII.fullmatch(token)):
         raise InvalidPageToken()
-    return SessionsQuery(state, since, int(raw_limit), int(token))
+    return token
 
 
 def principal_param(raw: str) -> str:
@@ -261,20 +271,54 @@ def token_id_param(raw: str) -> str:
     return raw
 
 
+def _audit_filter(params: Mapping[str, str], since_ms: int) -> AuditFilter:
+    """Raises: InvalidRequest: an unknown type, or a principal or server that no check
+    could have sent."""
+    raw_type = params.get("type")
+    if raw_type is not None and raw_type not in EVENT_TYPES:
+        raise InvalidRequest(f"Parameter 'type' must be one of {', '.join(EVENT_TYPES)}.", "type")
+    named: dict[str, str] = {}
+    for name in ("principal", "server"):
+        value = params.get(name)
+        if value is not None:
+            if not 1 <= len(value) <= MAX_PRINCIPAL or not VISIBLE_ASCII.fullmatch(value):
+                raise InvalidRequest(
+                    f"Parameter '{name}' must be 1 to {MAX_PRINCIPAL} visible ASCII characters.",
+                    name,
+                )
+            named[name] = value
+    until = time_field(params, "until") if "until" in params else None
+    if until is not None and until < since_ms:
+        raise InvalidRequest("Parameter 'until' must not be before 'since'.", "until")
+    return AuditFilter(
+        type=None if raw_type is None else EventType(raw_type),
+        principal=named.get("principal"),
+        server=named.get("server"),
+        since_ms=since_ms,
+        until_ms=until,
+    )
+
+
 def parse_audit_query(params: Mapping[str, str]) -> AuditQuery:
     """Raises: InvalidRequest."""
-    reject_unknown(params, frozenset({"session_id", "since", "limit", "next"}))
+    reject_unknown(params, frozenset({"session_id", "since", "limit", "next"}) | AUDIT_FILTERS)
     session_id = params.get("session_id")
     since = time_field(params, "since") if "since" in params else 0
     raw_limit = params.get("limit", "50")
     if not AUDIT_PAGE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= 500:
         raise InvalidRequest("Parameter 'limit' must be an integer from 1 to 500.", "limit")
-    token = params.get("next")
-    if token is not None and not (len(token) <= MAX_PAGE_TOKEN and VISIBLE_ASCII.fullmatch(token)):
-        raise InvalidPageToken()
+    if session_id is not None:
+        both = sorted(AUDIT_FILTERS & set(params))
+        if both:
+            raise InvalidRequest(
+                f"Parameter '{both[0]}' filters the tenant-wide trail; with 'session_id' "
+                "the session's whole trail is listed, oldest first.",
+                both[0],
+            )
     return AuditQuery(
         session_id=None if session_id is None else session_id_param(session_id),
         since_ms=since,
         limit=int(raw_limit),
-        next_token=token,
+        next_token=_page_token(params),
+        where=_audit_filter(params, since),
     )

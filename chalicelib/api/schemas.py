@@ -106,7 +106,6 @@ class ListedSession(SessionView):
 
 class SessionListing(TypedDict):
     sessions: list[ListedSession]
-    total: int
     next: str | None
 
 

@@ -191,6 +191,8 @@ class BlockReporter:
                     reason="refused calls in a row reached suspend_after_refusals",
                     after={"principal": decision.principal, "state": "suspended"},
                     detail={"scope": decision.scope.value, "category": decision.category},
+                    principal=decision.principal,
+                    server=attempt.server,
                 )
             )
             self._mark(tenant, attempt, decision, TroubleKind.ESCALATED)
@@ -215,6 +217,8 @@ class BlockReporter:
                     "principal": attempt.principal,
                     "last_calls": [c.to_json() for c in decision.last_calls],
                 },
+                principal=attempt.principal,
+                server=attempt.server,
             )
         )
         if self._policy.categories[decision.category].notify:
@@ -251,5 +255,7 @@ class BlockReporter:
                 session_id=decision.session_id,
                 actor=audit.SERVICE_ACTOR,
                 detail=detail,
+                principal=attempt.principal,
+                server=attempt.server,
             )
         )

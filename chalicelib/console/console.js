@@ -229,15 +229,29 @@ function actionForm(id, categories, state, after, chosen) {
       el("button", { type: "button", class: "secondary", onclick: () => act("reset", {}), text: "Reset counters" })));
 }
 
+// The session's trail comes oldest first, the tenant's newest first: shown newest first.
 async function auditTable(sessionId, params) {
   const query = new URLSearchParams(params || {});
   if (sessionId) query.set("session_id", sessionId);
   const data = await api("GET", `/v1/audit?${query}`);
-  const rows = data.events.slice().reverse().map((e) => [
-    fmt(e.at), e.type, e.actor, e.reason || "-",
-    [e.before, e.after].some((x) => x) ? `${JSON.stringify(e.before ?? {})} → ${JSON.stringify(e.after ?? {})}` : "-",
-  ]);
-  return { data, node: rows.length ? table(["When", "Event", "Actor", "Reason", "Change"], rows)
+  const events = sessionId ? data.events.slice().reverse() : data.events;
+  // What changed; else what the event says (a refusal's count, an email's subject).
+  const change = (e) => {
+    if ([e.before, e.after].some((x) => x)) return `${JSON.stringify(e.before ?? {})} → ${JSON.stringify(e.after ?? {})}`;
+    const d = e.detail || {};
+    if (d.used !== undefined) return `${d.category} ${d.used}/${d.limit} (${d.scope}), ${d.tool}`;
+    if (d.subject) return d.subject;
+    if (d.link_action) return `link ${d.link_action}: ${d.subject ?? ""}`;
+    return "-";
+  };
+  const link = (e) => e.detail && e.detail.link_action ? ` (email link: ${e.detail.link_action})` : "";
+  const rows = events.map((e) => sessionId
+    ? [fmt(e.at), e.type, `${e.actor}${link(e)}`, e.reason || "-", change(e)]
+    : [fmt(e.at), e.type, e.session_id ? sessionLink(e.session_id) : "(tenant)",
+      principalLink(e.principal), e.server || "-", `${e.actor}${link(e)}`, e.reason || "-", change(e)]);
+  const headers = sessionId ? ["When", "Event", "Actor", "Reason", "Change"]
+    : ["When", "Event", "Session", "Principal", "Server", "Actor", "Reason", "Change"];
+  return { data, node: rows.length ? table(headers, rows, "stack audit")
     : el("p", { class: "muted", text: "No events." }) };
 }
 
@@ -329,25 +343,52 @@ async function grantsPage(message) {
       el("label", {}, "Reason", f("reason")), el("button", { type: "submit", text: "Create grant" }))));
 }
 
+const EVENT_TYPES = ["quota_exceeded", "notification_sent", "notification_failed",
+  "session_raised", "session_lowered", "session_suspended", "session_resumed", "session_reset",
+  "principal_raised", "principal_suspended", "principal_resumed", "principal_reset",
+  "grant_created", "grant_deleted", "token_created", "token_revoked", "link_declined"];
+const AUDIT_FILTERS = ["type", "principal", "server", "since", "until"];
+
+// By default: every event of the tenant, newest first; a session id shows its own trail.
 async function auditPage(params) {
   const sessionId = params.get("session_id") || "";
   const query = { limit: params.get("limit") || "50" };
-  if (params.get("since")) query.since = params.get("since");
+  for (const name of sessionId ? ["since"] : AUDIT_FILTERS) {
+    if (params.get(name)) query[name] = params.get(name);
+  }
   if (params.get("next")) query.next = params.get("next");
   const { data, node } = await auditTable(sessionId || null, query);
   const go = (extra) => {
     const next = new URLSearchParams({ ...(sessionId ? { session_id: sessionId } : {}), ...query, ...extra });
     location.hash = `#/audit?${next}`;
   };
-  show(el("h1", { text: sessionId ? `Audit: session ${sessionId}` : "Audit: the tenant's own events" }),
+  const iso = (v) => new Date(v).toISOString().replace(/\.\d+Z$/, "Z");
+  const type = el("select", { name: "type", "aria-label": "Event type" },
+    el("option", { value: "", text: "every type" }),
+    EVENT_TYPES.map((t) => el("option", { value: t, text: t })));
+  type.value = query.type || "";
+  const filters = [
+    query.type, query.principal && `principal ${query.principal}`, query.server && `server ${query.server}`,
+  ].filter(Boolean);
+  const title = sessionId ? `Audit: session ${sessionId}`
+    : `Audit: every event of the tenant${filters.length ? ` (${filters.join(", ")})` : ""}`;
+  show(el("h1", { text: title }),
     el("section", {}, el("form", { class: "actions", onsubmit: (event) => {
       event.preventDefault();
       const e = event.target.elements;
       const next = new URLSearchParams();
       if (e.sid.value.trim()) next.set("session_id", e.sid.value.trim());
-      if (e.since.value) next.set("since", new Date(e.since.value).toISOString().replace(/\.\d+Z$/, "Z"));
+      else {
+        for (const name of ["type", "principal", "server"]) {
+          if (e[name].value.trim()) next.set(name, e[name].value.trim());
+        }
+      }
+      if (e.since.value) next.set("since", iso(e.since.value));
       location.hash = `#/audit?${next}`;
-    } }, el("label", {}, "Session id (empty: tenant events)", el("input", { name: "sid", value: sessionId })),
+    } }, el("label", {}, "Session id (empty: the whole tenant)", el("input", { name: "sid", value: sessionId })),
+      el("label", {}, "Type", type),
+      el("label", {}, "Principal", el("input", { name: "principal", value: query.principal || "" })),
+      el("label", {}, "Server", el("input", { name: "server", value: query.server || "" })),
       el("label", {}, "Since", el("input", { name: "since", type: "datetime-local" })),
       el("button", { type: "submit", text: "Filter" }))),
     el("section", {}, node, data.next ? el("div", { class: "buttons" },

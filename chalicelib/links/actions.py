@@ -10,11 +10,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from chalicelib.admin.audit import AuditEvent, EventType
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.errors import QuotaServiceError, from_storage
+from chalicelib.errors import Conflict, QuotaServiceError, from_storage
 from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
+from chalicelib.links.plans import (
+    AlreadyDone,
+    Change,
+    Plan,
+    plan_raise,
+    plan_suspend,
+    plan_suspend_principal,
+    subject,
+)
 from chalicelib.links.signing import (
+    LINK_ACTOR,
     LINK_TTL_MS,
     LinkAction,
     LinkPayload,
@@ -22,9 +33,10 @@ from chalicelib.links.signing import (
     LinkSigner,
     new_link_id,
 )
-from chalicelib.quota.core import Attempt, BudgetKey, Refused, Scope
+from chalicelib.observability import logger
+from chalicelib.quota.core import Attempt, BudgetKey, Refused, Scope, SessionState
 from chalicelib.quota.policy import Policy
-from chalicelib.storage.ports import LinkUse, LinkUses, StorageError
+from chalicelib.storage.ports import AuditFilter, LinkUse, LinkUses, StorageError
 
 if TYPE_CHECKING:
     from chalicelib.admin.actions import AdminService
@@ -72,6 +84,8 @@ class LinkMaker:
                 new_link_id(),
                 expires,
                 attempt.principal,
+                limit=decision.limit,
+                started_ms=decision.started_ms,
             )
 
         out: list[EmailLink] = []
@@ -161,8 +175,60 @@ class LinkDesk:
             return ""
         return link(console_url(self._base, payload.session_id), "Open the session in the console")
 
+    def _plan(self, payload: LinkPayload) -> Plan:
+        """What the link would do now, from the state it was sent for.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        admin = self._admin()
+        if payload.action is LinkAction.SUSPEND_PRINCIPAL:
+            assert payload.principal is not None
+            key = BudgetKey.principal(payload.tenant, payload.principal)
+            suspended = self._budget_admin().show(key)["state"] == "suspended"
+            where = AuditFilter(type=EventType.PRINCIPAL_SUSPENDED, principal=payload.principal)
+            last = admin.latest_event(payload.tenant, where) if suspended else None
+            return plan_suspend_principal(payload, suspended, last)
+        seen, limit, state = admin.now_for_link(
+            payload.tenant, payload.session_id, payload.category
+        )
+        if payload.action is LinkAction.RAISE:
+            since = admin.session_events(payload.tenant, payload.session_id, payload.sent_ms)
+            expired = state is SessionState.EXPIRED
+            return plan_raise(payload, seen, limit, expired, since)
+        events = admin.session_events(payload.tenant, payload.session_id, 0)
+        return plan_suspend(payload, seen, str(state), limit, events)
+
+    def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
+        """The page of a link whose action someone already took; audited when pressed."""
+        if pressed:
+            _log("email link declined", payload, done.sentence())
+            self._admin().record(
+                AuditEvent(
+                    at_ms=self._clock(),
+                    type=EventType.LINK_DECLINED,
+                    tenant=payload.tenant,
+                    session_id=payload.session_id,
+                    actor=LINK_ACTOR,
+                    reason=done.sentence(),
+                    detail={
+                        "link_id": payload.link_id,
+                        "link_action": payload.action.value,
+                        "subject": subject(payload),
+                        "done_by": done.by,
+                    },
+                    principal=payload.principal,
+                )
+            )
+        body = paragraph(done.sentence()) + paragraph(
+            f"The link asked to: {payload.describe()} Nothing was changed."
+        )
+        body += facts(_what(payload)) + self._console(payload)
+        return render(409, "Already done", body, "ok")
+
     def confirm(self, token: str) -> Page:
-        """The confirmation page: what the link will do, and one button. Changes nothing.
+        """The confirmation page: what the link will do now, and one button. Changes
+        nothing.
 
         Raises:
             StorageError: the store failed.
@@ -173,12 +239,17 @@ class LinkDesk:
         previous = self._uses.find(checked.tenant, checked.link_id)
         if previous is not None:
             return self._used(checked, previous)
-        body = paragraph(checked.describe()) + facts(_what(checked))
+        plan = self._plan(checked)
+        if isinstance(plan, AlreadyDone):
+            return self._declined(checked, plan, pressed=False)
+        body = paragraph(checked.describe()) + paragraph(f"Result: {plan.summary}")
+        body += facts([*plan.facts, *_what(checked)])
         body += paragraph("Nothing happens until you press the button. The link works once.")
         return render(200, "Confirm this action", body + confirm_form("Confirm"))
 
     def perform(self, token: str) -> Page:
-        """Take the link (once) and do what it says; the result page.
+        """Take the link (once) and do what it says, relative to the state it was sent
+        for; the result page.
 
         Raises:
             StorageError: the store failed before the link was taken.
@@ -186,28 +257,45 @@ class LinkDesk:
         checked = self._checked(token)
         if isinstance(checked, Page):
             return checked
+        previous = self._uses.find(checked.tenant, checked.link_id)
+        if previous is not None:
+            return self._used(checked, previous)
+        plan = self._plan(checked)
+        if isinstance(plan, AlreadyDone):
+            return self._declined(checked, plan, pressed=True)
         now = self._clock()
-        use = LinkUse(checked.tenant, checked.link_id, now, checked.describe(), checked.expires_ms)
+        did = f"{checked.describe()} ({plan.summary})"
+        use = LinkUse(checked.tenant, checked.link_id, now, did, checked.expires_ms)
         previous = self._uses.claim(use)
         if previous is not None:
             return self._used(checked, previous)
         try:
-            outcome = self._do(checked)
+            outcome = self._do(checked, plan)
+        except Conflict:
+            # Raised past the target meanwhile: say by whom, as if it had been so before.
+            self._uses.release(checked.tenant, checked.link_id)
+            again = self._plan(checked)
+            if isinstance(again, AlreadyDone):
+                return self._declined(checked, again, pressed=True)
+            raise
         except (QuotaServiceError, StorageError) as exc:
             self._uses.release(checked.tenant, checked.link_id)
             error = from_storage(exc) if isinstance(exc, StorageError) else exc
+            _log("email link failed", checked, error.message)
             body = paragraph(f"Nothing was changed: {error.message}")
             body += paragraph("The link can be used again.") + self._console(checked)
             return render(error.STATUS_CODE, "The action could not be done", body, "bad")
-        body = paragraph(f"Done: {checked.describe()}") + paragraph(outcome)
+        _log("email link used", checked, plan.summary)
+        body = paragraph(f"Done: {plan.summary}") + paragraph(outcome)
         body += facts(_what(checked)) + self._console(checked)
         return render(200, "Done", body, "ok")
 
-    def _do(self, payload: LinkPayload) -> str:
+    def _do(self, payload: LinkPayload, plan: Change) -> str:
         who = payload.identity()
         reason = f"one-click link {payload.link_id} from the exhaustion email"
         if payload.action is LinkAction.RAISE:
-            request = RaiseRequest(payload.category, reason, add=payload.amount)
+            assert plan.new_limit is not None
+            request = RaiseRequest(payload.category, reason, limit=plan.new_limit)
             result = self._admin().raise_limit(who, payload.session_id, request)
             return (
                 f"The '{payload.category}' limit of the session went from {result['before']} "
@@ -222,3 +310,18 @@ class LinkDesk:
         key = BudgetKey.principal(payload.tenant, payload.principal)
         self._budget_admin().suspend(who, key, reason)
         return "Every tool call made for the principal is now refused, until it is resumed."
+
+
+def _log(message: str, payload: LinkPayload, outcome: str) -> None:
+    """One log line naming the link: its id, action, subject and actor (never its token)."""
+    logger.info(
+        message,
+        extra={
+            "tenant": payload.tenant,
+            "link_id": payload.link_id,
+            "link_action": payload.action.value,
+            "subject": subject(payload),
+            "actor": LINK_ACTOR,
+            "outcome": outcome,
+        },
+    )

@@ -59,6 +59,13 @@ class LinkPayload:
     link_id: str
     expires_ms: int
     principal: str | None = None
+    limit: int | None = None  # the category's limit when the email was sent
+    started_ms: int | None = None  # when the session's counters then had started
+
+    @property
+    def sent_ms(self) -> int:
+        """When the link was signed (it lives LINK_TTL_MS)."""
+        return self.expires_ms - LINK_TTL_MS
 
     def to_compact(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -72,6 +79,10 @@ class LinkPayload:
         }
         if self.principal is not None:
             out["p"] = self.principal
+        if self.limit is not None:
+            out["l"] = self.limit
+        if self.started_ms is not None:
+            out["g"] = self.started_ms
         return out
 
     @classmethod
@@ -80,7 +91,7 @@ class LinkPayload:
         if not isinstance(raw, dict):
             return None
         try:
-            principal = raw.get("p")
+            principal, limit, started = raw.get("p"), raw.get("l"), raw.get("g")
             payload = cls(
                 tenant=str(raw["t"]),
                 session_id=str(raw["s"]),
@@ -90,6 +101,8 @@ class LinkPayload:
                 link_id=str(raw["i"]),
                 expires_ms=int(raw["e"]) * 1000,
                 principal=None if principal is None else str(principal),
+                limit=None if limit is None else int(limit),
+                started_ms=None if started is None else int(started),
             )
         except (KeyError, ValueError, TypeError):
             return None
@@ -97,7 +110,8 @@ class LinkPayload:
 
     def identity(self) -> Identity:
         """Whom the admin side sees acting: the link, audited as `email-link`."""
-        return Identity(tenant=self.tenant, role=LINK_ROLE, token_id=LINK_ACTOR, name=self.link_id)
+        name = f"{self.link_id}:{self.action.value}"
+        return Identity(tenant=self.tenant, role=LINK_ROLE, token_id=LINK_ACTOR, name=name)
 
     def describe(self) -> str:
         """What confirming the link does, in one sentence."""

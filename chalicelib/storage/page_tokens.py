@@ -12,6 +12,8 @@ starts, which `since` chooses too.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 
@@ -42,3 +44,28 @@ def decode(token: str, tenant: str, scope: str) -> str:
     if match is None or match.group(3) != _binding(tenant, scope):
         raise BadPageToken(DOING)
     return f"{match.group(1)}#{match.group(2)}"
+
+
+_KEY_TOKEN = re.compile(r"k1\.([A-Za-z0-9_-]{1,600})\.([0-9a-f]{16})")
+
+
+def encode_key(tenant: str, scope: str, key: str) -> str:
+    """A token for the page after the entry with sort key `key` (any text), URL-safe."""
+    raw = base64.urlsafe_b64encode(key.encode("utf-8")).decode("ascii").rstrip("=")
+    return f"k1.{raw}.{_binding(tenant, scope)}"
+
+
+def decode_key(token: str, tenant: str, scope: str) -> str:
+    """The sort key after which the next page starts.
+
+    Raises:
+        BadPageToken: the token is not one this listing issued for this tenant and scope.
+    """
+    match = _KEY_TOKEN.fullmatch(token)
+    if match is None or match.group(2) != _binding(tenant, scope):
+        raise BadPageToken(DOING)
+    raw = match.group(1)
+    try:
+        return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise BadPageToken(DOING) from exc

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from chalicelib.storage import errors
 
 if TYPE_CHECKING:
-    from chalicelib.admin.audit import AuditEvent
+    from chalicelib.admin.audit import AuditEvent, EventType
     from chalicelib.admin.grants import Grant
     from chalicelib.auth.tokens import TokenRecord
     from chalicelib.quota.core import (
@@ -66,10 +66,26 @@ class NotTaken:
 
 @dataclass(frozen=True)
 class AuditPage:
-    """One page of events, oldest first, and the token for the next page."""
+    """One page of events, in the listing's order, and the token for the next page."""
 
     events: list[AuditEvent]
     next_token: str | None
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """Which of a tenant's events a tenant-wide listing holds: every one by default."""
+
+    type: EventType | None = None
+    principal: str | None = None
+    server: str | None = None
+    since_ms: int = 0
+    until_ms: int | None = None  # inclusive; None: up to now
+
+    def scope(self) -> str:
+        """What a page token of this listing is bound to."""
+        parts = (self.type, self.principal, self.server, self.since_ms, self.until_ms)
+        return "feed\n" + "\n".join("" if p is None else str(p) for p in parts)
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,14 @@ class TroubleMark:
     at_ms: int
     category: str | None = None
     principal: str | None = None
+
+
+@dataclass(frozen=True)
+class TroublePage:
+    """Marks newest first, and where the next page starts (None: no more)."""
+
+    marks: list[TroubleMark]
+    next_token: str | None
 
 
 # -- ports ---------------------------------------------------------------------------
@@ -373,6 +397,19 @@ class AuditLog(Protocol):
             StorageError: the store failed.
         """
 
+    def feed(
+        self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None
+    ) -> AuditPage:
+        """Every event of the tenant that `where` holds, of every session and none, newest
+        first, in one read of one index whatever the tenant's history. A page may hold
+        fewer than `limit` events when more follow (`next_token`) if `where` combines
+        filters.
+
+        Raises:
+            BadPageToken: `next_token` is not one this listing issued.
+            StorageError: the store failed.
+        """
+
 
 class GrantRepository(Protocol):
     """Grants: planned raises for a principal in a time window."""
@@ -470,10 +507,15 @@ class TroubleIndex(Protocol):
             StorageError: the store failed.
         """
 
-    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
-        """The tenant's entries from `since_ms`, newest first.
+    def page(
+        self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
+    ) -> TroublePage:
+        """Up to `limit` of the tenant's entries from `since_ms` to `until_ms`, newest
+        first, in one read of one day whatever the number of entries: a page may end
+        early, at the end of a day, with a `next_token` for the day before.
 
         Raises:
+            BadPageToken: `next_token` is not one this listing issued.
             StorageError: the store failed.
         """
 

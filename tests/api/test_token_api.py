@@ -29,7 +29,8 @@ def create(api: Api, payload: dict[str, Any]) -> dict[str, Any]:
 
 def tenant_events(api: Api) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = body(api.get("/v1/audit"))["events"]
-    return [e for e in events if e["type"].startswith("token_")]
+    # The tenant-wide trail is newest first: oldest first here.
+    return [e for e in reversed(events) if e["type"].startswith("token_")]
 
 
 @pytest.fixture

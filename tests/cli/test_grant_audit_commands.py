@@ -137,11 +137,23 @@ def test_audit_sends_filters_as_query_and_renders_events(cli: Cli, api: FakeAdmi
         "limit": ["2"],
     }
     lines = run.out.splitlines()
-    assert lines[0].split() == ["AT", "TYPE", "SESSION", "ACTOR", "REASON", "CHANGE", "DETAIL"]
+    assert lines[0].split() == [
+        "AT",
+        "TYPE",
+        "SESSION",
+        "PRINCIPAL",
+        "SERVER",
+        "ACTOR",
+        "REASON",
+        "CHANGE",
+        "DETAIL",
+    ]
     assert lines[2].split() == [
         "2026-12-02T12:00:02Z",
         "raise",
         "sess-1",
+        "-",
+        "-",
         "dev-admin",
         "ok",
         "15",
@@ -218,3 +230,31 @@ def test_audit_detail_is_compact_json_on_one_line(cli: Cli, api: FakeAdminApi) -
 
     assert len(lines) == 2
     assert lines[1].endswith('{"last_calls":[{"allowed":false,"tool":"delete_article"}]}')
+
+
+def test_audit_of_the_tenant_sends_its_filters(cli: Cli, api: FakeAdminApi) -> None:
+    event = _event(1, type="session_raised", principal="bot", server="inventory")
+    api.reply("GET", "/v1/audit", 200, {"events": [event], "next": None})
+
+    run = cli.admin(
+        api,
+        "audit",
+        "--type",
+        "session_raised",
+        "--principal",
+        "bot",
+        "--server",
+        "inventory",
+        "--until",
+        "2026-12-02T13:00:00+01:00",
+    )
+
+    assert run.code == 0, run.err
+    [request] = api.requests
+    assert request.query == {
+        "type": ["session_raised"],
+        "principal": ["bot"],
+        "server": ["inventory"],
+        "until": ["2026-12-02T12:00:00Z"],
+    }
+    assert "inventory" in run.out

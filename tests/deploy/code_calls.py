@@ -28,6 +28,7 @@ class ApiCall:
     service: str  # dynamodb | sns | secretsmanager | sqs
     operation: str  # the API operation, also the IAM action name: UpdateItem
     line: int
+    indexed: bool = False  # the call names a secondary index (`IndexName=`)
 
     @property
     def action(self) -> str:
@@ -93,6 +94,7 @@ class _Visitor(ast.NodeVisitor):
                         service=service,
                         operation=operations(service)[method],
                         line=node.lineno,
+                        indexed=any(k.arg == "IndexName" for k in node.keywords),
                     )
                 )
         self.generic_visit(node)

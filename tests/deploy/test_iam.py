@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,13 @@ def required_grants() -> dict[str, set[Grant]]:
     authenticating = functions_that_authenticate()
     for call in api_calls():
         target = target_of(call)
+        if call.indexed:
+            # A Query of an index needs the index's own ARN: every index the table has
+            # (the scan cannot tell which one a call names), and not the table's.
+            spec = next(t for t in ALL_TABLES.values() if t.logical_name == target)
+            for index in spec.indexes:
+                required[API_HANDLER].add((call.action, f"{target}/index/{index.name}"))
+            continue
         looks_up = (call.module, call.function) not in ADMIN_TOKEN_FUNCTIONS
         publisher = PUBLISHED_BY.get((call.module, call.function))
         if publisher is not None:
@@ -162,6 +170,11 @@ def required_grants() -> dict[str, set[Grant]]:
 def resource_id(resource: Any) -> str:
     """The logical id a policy Resource points at; literal ARNs are not allowed."""
     assert isinstance(resource, dict), f"literal resource {resource!r}: use Fn::GetAtt/Ref"
+    if "Fn::Sub" in resource:
+        # One named secondary index of a table: "${Table.Arn}/index/<name>".
+        match = re.fullmatch(r"\$\{(\w+)\.Arn\}/index/(\w+)", resource["Fn::Sub"])
+        assert match is not None, resource
+        return f"{match.group(1)}/index/{match.group(2)}"
     if "Fn::GetAtt" in resource:
         target, attribute = resource["Fn::GetAtt"]
         assert attribute == "Arn"
@@ -213,7 +226,11 @@ def test_no_wildcards_anywhere_in_the_lambda_policies(packaged: Packaged) -> Non
     for pairs in granted(packaged).values():
         for action, target in pairs:
             assert "*" not in action
-            assert target in packaged.resources, f"{action} on unknown resource {target}"
+            table, _, index = target.partition("/index/")
+            assert table in packaged.resources, f"{action} on unknown resource {target}"
+            if index:
+                names = {i["IndexName"] for i in _indexes_of(packaged, table)}
+                assert index in names, f"{action} on unknown index {target}"
     assert '"*"' not in json.dumps(
         [
             r
@@ -221,6 +238,13 @@ def test_no_wildcards_anywhere_in_the_lambda_policies(packaged: Packaged) -> Non
             if r["Type"] in ("AWS::IAM::Role", "AWS::IAM::Policy")
         ]
     )
+
+
+def _indexes_of(packaged: Packaged, table: str) -> list[dict[str, Any]]:
+    indexes: list[dict[str, Any]] = packaged.resources[table]["Properties"].get(
+        "GlobalSecondaryIndexes", []
+    )
+    return indexes
 
 
 def test_each_function_writes_only_its_own_log_group(packaged: Packaged) -> None:

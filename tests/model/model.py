@@ -144,7 +144,7 @@ class Session:
     records_low: int = 0
     records_high: int = 0
     last_was_refusal: bool = False
-    marked: bool = False  # ever refused or suspended: may be in the trouble listing
+    marked: bool = False  # ever spent, refused or suspended: may be in the trouble listing
     trouble: bool = False  # refused or suspended since its last restart or admin change
 
     def held(self, call_id: str) -> bool | None:
@@ -367,6 +367,8 @@ class State:
             st._refused(sid, who, keep_call_id)
             return [(Expected(429, codes=frozenset({"quota_exceeded"}), scopes=spent), st)]
         sess.counts[cat] = sess.counts.get(cat, 0) + granted
+        if sess.counts[cat] >= sess.limit(cat):
+            sess.marked = sess.trouble = True  # the call that takes the last unit marks it
         tenant_window = None
         if cat in PRINCIPAL_WINDOW:
             start = window_start(st.now_ms, PRINCIPAL_WINDOW[cat][1])

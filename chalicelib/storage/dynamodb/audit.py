@@ -1,5 +1,15 @@
-"""The audit log port on DynamoDB: partition per tenant + session, time-ordered sort
-key, long TTL."""
+"""The audit log port on DynamoDB, long TTL.
+
+Item: pk "<tenant>#<session id>" (the session index: a session's events, strongly
+consistent), sk "<13-digit epoch ms>#<event id>", at, type, tenant, session_id, actor,
+principal, server, reason/before/after/detail (JSON), expires_at (TTL).
+
+The tenant-wide listing reads one global secondary index, newest first: `by_tenant` on
+(tenant, sk) holds every event; `by_principal`, `by_server` and `by_type` hold the events
+that name one, keyed "<tenant> <value>". A page is one Query of one index partition,
+bounded by the page size, whatever the tenant's history. Filters beyond the one the index
+answers are a filter expression on that Query.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +19,39 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.admin.audit import AuditEvent, EventType
+from chalicelib.schema import (
+    AUDIT_BY_PRINCIPAL,
+    AUDIT_BY_SERVER,
+    AUDIT_BY_TENANT,
+    AUDIT_BY_TYPE,
+    IndexSpec,
+)
 from chalicelib.storage import page_tokens
 from chalicelib.storage.faults import translate
-from chalicelib.storage.ports import AuditPage
+from chalicelib.storage.ports import AuditFilter, AuditPage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 _NEW_EVENT = "attribute_not_exists(#pk)"
 _SINCE = "#pk = :pk AND #sk >= :since"
+_FEED_RANGE = "#feed = :feed AND #sk BETWEEN :lo AND :hi"
 _JSON_FIELDS = ("before", "after", "detail")
+_LAST_OF_MS = "#~"  # sorts after every "#<event id>" of the same millisecond
+_FILTERS = {
+    "type": "#type = :type",
+    "principal": "#principal = :principal",
+    "server": "#server = :server",
+}
 
 
 def _key(tenant: str, session_id: str) -> str:
     return f"{tenant}#{session_id}"
+
+
+def _feed(tenant: str, value: str) -> str:
+    # Tenant names hold no space: the first space ends the tenant.
+    return f"{tenant} {value}"
 
 
 def _item(event: AuditEvent, ttl_seconds: int) -> dict[str, Any]:
@@ -31,11 +60,18 @@ def _item(event: AuditEvent, ttl_seconds: int) -> dict[str, Any]:
         "sk": {"S": event.sort_key},
         "at": {"N": str(event.at_ms)},
         "type": {"S": event.type},
+        "type_feed": {"S": _feed(event.tenant, event.type)},
         "tenant": {"S": event.tenant},
         "session_id": {"S": event.session_id},
         "actor": {"S": event.actor},
         "expires_at": {"N": str(event.at_ms // 1000 + ttl_seconds)},
     }
+    if event.principal is not None:
+        item["principal"] = {"S": event.principal}
+        item["principal_feed"] = {"S": _feed(event.tenant, event.principal)}
+    if event.server is not None:
+        item["server"] = {"S": event.server}
+        item["server_feed"] = {"S": _feed(event.tenant, event.server)}
     if event.reason is not None:
         item["reason"] = {"S": event.reason}
     for name in _JSON_FIELDS:
@@ -55,8 +91,26 @@ def _event(item: dict[str, Any]) -> AuditEvent:
         actor=item["actor"]["S"],
         reason=item.get("reason", {}).get("S"),
         event_id=item["sk"]["S"].split("#", 1)[1],
+        principal=item.get("principal", {}).get("S"),
+        server=item.get("server", {}).get("S"),
         **extra,
     )
+
+
+def _feed_query(tenant: str, where: AuditFilter) -> tuple[IndexSpec, str, dict[str, str]]:
+    """The index to read, its partition, and the filters it does not answer itself:
+    the narrowest facet named wins."""
+    filters = {"type": where.type, "principal": where.principal, "server": where.server}
+    named = {name: str(value) for name, value in filters.items() if value is not None}
+    for name, index in (
+        ("principal", AUDIT_BY_PRINCIPAL),
+        ("server", AUDIT_BY_SERVER),
+        ("type", AUDIT_BY_TYPE),
+    ):
+        if name in named:
+            value = named.pop(name)
+            return index, _feed(tenant, value), named
+    return AUDIT_BY_TENANT, tenant, named
 
 
 class AuditStore:
@@ -123,3 +177,55 @@ class AuditStore:
         if more and kept:
             token = page_tokens.encode(tenant, session_id, kept[-1]["sk"]["S"])
         return AuditPage(events=[_event(item) for item in kept], next_token=token)
+
+    def feed(
+        self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None
+    ) -> AuditPage:
+        """The tenant's events that `where` holds, newest first: one Query of one index.
+
+        Raises:
+            BadPageToken: the page token is not one this listing issued.
+            StorageError: the store failed.
+        """
+        scope = where.scope()
+        # The page ends below the last event of the previous page. The key condition
+        # bounds it (an inclusive BETWEEN, so that event is read again and dropped)
+        # instead of a start key, which on an index would have to name the table's key.
+        before = None if next_token is None else page_tokens.decode(next_token, tenant, scope)
+        until = "~" if where.until_ms is None else f"{where.until_ms:013d}{_LAST_OF_MS}"
+        high = until if before is None else min(before, until)
+        index, partition, rest = _feed_query(tenant, where)
+        names = {"#feed": index.partition_key, "#sk": index.sort_key}
+        values: dict[str, Any] = {
+            ":feed": {"S": partition},
+            ":lo": {"S": f"{where.since_ms:013d}"},
+            ":hi": {"S": high},
+        }
+        for name, value in rest.items():
+            names[f"#{name}"] = name
+            values[f":{name}"] = {"S": value}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": _FEED_RANGE,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+            # The previous page's last event (read again), the page, and one to tell
+            # whether another page follows.
+            "Limit": limit + 2,
+        }
+        if rest:
+            kwargs["FilterExpression"] = " AND ".join(_FILTERS[name] for name in rest)
+        try:
+            response = self._client.query(IndexName=index.name, **kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "reading the audit trail") from exc
+        items = [i for i in response.get("Items", []) if i["sk"]["S"] != before]
+        kept = items[:limit]
+        token = None
+        if len(items) > limit:
+            token = page_tokens.encode(tenant, scope, kept[-1]["sk"]["S"])
+        elif "LastEvaluatedKey" in response:
+            # Filtered out or past the read: go on below the last event read.
+            token = page_tokens.encode(tenant, scope, response["LastEvaluatedKey"]["sk"]["S"])
+        return AuditPage(events=[_event(dict(item)) for item in kept], next_token=token)

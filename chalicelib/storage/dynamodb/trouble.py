@@ -1,42 +1,68 @@
 """The tenant's index of sessions in trouble (blocked or suspended), on the audit table:
-one item per session in a partition of its own per tenant, overwritten by the latest
-event. Written only when a budget first runs out, a principal is escalated or a session
-is suspended, never by an allowed check.
+a partition per tenant per day, each holding the day's entries packed in a few shard
+items, so that a page reads one day in one Query (two days for the default 24 h), and
+its cost follows the day's entries, never the tenant's history. Written when a session's
+budget runs out (its last unit taken, or its first refusal), a principal is escalated or
+a session is suspended; never by any other allowed check.
 
-Item: pk "<tenant># trouble" (a space, which no session id holds), sk the session id,
-kind, at, category, principal, expires_at (TTL, clean-up only: listings filter by `at`).
+Item: pk "<tenant># trouble <YYYY-MM-DD>" (UTC; the space keeps it apart from every
+session's partition), sk the shard "00".."63" (a hash of the session id, so a session
+always lands in the same one), expires_at (TTL, clean-up only), and one attribute per
+session, "s:<session id>" = "<13-digit ms>|<kind>|<category>|<principal>". A session
+marked again the same day overwrites its own entry; one marked on a later day is listed
+from the later day (a listing reads each day once and keeps a session's newest entry).
 """
 
 from __future__ import annotations
 
+import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chalicelib.storage import page_tokens
 from chalicelib.storage.dynamodb.updates import n, s
 from chalicelib.storage.faults import translate
-from chalicelib.storage.ports import TroubleKind, TroubleMark
+from chalicelib.storage.ports import TroubleKind, TroubleMark, TroublePage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_PARTITION = "#pk = :pk"
+_MARK = "SET #entry = :entry, #exp = :exp"
+_DAY = "#pk = :pk"
 KEEP_DAYS = 30
+SHARDS = 64  # each under DynamoDB's 400 KB item: room for about 250,000 entries a day
+PAGE_SCOPE = "trouble"
+DAY_MS = 86_400_000
+_ENTRY = "s:"  # attribute-name prefix of an entry; no other attribute starts with it
+_END_OF_MS = "#~"  # sorts after "#<session id>" of the same millisecond
 
 
-def _pk(tenant: str) -> str:
-    return f"{tenant}# trouble"
+def _pk(tenant: str, at_ms: int) -> str:
+    return f"{tenant}# trouble {time.strftime('%Y-%m-%d', time.gmtime(at_ms // 1000))}"
 
 
-def _mark(tenant: str, item: dict[str, Any]) -> TroubleMark:
-    return TroubleMark(
-        tenant=tenant,
-        session_id=item["sk"]["S"],
-        kind=TroubleKind(item["kind"]["S"]),
-        at_ms=int(item["at"]["N"]),
-        category=item.get("category", {}).get("S"),
-        principal=item.get("principal", {}).get("S"),
+def _shard(session_id: str) -> str:
+    return f"{zlib.crc32(session_id.encode('utf-8')) % SHARDS:02d}"
+
+
+def _entry(mark: TroubleMark) -> str:
+    return "|".join(
+        (f"{mark.at_ms:013d}", mark.kind.value, mark.category or "", mark.principal or "")
     )
+
+
+def _mark(tenant: str, session_id: str, entry: str) -> TroubleMark:
+    at, kind, category, principal = entry.split("|", 3)
+    return TroubleMark(
+        tenant, session_id, TroubleKind(kind), int(at), category or None, principal or None
+    )
+
+
+def _key(mark: TroubleMark) -> str:
+    """The listing's order: time, then session id."""
+    return f"{mark.at_ms:013d}#{mark.session_id}"
 
 
 class TroubleStore:
@@ -47,38 +73,32 @@ class TroubleStore:
         self._table = table_name
 
     def mark(self, mark: TroubleMark) -> None:
-        """Record a session's latest trouble (overwrites its earlier entry).
+        """Record a session's latest trouble (overwrites its entry of that day).
 
         Raises:
             StorageError: the store failed.
         """
-        item: dict[str, Any] = {
-            "pk": s(_pk(mark.tenant)),
-            "sk": s(mark.session_id),
-            "kind": s(mark.kind.value),
-            "at": n(mark.at_ms),
-            "expires_at": n(mark.at_ms // 1000 + KEEP_DAYS * 86_400),
-        }
-        if mark.category is not None:
-            item["category"] = s(mark.category)
-        if mark.principal is not None:
-            item["principal"] = s(mark.principal)
         try:
-            self._client.put_item(TableName=self._table, Item=item)
+            self._client.update_item(
+                TableName=self._table,
+                Key={"pk": s(_pk(mark.tenant, mark.at_ms)), "sk": s(_shard(mark.session_id))},
+                UpdateExpression=_MARK,
+                ExpressionAttributeNames={"#entry": _ENTRY + mark.session_id, "#exp": "expires_at"},
+                ExpressionAttributeValues={
+                    ":entry": s(_entry(mark)),
+                    ":exp": n(mark.at_ms // 1000 + KEEP_DAYS * 86_400),
+                },
+            )
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, "indexing a blocked session") from exc
 
-    def marks(self, tenant: str, since_ms: int) -> list[TroubleMark]:
-        """The tenant's entries from `since_ms`, newest first.
-
-        Raises:
-            StorageError: the store failed.
-        """
+    def _day(self, tenant: str, day_ms: int) -> list[TroubleMark]:
+        """Every entry of one day: one Query (more only past 1 MB of entries)."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": _PARTITION,
+            "KeyConditionExpression": _DAY,
             "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":pk": s(_pk(tenant))},
+            "ExpressionAttributeValues": {":pk": s(_pk(tenant, day_ms))},
         }
         found: list[TroubleMark] = []
         while True:
@@ -86,10 +106,44 @@ class TroubleStore:
                 response = self._client.query(**kwargs)
             except (ClientError, BotoCoreError) as exc:
                 raise translate(exc, "listing blocked sessions") from exc
-            found += [_mark(tenant, dict(item)) for item in response.get("Items", [])]
+            for item in response.get("Items", []):
+                found += [
+                    _mark(tenant, name.removeprefix(_ENTRY), value["S"])
+                    for name, value in item.items()
+                    if name.startswith(_ENTRY)
+                ]
             last = response.get("LastEvaluatedKey")
             if not last:
-                break
+                return found
             kwargs["ExclusiveStartKey"] = last
-        kept = [m for m in found if m.at_ms >= since_ms]
-        return sorted(kept, key=lambda m: (m.at_ms, m.session_id), reverse=True)
+
+    def page(
+        self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
+    ) -> TroublePage:
+        """Up to `limit` entries from `since_ms` to `until_ms`, newest first, from one
+        day; at the day's end the token goes on with the day before.
+
+        Raises:
+            BadPageToken: the page token is not one this listing issued.
+            StorageError: the store failed.
+        """
+        # Below `high`, exclusive: the previous page's last entry, or the end of a
+        # millisecond, which no entry equals.
+        high = f"{until_ms:013d}{_END_OF_MS}"
+        if next_token is not None:
+            high = min(high, page_tokens.decode_key(next_token, tenant, PAGE_SCOPE))
+        high_ms = int(high[:13])
+        if high_ms < since_ms:
+            return TroublePage([], None)
+        day = [m for m in self._day(tenant, high_ms) if m.at_ms >= since_ms and _key(m) < high]
+        newest = sorted(day, key=_key, reverse=True)
+        kept = newest[:limit]
+        day_start = high_ms - high_ms % DAY_MS
+        if len(newest) > limit:
+            token: str | None = page_tokens.encode_key(tenant, PAGE_SCOPE, _key(kept[-1]))
+        elif day_start > since_ms:
+            # The day is done: the next page is the day before.
+            token = page_tokens.encode_key(tenant, PAGE_SCOPE, f"{day_start - 1:013d}{_END_OF_MS}")
+        else:
+            token = None
+        return TroublePage(kept, token)

@@ -7,6 +7,7 @@ import threading
 from chalicelib.admin.audit import AuditEvent
 from chalicelib.storage import page_tokens
 from chalicelib.storage.ports import (
+    AuditFilter,
     AuditPage,
     StoreRejected,
 )
@@ -56,3 +57,40 @@ class MemoryAuditLog:
         more = len(keys) > limit
         token = page_tokens.encode(tenant, session_id, keys[limit - 1]) if more else None
         return AuditPage(events=chosen, next_token=token)
+
+    def feed(
+        self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None
+    ) -> AuditPage:
+        """The tenant's events that `where` holds, newest first.
+
+        Raises:
+            BadPageToken: the token is not one this listing issued.
+        """
+        scope = where.scope()
+        before = None if next_token is None else page_tokens.decode(next_token, tenant, scope)
+        until = None if where.until_ms is None else f"{where.until_ms:013d}#~"
+        since = f"{where.since_ms:013d}"
+        with self._lock:
+            found = [
+                event
+                for (owner, _), events in self._events.items()
+                if owner == tenant
+                for event in events.values()
+            ]
+        kept = sorted(
+            (
+                e
+                for e in found
+                if e.sort_key >= since
+                and (until is None or e.sort_key <= until)
+                and (before is None or e.sort_key < before)
+                and (where.type is None or e.type == where.type)
+                and (where.principal is None or e.principal == where.principal)
+                and (where.server is None or e.server == where.server)
+            ),
+            key=lambda e: e.sort_key,
+            reverse=True,
+        )
+        page = kept[:limit]
+        token = page_tokens.encode(tenant, scope, page[-1].sort_key) if len(kept) > limit else None
+        return AuditPage(events=page, next_token=token)

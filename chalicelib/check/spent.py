@@ -1,0 +1,52 @@
+"""Puts a session in the trouble index when an allowed call takes the last unit of its
+budget in a category: from then on every view derives `blocked` for it, so the listing
+shows it too, without waiting for the first refused call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chalicelib.check.requests import CheckRequest
+from chalicelib.check.service import CheckService
+from chalicelib.observability import logger
+from chalicelib.quota.core import Allowed, Decision
+from chalicelib.storage.ports import TroubleKind, TroubleMark
+
+
+class MarksSpentSessions(CheckService):
+    """The check service, plus one index write on the call that spends a session's
+    budget (at most once per category and counters; a retry of it writes nothing)."""
+
+    def __init__(self, *args: Any, mark: Callable[[TroubleMark], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mark = mark
+
+    def check(self, tenant: str, request: CheckRequest) -> Decision:
+        """As `CheckService.check`; never raises for the index write.
+
+        Raises:
+            CallIdConflict: as `CheckService.check`.
+            StorageError: as `CheckService.check`.
+        """
+        decision = super().check(tenant, request)
+        if isinstance(decision, Allowed) and spent(decision):
+            mark = TroubleMark(
+                tenant,
+                decision.session_id,
+                TroubleKind.EXHAUSTED,
+                decision.now_ms,
+                decision.category,
+                request.principal,
+            )
+            try:
+                self._mark(mark)
+            except Exception:
+                logger.exception("trouble index write failed; the session may miss the listing")
+        return decision
+
+
+def spent(decision: Allowed) -> bool:
+    """Whether this allowed call took the last unit of its session's category: the
+    session's next call there is refused (`SessionSnapshot.state` says blocked)."""
+    return not decision.duplicate and decision.used >= decision.limit

@@ -1,0 +1,133 @@
+"""What an emailed link would do now, decided from the state it was sent for and the
+state now: a change to make (shown on the confirmation page, then made), or a sign that
+someone already did what it asks. Pure: the caller reads the state and the audit trail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chalicelib.admin.audit import AuditEvent, EventType
+from chalicelib.clock import iso_utc
+from chalicelib.links.signing import LinkAction, LinkPayload
+from chalicelib.quota.core import SessionSnapshot
+
+
+@dataclass(frozen=True)
+class Change:
+    """What confirming the link does now: e.g. "write 25 → 40"."""
+
+    summary: str
+    facts: tuple[tuple[str, str], ...]
+    new_limit: int | None = None  # a raise: the limit to set (never lowered)
+
+
+@dataclass(frozen=True)
+class AlreadyDone:
+    """The link's action no longer makes sense: what happened since, by whom, when."""
+
+    what: str
+    by: str | None = None
+    at_ms: int | None = None
+
+    def sentence(self) -> str:
+        """ "Already done by …" in one sentence."""
+        who = f" by {self.by}" if self.by else ""
+        when = f" at {iso_utc(self.at_ms)}" if self.at_ms is not None else ""
+        return f"Already done{who}{when}: {self.what}."
+
+
+Plan = Change | AlreadyDone
+
+
+def _latest(events: Sequence[AuditEvent], kind: EventType) -> AuditEvent | None:
+    found = [e for e in events if e.type is kind]
+    return max(found, key=lambda e: e.sort_key) if found else None
+
+
+def plan_raise(
+    payload: LinkPayload,
+    seen: SessionSnapshot | None,
+    current_limit: int,
+    expired: bool,
+    since_sent: Sequence[AuditEvent],
+) -> Plan:
+    """A raise link adds its amount to the limit the email was sent at: the target
+    stays that, whatever happened since. It is done already if the session's counters
+    started again (reset, or idle expiry), or the limit reached the target."""
+    category = payload.category
+    sent_limit = current_limit if payload.limit is None else payload.limit
+    target = sent_limit + payload.amount
+    reset = _latest(since_sent, EventType.SESSION_RESET)
+    if reset is not None:
+        return AlreadyDone("the session's counters were reset", reset.actor, reset.at_ms)
+    restarted = seen is not None and payload.started_ms not in (None, seen.started_ms)
+    if seen is None or expired or restarted:
+        return AlreadyDone("the session's counters started again (it was idle)")
+    if current_limit >= target:
+        raised = _latest(since_sent, EventType.SESSION_RAISED)
+        return AlreadyDone(
+            f"'{category}' was raised to {current_limit}, at or past this link's {target}",
+            None if raised is None else raised.actor,
+            None if raised is None else raised.at_ms,
+        )
+    used = seen.counts.get(category, 0)
+    return Change(
+        f"{category} {current_limit} \u2192 {target}",
+        (
+            ("current limit", f"{current_limit} ({category})"),
+            ("used", f"{used} of {current_limit}"),
+            ("after", f"{category} {current_limit} \u2192 {target}"),
+        ),
+        new_limit=target,
+    )
+
+
+def plan_suspend(
+    payload: LinkPayload,
+    seen: SessionSnapshot | None,
+    state: str,
+    current_limit: int,
+    events: Sequence[AuditEvent],
+) -> Plan:
+    """Suspend the session, unless it is suspended already."""
+    if seen is not None and seen.suspended:
+        done = _latest(events, EventType.SESSION_SUSPENDED)
+        return AlreadyDone(
+            "the session is suspended",
+            None if done is None else done.actor,
+            None if done is None else done.at_ms,
+        )
+    used = 0 if seen is None else seen.counts.get(payload.category, 0)
+    return Change(
+        f"session {state} \u2192 suspended",
+        (
+            ("state", state),
+            ("used", f"{used} of {current_limit} ({payload.category})"),
+            ("after", "suspended: every tool call of the session is refused"),
+        ),
+    )
+
+
+def plan_suspend_principal(
+    payload: LinkPayload, suspended: bool, last_suspension: AuditEvent | None
+) -> Plan:
+    """Suspend the principal, unless it is suspended already."""
+    if suspended:
+        return AlreadyDone(
+            f"principal '{payload.principal}' is suspended",
+            None if last_suspension is None else last_suspension.actor,
+            None if last_suspension is None else last_suspension.at_ms,
+        )
+    return Change(
+        f"principal '{payload.principal}' active \u2192 suspended",
+        (("after", "suspended: every tool call made for it is refused, in every session"),),
+    )
+
+
+def subject(payload: LinkPayload) -> str:
+    """What the link acts on, as the log and the pages name it."""
+    if payload.action is LinkAction.SUSPEND_PRINCIPAL:
+        return f"principal {payload.principal}"
+    return f"session {payload.session_id}"
