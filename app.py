@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from chalicelib.admin import requests as admin_requests
     from chalicelib.auth import tokens
     from chalicelib.check import requests as validation
+    from chalicelib.check import shadow
     from chalicelib.links import pages
     from chalicelib.links.actions import LinkDesk
     from chalicelib.quota import core as quota
@@ -36,6 +37,7 @@ else:
     quota = lazy_module("chalicelib.quota.core")
     tokens = lazy_module("chalicelib.auth.tokens")
     validation = lazy_module("chalicelib.check.requests")
+    shadow = lazy_module("chalicelib.check.shadow")
     wiring = lazy_module("chalicelib.wiring")
 
 app = Chalice(app_name="mcp-quota")
@@ -268,6 +270,8 @@ def decision_response(decision: quota.Decision) -> Response:
                 "lease_seconds": lease.lease_seconds,
                 "lease_max": lease.lease_max,
             }
+        if decision.shadow is not None:
+            body["shadow"] = shadow.shadow_json(decision.shadow)
         return Response(body=body, status_code=200, headers=headers)
     body["error"] = {
         "code": str(decision.reason),
@@ -308,6 +312,10 @@ def check() -> Response:
         if uncounted:
             # Calls a client ran uncounted while it could not reach us: alarmed on.
             count("ClientFailOpen", category, uncounted)
+    for category, held in (request.refused_locally or {}).items():
+        if held:  # refusals the client answered itself, during a refusal's hold
+            count("ChecksBlocked", category, held)
+            count("RefusedLocally", category, held)
     decision = container.checks.check(identity.tenant, request)
     # An allowed check writes no metric and no log line: it never loads Powertools (a
     # shorter cold start, and no CloudWatch Logs line per call). API Gateway's Count and

@@ -35,6 +35,7 @@ class EventType(enum.StrEnum):
     SESSION_LOWERED = "session_lowered"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    SHADOW_REFUSAL = "shadow_refusal"  # shadow mode let a call over a limit run
 
 
 # The "session" of events that belong to no session. It holds a space, which no session

@@ -253,3 +253,35 @@ class BlockReporter:
                 detail=detail,
             )
         )
+
+
+class ShadowReporter:
+    """Audits each call that shadow mode let run past a limit, and counts it per category
+    (the `ShadowRefusals` metric). No email and no escalation: nothing was refused."""
+
+    def __init__(self, auditor: Auditor) -> None:
+        self._auditor = auditor
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        """Record one shadow refusal; never raises (an audit outage changes no answer)."""
+        count("ShadowRefusals", would.category)
+        self._auditor.record(
+            AuditEvent(
+                at_ms=would.now_ms,
+                type=EventType.SHADOW_REFUSAL,
+                tenant=tenant,
+                session_id=would.session_id,
+                actor=audit.SERVICE_ACTOR,
+                detail={
+                    "code": str(would.reason),
+                    "scope": would.scope.value,
+                    "category": would.category,
+                    "tool": would.tool,
+                    "server": attempt.server,
+                    "principal": attempt.principal,
+                    "used": would.used,
+                    "limit": would.limit,
+                    "units": would.units,
+                },
+            )
+        )

@@ -17,12 +17,13 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol, TypeVar, cast
 
 from chalicelib.check.requests import CheckRequest, LeaseReturn
+from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener, would_refuse
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
 from chalicelib.observability import count, logger
@@ -224,6 +225,7 @@ class _Step:
     key: BudgetKey
     window: WindowLimit
     spend: Spend
+    shadow_limit: int | None = None  # shadow mode: the limit a refusal would enforce
 
 
 class CheckService:
@@ -240,8 +242,10 @@ class CheckService:
         keep_calls: int = 10,
         budgets: BudgetCounters | None = None,
         gate: PrincipalGate | None = None,
+        shadow_listener: ShadowListener | None = None,
     ) -> None:
         self._policy = policy
+        self._shadow_listener = shadow_listener or QuietShadow()
         self._store = store
         self._clock = clock
         self._idle_ms = idle_timeout_seconds * 1000
@@ -268,7 +272,12 @@ class CheckService:
         leased = category.lease and request.lease is not None
         # Never more than the base limit at once: the store's condition for a lease
         # compares against `limit - units + 1`, which must stay positive.
+        if not category.enforce:
+            base_limit, shadow_limit = SHADOW_CEILING, base_limit
+        else:
+            shadow_limit = None
         units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
+        units = units if leased else request.units
         return Attempt(
             session=SessionKey(tenant, request.session_id),
             tool=request.tool,
@@ -276,13 +285,15 @@ class CheckService:
             base_limit=base_limit,
             units=units,
             leased=leased,
-            asked=(request.asked or request.lease or 1) if leased else 1,
+            asked=(request.asked or request.lease or 1) if leased else units,
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             check_id=new_check_id(),
             principal=request.principal,
             call_id=request.call_id,
             server=request.server,
+            shadow_limit=shadow_limit,
+            held=(request.refused_locally or {}).get(category.name, 0),
         )
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
@@ -295,6 +306,13 @@ class CheckService:
         """
         attempt = self.attempt_for(tenant, request)
         category = self._policy.categories[attempt.category]
+        escalated = self._count_held(attempt, request.refused_locally)
+        if escalated is not None:
+            return escalated
+        if attempt.units > attempt.base_limit:
+            oversized = self._refuse_oversized(attempt)
+            if oversized is not None:
+                return oversized
         if self._gate is not None and attempt.principal is not None:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
@@ -309,7 +327,7 @@ class CheckService:
         allowed, snapshot, attempt = counted
         steps = self._steps(attempt, category)
         if allowed.duplicate or not steps:
-            return allowed
+            return self._shadowed(attempt, allowed)
         try:
             taken, refusal = self._take_all(attempt, steps)
         except StorageError:
@@ -318,7 +336,8 @@ class CheckService:
             raise
         if refusal is None:
             self._end_streaks(attempt, taken)
-            return replace(allowed, scopes=tuple(_use(s, b) for s, b in taken))
+            scopes = tuple(_use(s, b) for s, b in taken)
+            return self._shadowed(attempt, replace(allowed, scopes=scopes))
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
         compensate(partial(self._give_back, [s for s, _ in taken]), attempt)
@@ -326,7 +345,7 @@ class CheckService:
         step, seen = refusal
         suspended = seen is not None and seen.suspended
         remaining = _use(step, seen or BudgetSnapshot()).remaining
-        if attempt.units > 1 and not suspended and remaining:
+        if attempt.leased and attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
             return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
@@ -479,7 +498,7 @@ class CheckService:
             tool=attempt.tool,
             category=attempt.category,
             used=snapshot.counts.get(attempt.category, 0),
-            limit=snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms),
+            limit=snapshot.limit_for(attempt.category, attempt.limit_basis, attempt.now_ms),
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
             duplicate=duplicate,
@@ -519,6 +538,15 @@ class CheckService:
         if suspended and snapshot.is_idle(attempt.now_ms, self._idle_ms):
             return self._refused_suspended(attempt, snapshot)
         limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        if (
+            attempt.weight > 1
+            and not suspended
+            and snapshot.counts.get(attempt.category, 0) < limit
+        ):
+            # Weighed units that do not fit a budget with room left: the session is not
+            # spent, so no exhaustion is marked (nor emailed); nothing is written.
+            reason = RefusalReason.QUOTA_EXCEEDED
+            return self._session_refusal(attempt, snapshot, limit, reason)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
@@ -550,7 +578,67 @@ class CheckService:
             last_calls=calls[-self._keep :],
             principal=attempt.principal,
             started_ms=seen.started_ms,
+            units=attempt.weight,
         )
+
+    # -- weighed calls, shadow mode, refusals a client held (issue 22) -------------------
+
+    def _refuse_oversized(self, attempt: Attempt) -> Refused | None:
+        """A call weighing more units than the base limit: it fits only under a session
+        raise, so the session is read first (the store's condition for a new or expired
+        session would count it whole). None: it may fit; the check goes the usual way.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        seen = self._store.get(attempt.session)
+        live = seen is not None and not seen.is_idle(attempt.now_ms, attempt.idle_ms)
+        if seen is not None and live and seen.suspended:
+            return None  # the usual way answers a suspension
+        if seen is not None and live:
+            if attempt.units <= seen.limit_for(
+                attempt.category, attempt.base_limit, attempt.now_ms
+            ):
+                return None
+        else:
+            seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
+        limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        decision = self._session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED)
+        decision = self._escalation(attempt, seen.last_allowed_ms(), decision)
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
+
+    def _shadowed(self, attempt: Attempt, allowed: Allowed) -> Allowed:
+        """The allowed answer, with the refusal shadow mode let pass, if any (reported)."""
+        would = would_refuse(attempt, allowed)
+        if would is None:
+            return allowed
+        self._shadow_listener.on_shadow(attempt.tenant, attempt, would)
+        return replace(allowed, shadow=would)
+
+    def _count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> Refused | None:
+        """Count the refusals the client answered locally since its last check in its
+        principal's streak, as if each had been asked; the principal's suspension, if
+        they take the streak to `suspend_after_refusals` (the check is then refused).
+
+        Raises:
+            StorageError: the store failed.
+        """
+        total = sum((held or {}).values())
+        if total < 1 or self._budgets is None or attempt.principal is None:
+            return None
+        budgets, key = self._budgets, BudgetKey.principal(attempt.tenant, attempt.principal)
+        # Every held refusal followed a refusal the service gave, with no allowed call of
+        # that session since: none starts the streak again (`allowed_since_ms` 0).
+        note = partial(budgets.note_streak, key, attempt.now_ms, 0)
+        streaks = in_parallel([note] * min(total, self._escalate_after))
+        streak = max(s for s, _ in streaks)
+        if streak < self._escalate_after:
+            return None
+        decision = self._principal_suspended(attempt)
+        decision = replace(decision, escalated=self._escalate(attempt, streak))
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
 
     # -- the wider budgets ---------------------------------------------------------------
 
@@ -572,6 +660,8 @@ class CheckService:
             limit = self._limits.window_limit(
                 attempt.tenant, attempt.principal, window, category.name, attempt.now_ms
             )
+            shown = limit
+            limit = limit if category.enforce else SHADOW_CEILING
             spend = Spend(
                 category.name,
                 limit,
@@ -580,7 +670,7 @@ class CheckService:
                 attempt.now_ms,
                 attempt.units,
             )
-            steps.append(_Step(key, window, spend))
+            steps.append(_Step(key, window, spend, None if category.enforce else shown))
         return steps
 
     def _refuse_wider(
@@ -600,12 +690,14 @@ class CheckService:
             self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
         first, streak = False, None
         own = step.window.scope is Scope.PRINCIPAL
+        # Weighed units that do not fit a budget with room left: no exhaustion mark.
+        spent = use.remaining < 1
         if own and not suspended:
             # The principal's own budget refused: its mark and its streak in one write.
             streak, first = self._budgets.note_streak(
-                step.key, attempt.now_ms, allowed_since_ms, step.spend
+                step.key, attempt.now_ms, allowed_since_ms, step.spend if spent else None
             )
-        elif not suspended:
+        elif not suspended and spent:
             first = self._budgets.note_refusal(step.key, step.spend)
         calls = () if session is None else session.calls
         calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
@@ -625,6 +717,7 @@ class CheckService:
             scopes=(*uses, use),
             principal=attempt.principal,
             started_ms=None if session is None else session.started_ms,
+            units=attempt.weight,
         )
         decision = self._escalation(attempt, allowed_since_ms, decision, streak)
         self._listener.on_block(attempt.tenant, attempt, decision)
@@ -777,7 +870,7 @@ def _use(step: _Step, snapshot: BudgetSnapshot) -> ScopeUse:
     return ScopeUse(
         scope=step.window.scope,
         used=snapshot.used(spend.category, spend.window_start_ms),
-        limit=snapshot.limit_for(spend.category, spend.limit),
+        limit=snapshot.limit_for(spend.category, step.shadow_limit or spend.limit),
         window_seconds=step.window.window_seconds,
         resets_at_ms=spend.window_end_ms,
     )

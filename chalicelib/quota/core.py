@@ -347,6 +347,12 @@ class Attempt:
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one
     asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
+    # Shadow mode: the limit a refusal would enforce; `base_limit` is then the ceiling
+    # the store counts up to, so that counting goes on past the policy's limit.
+    shadow_limit: int | None = None
+    # Refusals of this category the client answered locally since its last check: folded
+    # into this check's record when it is refused too ("delete_tag refused x37").
+    held: int = 0
 
     @property
     def tenant(self) -> str:
@@ -374,6 +380,18 @@ class Attempt:
         return grant_of(self.check_id, self.now_ms, self.units)
 
     @property
+    def weight(self) -> int:
+        """The units a call asks for all or nothing (`units`); 1 for a lease, which is
+        granted in part at the end of a budget."""
+        return 1 if self.leased else self.units
+
+    @property
+    def limit_basis(self) -> int:
+        """The base limit answers show and shadow mode judges by: the policy's (or a
+        grant's), not the shadow ceiling the store counts to."""
+        return self.base_limit if self.shadow_limit is None else self.shadow_limit
+
+    @property
     def dedupe_call_id(self) -> str | None:
         """The client's call id, if this check must not count a call counted under it."""
         return self.call_id if self.dedupe else None
@@ -390,6 +408,7 @@ class Attempt:
             call_id,
             replay,
             self.check_id,
+            repeats=1 if allowed else 1 + self.held,
             units=self.asked,
         )
 
@@ -427,7 +446,9 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
 
 def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
     """How many calls a lease that did not fit may still be granted: what remains under
-    the limit (0: none, the call is refused)."""
+    the limit (0: none, the call is refused). Weighed calls (`units`) are never cut."""
+    if not attempt.leased:
+        return 0
     used = snapshot.counts.get(attempt.category, 0)
     limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
     return max(0, min(attempt.units - 1, limit - used))
@@ -538,6 +559,7 @@ class Allowed(_Answer):
     scopes: tuple[ScopeUse, ...] = ()  # the budgets above the session it was counted in
     last_calls: tuple[CallRecord, ...] = ()
     lease: Lease | None = None  # calls granted at once (this one included), if leased
+    shadow: Refused | None = None  # shadow mode: the refusal an enforcing policy would give
 
     @property
     def allowed(self) -> bool:
@@ -562,6 +584,7 @@ class Refused(_Answer):
     principal: str | None = None
     escalated: bool = False  # this refusal suspended the principal
     started_ms: int | None = None  # when the session's counters started: its first call
+    units: int = 1  # the units the call asked for at once, all or nothing
 
     @property
     def allowed(self) -> bool:
@@ -602,6 +625,8 @@ class Refused(_Answer):
                 "an administrator resumes it. Stop calling tools and tell the user."
             )
         resets = iso_utc(self.resets_at_ms)
+        if self.units > 1 and self.remaining > 0:
+            return self._units_message(resets)
         if self.scope is not Scope.SESSION:
             whose = (
                 f"principal '{self.principal}'"
@@ -622,6 +647,23 @@ class Refused(_Answer):
             f"only if the session makes no calls for {idle_minutes} minutes (every attempt, "
             "even a refused one, restarts that wait), or sooner if an administrator "
             "raises the quota."
+        )
+
+    def _units_message(self, resets: str) -> str:
+        """A weighed call that does not fit while the budget still has room: nothing was
+        counted, and fewer units may still run."""
+        whose = {
+            Scope.SESSION: f"session '{self.session_id}'",
+            Scope.PRINCIPAL: f"principal '{self.principal}'",
+            Scope.TENANT: "this whole site (the tenant ceiling)",
+        }[self.scope]
+        left = self.remaining
+        return (
+            f"The tool '{self.tool}' was NOT run: it asks for {self.units} '{self.category}' "
+            f"units at once, and {whose} has {left} unit{'s' if left != 1 else ''} left "
+            f"({self.used}/{self.limit} used). Nothing was counted. A call is counted whole "
+            f"or not at all: ask for at most {left} at once, or stop and tell the user; the "
+            f"budget refills at {resets}, or sooner if an administrator raises it."
         )
 
 
