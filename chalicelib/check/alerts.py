@@ -257,7 +257,11 @@ class BlockReporter:
 
 class ShadowReporter:
     """Audits each call that shadow mode let run past a limit, and counts it per category
-    (the `ShadowRefusals` metric). No email and no escalation: nothing was refused."""
+    (the `ShadowRefusals` metric). No email and no escalation: nothing was refused.
+
+    The events go to the tenant's own trail (`GET /v1/audit` without a session), with
+    the session in the detail: the "would have refused" view reads them across sessions.
+    """
 
     def __init__(self, auditor: Auditor) -> None:
         self._auditor = auditor
@@ -270,9 +274,10 @@ class ShadowReporter:
                 at_ms=would.now_ms,
                 type=EventType.SHADOW_REFUSAL,
                 tenant=tenant,
-                session_id=would.session_id,
+                session_id=audit.TENANT_SCOPE,
                 actor=audit.SERVICE_ACTOR,
                 detail={
+                    "session_id": would.session_id,
                     "code": str(would.reason),
                     "scope": would.scope.value,
                     "category": would.category,
