@@ -301,11 +301,6 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         )
     assert session_id is not None and tool is not None  # required=True guarantees it
     units = 1 if body.get("units") is None else int_field(body, "units", 1, MAX_UNITS)
-    if units > 1 and body.get("lease") is not None:
-        raise InvalidRequest(
-            "Field 'units' cannot go with 'lease': a lease reserves calls of one unit each.",
-            "units",
-        )
     digest = text_field(body, "args_digest", 64, ARGS_DIGEST, False, "64 lowercase hex digits")
     return CheckRequest(
         session_id=session_id,

@@ -269,7 +269,8 @@ class CheckService:
         ).category
         now_ms = self._clock()
         base_limit = self._limits.base_limit(tenant, request.principal, category.name, now_ms)
-        leased = category.lease and request.lease is not None
+        # A lease reserves calls of one unit each: a weighed call is never leased.
+        leased = category.lease and request.lease is not None and request.units == 1
         # Never more than the base limit at once: the store's condition for a lease
         # compares against `limit - units + 1`, which must stay positive.
         if not category.enforce:

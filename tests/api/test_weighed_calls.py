@@ -74,12 +74,18 @@ def test_the_principal_budget_refuses_what_does_not_fit_and_the_session_gives_ba
 
 @pytest.mark.parametrize(
     "extra",
-    [{"units": 0}, {"units": 1001}, {"units": "2"}, {"units": True}, {"units": 2, "lease": 5}],
+    [{"units": 0}, {"units": 1001}, {"units": "2"}, {"units": True}],
 )
 def test_bad_units_are_rejected(scoped: Api, extra: dict[str, Any]) -> None:
     response = scoped.check(session_id="v", tool="delete_tags", **extra)
     assert response.status_code == 400
     assert body(response)["error"]["field"] == "units"
+
+
+def test_a_weighed_read_gets_no_lease(scoped: Api) -> None:
+    response = scoped.check(session_id="l", tool="search_articles", units=3, lease=5)
+    data = body(response)
+    assert response.status_code == 200 and data["used"] == 3 and "lease" not in data
 
 
 def test_an_args_digest_is_accepted_and_a_malformed_one_rejected(scoped: Api) -> None:

@@ -343,7 +343,7 @@ class QuotaClient:
             self._counts["refused_locally"] += 1
             return held
         leases = self._leases
-        if leases is not None:
+        if leases is not None and request.units == 1:  # a weighed call is never leased
             for returned in leases.due():
                 self._give_back(returned)
             local = leases.take(request)
