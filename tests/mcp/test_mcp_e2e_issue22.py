@@ -5,6 +5,8 @@ HTTP, and a real MCP client; the service is also asked over plain HTTP."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from mcp_quota_client import META_DECISION_KEY, META_SESSION_KEY, META_SHADOW_KE
 
 from chalicelib.quota.policy import POLICY_DIR
 from tests.e2e.http import ADMIN_TOKEN, call
+from tests.support import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 STATS_URI = "stats://articles"
@@ -141,3 +144,19 @@ async def test_shadow_mode_lets_the_call_run_and_says_what_would_have_refused_it
     shadows = [e for e in trail if e["type"] == "shadow_refusal"]
     mine = [e for e in shadows if e["detail"]["session_id"] == meta[META_SESSION_KEY]]
     assert len(mine) == 2 and mine[0]["detail"]["server"] == "articles"
+    # The operator's "would have refused" view, grouped by server, principal and tool.
+    env = {**os.environ, "MCP_QUOTA_URL": service.url, "MCP_QUOTA_TOKEN": ADMIN_TOKEN}
+    cli = str(ROOT / ".venv" / "bin" / "mcp-quota")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli, *args], check=False, env=env, capture_output=True, text=True, timeout=60
+        )
+
+    done = run("--json", "shadow")
+    assert done.returncode == 0, done.stderr
+    [group] = [g for g in json.loads(done.stdout)["groups"] if g["tool"] == "delete_tag"]
+    assert group["server"] == "articles" and group["refusals"] >= 2
+    assert group["categories"] == ["write"] and group["scopes"] == ["session"]
+    text = run("shadow")
+    assert "WOULD REFUSE" in text.stdout and "delete_tag" in text.stdout
