@@ -271,12 +271,12 @@ class CheckService:
         base_limit = self._limits.base_limit(tenant, request.principal, category.name, now_ms)
         # A lease reserves calls of one unit each: a weighed call is never leased.
         leased = category.lease and request.lease is not None and request.units == 1
-        # Never more than the base limit at once: the store's condition for a lease
-        # compares against `limit - units + 1`, which must stay positive.
         if not category.enforce:
             base_limit, shadow_limit = SHADOW_CEILING, base_limit
         else:
             shadow_limit = None
+        # Never more than the base limit at once: the store's condition for a lease
+        # compares against `limit - units + 1`, which must stay positive.
         units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
         units = units if leased else request.units
         return Attempt(
@@ -310,14 +310,14 @@ class CheckService:
         escalated = self._count_held(attempt, request.refused_locally)
         if escalated is not None:
             return escalated
-        if attempt.units > attempt.base_limit:
-            oversized = self._refuse_oversized(attempt)
-            if oversized is not None:
-                return oversized
         if self._gate is not None and attempt.principal is not None:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
                 return self._principal_suspended(attempt)
+        if attempt.units > attempt.base_limit:
+            oversized = self._refuse_oversized(attempt)
+            if oversized is not None:
+                return oversized
         expected = self._refuse_expected(attempt)
         if expected is not None:
             return expected
