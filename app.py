@@ -553,6 +553,16 @@ def audit_trail() -> Response:
     return Response(body=deps().admin.audit_page(who, query), status_code=200)
 
 
+@app.route("/v1/shadow", methods=["GET"], authorizer=bearer)
+@handled
+def shadow_refusals() -> Response:
+    """What shadow mode would have refused, by server, principal and tool."""
+    request = app.current_request
+    assert request is not None
+    query = admin_requests.parse_audit_query(dict(request.query_params or {}))
+    return Response(body=deps().admin.shadow_view(admin_caller(), query.since_ms), status_code=200)
+
+
 # -- one-click links of the email, and the console (HTML; no token in either URL) ------
 
 LINK_CONTENT_TYPES = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"]

@@ -7,7 +7,7 @@ human reads. Printing is left to `admin_cli.main`.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from admin_cli import render
@@ -396,63 +396,23 @@ def grant_rm(client: AdminClient, grant_id: str) -> Output:
     return Output(data, f"Grant removed.\n\n{render.grant_view(grant)}")
 
 
-SHADOW_REFUSAL = "shadow_refusal"
-
-
-def shadow_groups(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The `shadow_refusal` events grouped by server, principal and tool, busiest first:
-    what an enforcing policy would have refused, and where."""
-    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for event in events:
-        if event.get("type") != SHADOW_REFUSAL:
-            continue
-        detail = event.get("detail")
-        detail = detail if isinstance(detail, Mapping) else {}
-        key = tuple(str(detail.get(k) or "-") for k in ("server", "principal", "tool"))
-        group = groups.setdefault(
-            key,  # type: ignore[arg-type]
-            {
-                "server": key[0],
-                "principal": key[1],
-                "tool": key[2],
-                "refusals": 0,
-                "categories": set(),
-                "scopes": set(),
-                "sessions": set(),
-                "first": event.get("at"),
-                "last": event.get("at"),
-            },
-        )
-        group["refusals"] += 1
-        group["categories"].add(str(detail.get("category")))
-        group["scopes"].add(str(detail.get("scope")))
-        group["sessions"].add(str(detail.get("session_id")))
-        group["first"] = min(str(group["first"]), str(event.get("at")))
-        group["last"] = max(str(group["last"]), str(event.get("at")))
-    rows = sorted(groups.values(), key=lambda g: (-g["refusals"], g["server"], g["tool"]))
-    return [
-        {
-            **g,
-            "categories": sorted(g["categories"]),
-            "scopes": sorted(g["scopes"]),
-            "sessions": len(g["sessions"]),
-        }
-        for g in rows
-    ]
-
-
 def shadow(client: AdminClient, since: str | None = None) -> Output:
     """`shadow`: the calls shadow mode let run that an enforcing policy would have
-    refused, grouped by server, principal and tool (from the tenant's audit trail).
+    refused, grouped by server, principal and tool (`GET /v1/shadow`).
 
     Raises:
         CliError: an option is malformed, or the request failed.
     """
-    events = audit(client, since=since, all_pages=True).data["events"]
-    groups = shadow_groups(events)
-    data = {"groups": groups}
+    query: dict[str, str | int | None] = {
+        "since": None if since is None else check_timestamp(since, "--since"),
+    }
+    data = client.call("GET", "/v1/shadow", query=query)
+    groups = _list(data, "groups")
+    note = None
+    if data.get("truncated"):
+        note = "Only the first 10,000 events were read: give a later --since."
     if not groups:
-        return Output(data, "No call would have been refused.")
+        return Output(data, "No call would have been refused.", note)
     headers = (
         "SERVER",
         "PRINCIPAL",
@@ -476,7 +436,7 @@ def shadow(client: AdminClient, since: str | None = None) -> Output:
         )
         for g in groups
     ]
-    return Output(data, render.table(headers, rows))
+    return Output(data, render.table(headers, rows), note)
 
 
 def audit(

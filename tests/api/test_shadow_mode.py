@@ -105,3 +105,31 @@ def test_enforce_is_inherited_and_overridden_per_category() -> None:
     assert parse_policy(POLICY).categories["write"].enforce
     with pytest.raises(ConfigurationError, match="enforce must be true or false"):
         parse_policy({**POLICY, "enforce": "no"})
+
+
+def test_the_would_have_refused_view_groups_by_server_principal_and_tool(
+    shadowed: Api,
+) -> None:
+    for _ in range(5):
+        write(shadowed, "a", principal="bot")
+    for _ in range(4):
+        write(shadowed, "b", principal="other")
+    view = shadowed.get("/v1/shadow")
+    assert view.status_code == 200
+    data = body(view)
+    assert data["truncated"] is False
+    assert [(g["principal"], g["refusals"], g["sessions"]) for g in data["groups"]] == [
+        ("bot", 2, 1),
+        ("other", 1, 1),
+    ]
+    top = data["groups"][0]
+    assert (top["server"], top["tool"], top["categories"], top["scopes"]) == (
+        "articles",
+        "delete_tag",
+        ["write"],
+        ["session"],
+    )
+    later = body(shadowed.get("/v1/shadow?since=2030-01-01T00:00:00Z"))
+    assert later["groups"] == []
+    server = {"Authorization": "Bearer dev-server-token"}
+    assert shadowed.get("/v1/shadow", server).status_code == 403
