@@ -60,3 +60,13 @@ def test_a_malformed_report_is_rejected(scoped: Api, held: Any) -> None:
     response = scoped.check(session_id="m", tool="delete_tag", refused_locally=held)
     assert response.status_code == 400
     assert body(response)["error"]["field"].startswith("refused_locally")
+
+
+def test_held_refusals_reach_the_metrics(scoped: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    for _ in range(4):
+        write(scoped, "metrics")
+    capsys.readouterr()
+    write(scoped, "metrics", held=3)
+    metrics = [line for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert any('"RefusedLocally":[3.0]' in line for line in metrics), metrics
+    assert any('"ChecksBlocked":[3.0]' in line for line in metrics), metrics

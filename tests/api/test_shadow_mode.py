@@ -133,3 +133,15 @@ def test_the_would_have_refused_view_groups_by_server_principal_and_tool(
     assert later["groups"] == []
     server = {"Authorization": "Bearer dev-server-token"}
     assert shadowed.get("/v1/shadow", server).status_code == 403
+
+
+def test_each_shadow_refusal_is_counted_per_category(
+    shadowed: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for _ in range(3):
+        write(shadowed, "m")
+    capsys.readouterr()
+    write(shadowed, "m")
+    out = capsys.readouterr().out
+    assert '"ShadowRefusals":[1.0]' in out and '"category":"write"' in out
+    assert "ChecksBlocked" not in out
