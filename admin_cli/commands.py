@@ -396,6 +396,49 @@ def grant_rm(client: AdminClient, grant_id: str) -> Output:
     return Output(data, f"Grant removed.\n\n{render.grant_view(grant)}")
 
 
+def shadow(client: AdminClient, since: str | None = None) -> Output:
+    """`shadow`: the calls shadow mode let run that an enforcing policy would have
+    refused, grouped by server, principal and tool (`GET /v1/shadow`).
+
+    Raises:
+        CliError: an option is malformed, or the request failed.
+    """
+    query: dict[str, str | int | None] = {
+        "since": None if since is None else check_timestamp(since, "--since"),
+    }
+    data = client.call("GET", "/v1/shadow", query=query)
+    groups = _list(data, "groups")
+    note = None
+    if data.get("truncated"):
+        note = "Only the first 10,000 events were read: give a later --since."
+    if not groups:
+        return Output(data, "No call would have been refused.", note)
+    headers = (
+        "SERVER",
+        "PRINCIPAL",
+        "TOOL",
+        "WOULD REFUSE",
+        "SESSIONS",
+        "CATEGORY",
+        "SCOPE",
+        "LAST",
+    )
+    rows = [
+        (
+            g["server"],
+            g["principal"],
+            g["tool"],
+            g["refusals"],
+            g["sessions"],
+            ", ".join(g["categories"]),
+            ", ".join(g["scopes"]),
+            g["last"],
+        )
+        for g in groups
+    ]
+    return Output(data, render.table(headers, rows), note)
+
+
 def audit(
     client: AdminClient,
     session_id: str | None = None,

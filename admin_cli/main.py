@@ -147,6 +147,10 @@ def _grant_rm(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.grant_rm(_client(args, env), args.grant_id)
 
 
+def _shadow(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
+    return commands.shadow(_client(args, env), args.since)
+
+
 def _audit(args: argparse.Namespace, env: Mapping[str, str]) -> Output:
     return commands.audit(
         _client(args, env),
@@ -405,6 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=_positive_int, help="events per page")
     audit.add_argument("--next", help="page token from a previous answer")
     audit.add_argument("--all-pages", action="store_true", help="follow every page")
+    shadow = _leaf(
+        root,
+        "shadow",
+        "what shadow mode would have refused, by server, principal and tool",
+        _shadow,
+    )
+    shadow.add_argument("--since", help="only refusals at or after this ISO-8601 time")
     return parser
 
 

@@ -27,6 +27,7 @@ from bench import (
     mcp_overhead,
     network,
     proxy_overhead,
+    refusal_storm,
     scope_cost,
     workloads,
 )
@@ -120,6 +121,8 @@ def measure(quick: bool) -> dict[str, Any]:
         out["mcp"] = mcp_overhead.measure(dynalite, calls=100 if quick else 200)
         print("measuring leased reads ...", file=sys.stderr, flush=True)
         out["leases"] = leases.measure(dynalite, runs=1 if quick else 3)
+        print("measuring the refusal storm ...", file=sys.stderr, flush=True)
+        out["refusal_storm"] = refusal_storm.measure(dynalite)
         print("measuring mcp-quota-proxy ...", file=sys.stderr, flush=True)
         out["proxy"] = proxy_overhead.measure(dynalite, calls=100 if quick else 150)
     print("measuring cold start ...", file=sys.stderr, flush=True)
@@ -268,6 +271,8 @@ def table(r: dict[str, Any]) -> str:
     add(f"Quota service: {m['quota_backend']}.")
     if "leases" in r:
         lines += leases.table(r["leases"])
+    if "refusal_storm" in r:
+        lines += refusal_storm.table(r["refusal_storm"])
     if "proxy" in r:
         lines += proxy_overhead.table(r["proxy"])
     add("")

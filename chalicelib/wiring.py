@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
     from chalicelib.check.service import BlockListener
+    from chalicelib.check.shadow import ShadowListener
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
@@ -99,6 +100,19 @@ class OnFirstBlock:
         if self._listener is None:
             self._listener = self._build()
         self._listener.on_block(tenant, attempt, decision)
+
+
+class OnFirstShadow:
+    """A `ShadowListener` that builds the real one (audit, metric) on first use."""
+
+    def __init__(self, build: Callable[[], ShadowListener]) -> None:
+        self._build = build
+        self._listener: ShadowListener | None = None
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        if self._listener is None:
+            self._listener = self._build()
+        self._listener.on_shadow(tenant, attempt, would)
 
 
 class Container:
@@ -358,4 +372,11 @@ class Container:
             budgets=self.budgets,
             gate=self.gate,
             mark=self.mark_trouble,
+            shadow_listener=OnFirstShadow(self.shadow_reporter),
         )
+
+    def shadow_reporter(self) -> ShadowListener:
+        """Audits and counts a call that shadow mode let run past a limit."""
+        from chalicelib.check.alerts import ShadowReporter
+
+        return ShadowReporter(self.auditor)

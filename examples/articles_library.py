@@ -56,6 +56,12 @@ class Library:
                     touched += 1
             return {"tag": tag, "articles_changed": touched, "deletions_so_far": self.deletions}
 
+    def delete_tags(self, tags: list[str]) -> dict[str, Any]:
+        """Remove each tag from every article: one deletion per tag."""
+        results = [self.delete_tag(tag) for tag in tags]
+        changed = sum(int(r["articles_changed"]) for r in results)
+        return {"tags": list(tags), "articles_changed": changed}
+
     def snapshot(self) -> dict[str, int]:
         """The side-effect counters."""
         with self._lock:

@@ -5,7 +5,8 @@ Run it (the quota service must be running, e.g. `make run`):
     MCP_QUOTA_URL=http://127.0.0.1:8000 MCP_QUOTA_TOKEN=dev-server-token \
         python examples/articles_server.py --port 8001
 
-Tools: `search_articles` (readOnlyHint) and `delete_tag` (destructiveHint).
+Tools: `search_articles` (readOnlyHint), `delete_tag` and `delete_tags` (destructiveHint;
+the bulk one weighs one unit per tag: `costs=COSTS`).
 Resource `stats://articles`: how many searches and deletions really ran, and the
 quota client's counters (fail-open calls included). Reading it is not a tool call,
 so it costs no quota.
@@ -32,6 +33,8 @@ from mcp_quota_client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 
 STATS_URI = "stats://articles"
+COSTS = {"delete_tags": lambda arguments: len(arguments["tags"])}
+"""What a call weighs, in units of its category's budget: one per tag it deletes."""
 
 
 def build_server(
@@ -55,7 +58,12 @@ def build_server(
         """Delete a tag from every article. Destructive."""
         return lib.delete_tag(tag)
 
-    quota = QuotaMiddleware(client)
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=True, title="Delete tags"))
+    def delete_tags(tags: list[str]) -> dict[str, Any]:
+        """Delete several tags from every article at once. Destructive."""
+        return lib.delete_tags(tags)
+
+    quota = QuotaMiddleware(client, costs=COSTS)
 
     @mcp.resource(STATS_URI, mime_type="application/json")
     def stats() -> str:
@@ -67,6 +75,7 @@ def build_server(
                 "quota_checks": client_stats.checks,
                 "quota_fail_open": client_stats.fail_open_total,
                 "quota_fail_closed": sum(client_stats.fail_closed.values()),
+                "quota_refused_locally": client_stats.refused_locally,
             }
         )
 

@@ -26,6 +26,7 @@ from mcp_quota_client import QuotaClient, QuotaConfigError
 from mcp_quota_client.mcp_sdk import protect
 
 STATS_URI = "stats://articles"
+COSTS = {"delete_tags": lambda arguments: len(arguments["tags"])}
 
 
 def build_server(client: QuotaClient | None = None, library: Library | None = None) -> MCPServer:
@@ -47,7 +48,12 @@ def build_server(client: QuotaClient | None = None, library: Library | None = No
         """Delete a tag from every article. Destructive."""
         return lib.delete_tag(tag)
 
-    guard = protect(server, client)
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, title="Delete tags"))
+    def delete_tags(tags: list[str]) -> dict[str, Any]:
+        """Delete several tags from every article at once. Destructive."""
+        return lib.delete_tags(tags)
+
+    guard = protect(server, client, costs=COSTS)
 
     @server.resource(STATS_URI, mime_type="application/json")
     def stats() -> str:
@@ -59,6 +65,7 @@ def build_server(client: QuotaClient | None = None, library: Library | None = No
                 "quota_checks": client_stats.checks,
                 "quota_fail_open": client_stats.fail_open_total,
                 "quota_fail_closed": sum(client_stats.fail_closed.values()),
+                "quota_refused_locally": client_stats.refused_locally,
             }
         )
 

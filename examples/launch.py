@@ -85,10 +85,13 @@ def spawn(
     return Running(name, f"http://127.0.0.1:{port}", process, log)
 
 
-def spawn_quota_service(log_dir: Path) -> Running:
-    """`make run`: scripts/serve_local.py on a free port, embedded backend."""
+def spawn_quota_service(log_dir: Path, policy: str | None = None) -> Running:
+    """`make run`: scripts/serve_local.py on a free port, embedded backend; `policy` is
+    a policy file's path (default: the stage's)."""
     port = free_port()
     env = {"PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    if policy is not None:
+        env["QUOTA_POLICY"] = policy
     return spawn("quota-service", [sys.executable, str(SERVE_LOCAL)], port, log_dir, env)
 
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         SessionLimitChanged,
         SessionListing,
         SessionView,
+        ShadowView,
     )
 
 ROUNDS = 4
@@ -406,3 +407,9 @@ class AdminService:
                 who.tenant, query.session_id, query.since_ms, query.limit, query.next_token
             )
         return {"events": [e.to_json() for e in page.events], "next": page.next_token}
+
+    def shadow_view(self, who: Identity, since_ms: int) -> ShadowView:
+        """What shadow mode would have refused, by server, principal and tool."""
+        from chalicelib.admin.shadow_view import shadow_view  # noqa: PLC0415 - rarely used
+
+        return shadow_view(self._audit_log, who.tenant, since_ms)

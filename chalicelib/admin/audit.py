@@ -36,6 +36,7 @@ class EventType(enum.StrEnum):
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
     LINK_DECLINED = "link_declined"  # an emailed link whose action was already done
+    SHADOW_REFUSAL = "shadow_refusal"  # shadow mode let a call over a limit run
 
 
 # The "session" of events that belong to no session. It holds a space, which no session

@@ -27,3 +27,13 @@ def audit_trail() -> Response:
     who = admin_caller(request)
     parsed = admin_requests.parse_audit_query(query(request))
     return json_response(deps().admin.audit_page(who, parsed))
+
+
+@audit.route("/v1/shadow", methods=["GET"], authorizer=bearer)
+@handled
+def shadow_refusals() -> Response:
+    """What shadow mode would have refused, by server, principal and tool."""
+    request = audit.current_request
+    who = admin_caller(request)
+    parsed = admin_requests.parse_audit_query(query(request))
+    return json_response(deps().admin.shadow_view(who, parsed.since_ms))

@@ -16,6 +16,7 @@ from chalicelib.observability import logger
 if TYPE_CHECKING:
     from chalicelib import clock, errors
     from chalicelib.api.schemas import Body, Decision
+    from chalicelib.check import shadow
     from chalicelib.links import pages
     from chalicelib.quota import core as quota
     from chalicelib.storage import ports
@@ -25,6 +26,7 @@ else:
     pages = lazy_module("chalicelib.links.pages")
     ports = lazy_module("chalicelib.storage.ports")
     quota = lazy_module("chalicelib.quota.core")
+    shadow = lazy_module("chalicelib.check.shadow")
 
 Headers = dict[str, str | list[str]]
 
@@ -128,6 +130,8 @@ def decision_response(decision: quota.Decision) -> Response:
                 "lease_seconds": lease.lease_seconds,
                 "lease_max": lease.lease_max,
             }
+        if decision.shadow is not None:
+            body["shadow"] = shadow.shadow_json(decision.shadow)
         return json_response(body, 200, headers)
     body["error"] = {
         "code": str(decision.reason),

@@ -53,6 +53,7 @@ class Decision(TypedDict):
     duplicate: bool
     scopes: NotRequired[dict[str, ScopeUsage]]
     lease: NotRequired[LeaseView]
+    shadow: NotRequired[RefusalError]  # shadow mode: what the refusal would have said
     error: NotRequired[RefusalError]
     principal: NotRequired[str]
     retry_after_seconds: NotRequired[int | None]
@@ -199,6 +200,23 @@ class AuditPage(TypedDict):
     next: str | None
 
 
+class ShadowGroup(TypedDict):
+    server: str
+    principal: str
+    tool: str
+    refusals: int
+    sessions: int
+    categories: list[str]
+    scopes: list[str]
+    first: str
+    last: str
+
+
+class ShadowView(TypedDict):
+    groups: list[ShadowGroup]
+    truncated: bool
+
+
 Body = (
     Health
     | Decision
@@ -216,5 +234,6 @@ Body = (
     | TokenCreated
     | TokenList
     | AuditPage
+    | ShadowView
 )
 """Every body the JSON routes answer with (errors aside: `errors.QuotaServiceError.body`)."""

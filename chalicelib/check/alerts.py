@@ -259,3 +259,43 @@ class BlockReporter:
                 server=attempt.server,
             )
         )
+
+
+class ShadowReporter:
+    """Audits each call that shadow mode let run past a limit, and counts it per category
+    (the `ShadowRefusals` metric). No email and no escalation: nothing was refused.
+
+    The events go to the session's trail with its principal and server, so that the
+    tenant's trail finds them by type (`GET /v1/audit?type=shadow_refusal`), one Query a
+    page: the "would have refused" view reads them so.
+    """
+
+    def __init__(self, auditor: Auditor) -> None:
+        self._auditor = auditor
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        """Record one shadow refusal; never raises (an audit outage changes no answer)."""
+        count("ShadowRefusals", would.category)
+        self._auditor.record(
+            AuditEvent(
+                at_ms=would.now_ms,
+                type=EventType.SHADOW_REFUSAL,
+                tenant=tenant,
+                session_id=would.session_id,
+                actor=audit.SERVICE_ACTOR,
+                principal=attempt.principal,
+                server=attempt.server,
+                detail={
+                    "session_id": would.session_id,
+                    "code": str(would.reason),
+                    "scope": would.scope.value,
+                    "category": would.category,
+                    "tool": would.tool,
+                    "server": attempt.server,
+                    "principal": attempt.principal,
+                    "used": would.used,
+                    "limit": would.limit,
+                    "units": would.units,
+                },
+            )
+        )

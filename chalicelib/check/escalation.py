@@ -83,9 +83,9 @@ class Escalation:
             streak, _ = self._budgets.note_streak(key, attempt.real_ms, since)
         if streak < self._after:
             return decision
-        return replace(decision, escalated=self._suspend(attempt, streak))
+        return replace(decision, escalated=self.suspend(attempt, streak))
 
-    def _suspend(self, attempt: Attempt, refusals: int) -> bool:
+    def suspend(self, attempt: Attempt, refusals: int) -> bool:
         """Suspend the principal of a caller that keeps ignoring refusals; whether this
         check is the one that suspended it (one email per suspension)."""
         if self._budgets is None or attempt.principal is None:

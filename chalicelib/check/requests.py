@@ -36,8 +36,13 @@ CHECK_FIELDS = frozenset(
         "call_id",
         "fail_open",
         "lease",
+        "units",
+        "refused_locally",
+        "args_digest",
     }
 )
+MAX_UNITS = 1000
+ARGS_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
 MAX_FAIL_OPEN = 1_000_000
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
@@ -58,6 +63,9 @@ class CheckRequest:
     server: str | None = None
     lease: int | None = None  # calls to reserve, this one included (leased categories only)
     asked: int | None = None  # internal: the lease first asked, when cut to what remains
+    units: int = 1  # what the call weighs: counted at every scope, all or nothing
+    refused_locally: Mapping[str, int] | None = None  # refusals the client answered itself
+    args_digest: str | None = None  # SHA-256 of the arguments; for the loop breaker (#22)
 
 
 @dataclass(frozen=True)
@@ -242,14 +250,15 @@ def session_id_param(raw: str) -> str:
     return raw
 
 
-def _fail_open(raw: Any, policy: Policy) -> Mapping[str, int] | None:
-    """The client's count of calls it let run uncounted while the service was unreachable."""
+def _fail_open(raw: Any, policy: Policy, field: str = "fail_open") -> Mapping[str, int] | None:
+    """The client's count of calls it let run uncounted while the service was unreachable
+    (`fail_open`), or refused itself during a refusal's hold (`refused_locally`)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise InvalidRequest("Field 'fail_open' must be an object of category: count.", "fail_open")
+        raise InvalidRequest(f"Field '{field}' must be an object of category: count.", field)
     for category, count in raw.items():
-        name = f"fail_open.{category}"[:80]
+        name = f"{field}.{category}"[:80]
         if category not in policy.categories:
             raise InvalidRequest(f"Field '{name}' names no category of this policy.", name)
         if not isinstance(count, int) or isinstance(count, bool):
@@ -291,6 +300,8 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
             f"Unknown category {category!r}; this policy defines {known}.", "category"
         )
     assert session_id is not None and tool is not None  # required=True guarantees it
+    units = 1 if body.get("units") is None else int_field(body, "units", 1, MAX_UNITS)
+    digest = text_field(body, "args_digest", 64, ARGS_DIGEST, False, "64 lowercase hex digits")
     return CheckRequest(
         session_id=session_id,
         tool=tool,
@@ -301,6 +312,9 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         server=text_field(body, "server", 128, SERVER_NAME, False, "printable ASCII characters"),
         fail_open=_fail_open(body.get("fail_open"), policy),
         lease=None if body.get("lease") is None else int_field(body, "lease", 1, MAX_LEASE),
+        units=units,
+        refused_locally=_fail_open(body.get("refused_locally"), policy, "refused_locally"),
+        args_digest=digest,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Protocol
@@ -23,7 +24,8 @@ from typing import Protocol
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.requests import CheckRequest, LeaseReturn
-from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
+from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener, would_refuse
+from chalicelib.check.steps import Step, WiderBudgets, compensate, in_parallel, retried, use_of
 from chalicelib.clock import Clock
 from chalicelib.errors import CallIdConflict
 from chalicelib.quota.core import (
@@ -119,8 +121,10 @@ class CheckService:
         keep_calls: int = 10,
         budgets: BudgetCounters | None = None,
         gate: PrincipalGate | None = None,
+        shadow_listener: ShadowListener | None = None,
     ) -> None:
         self._policy = policy
+        self._shadow_listener = shadow_listener or QuietShadow()
         self._store = store
         self._clock = clock
         self._idle_ms = idle_timeout_seconds * 1000
@@ -143,10 +147,16 @@ class CheckService:
         ).category
         now_ms = self._clock()
         base_limit = self._limits.base_limit(tenant, request.principal, category.name, now_ms)
-        leased = category.lease and request.lease is not None
+        # A lease reserves calls of one unit each: a weighed call is never leased.
+        leased = category.lease and request.lease is not None and request.units == 1
+        if not category.enforce:
+            base_limit, shadow_limit = SHADOW_CEILING, base_limit
+        else:
+            shadow_limit = None
         # Never more than the base limit at once: the store's condition for a lease
         # compares against `limit - units + 1`, which must stay positive.
         units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
+        units = units if leased else request.units
         return Attempt(
             session=SessionKey(tenant, request.session_id),
             tool=request.tool,
@@ -154,13 +164,15 @@ class CheckService:
             base_limit=base_limit,
             units=units,
             leased=leased,
-            asked=(request.asked or request.lease or 1) if leased else 1,
+            asked=(request.asked or request.lease or 1) if leased else units,
             now_ms=now_ms,
             idle_ms=self._idle_ms,
             check_id=new_check_id(),
             principal=request.principal,
             call_id=request.call_id,
             server=request.server,
+            shadow_limit=shadow_limit,
+            held=(request.refused_locally or {}).get(category.name, 0),
         )
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
@@ -173,10 +185,17 @@ class CheckService:
         """
         attempt = self.attempt_for(tenant, request)
         category = self._policy.categories[attempt.category]
+        escalated = self._count_held(attempt, request.refused_locally)
+        if escalated is not None:
+            return escalated
         if self._gate is not None and attempt.principal is not None:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
                 return self._principal_suspended(attempt)
+        if attempt.units > attempt.base_limit:
+            oversized = self._refuse_oversized(attempt)
+            if oversized is not None:
+                return oversized
         expected = self._refuse_expected(attempt)
         if expected is not None:
             return expected
@@ -188,7 +207,7 @@ class CheckService:
         wider = self._wider
         steps = wider.steps(attempt, category) if wider else []
         if allowed.duplicate or not steps or wider is None:
-            return allowed
+            return self._shadowed(attempt, allowed)
         try:
             taken, refusal = wider.take_all(attempt, steps)
         except StorageError:
@@ -204,7 +223,8 @@ class CheckService:
                 compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
                 compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
                 raise
-            return replace(allowed, scopes=tuple(use_of(s, b) for s, b in taken))
+            scopes = tuple(use_of(s, b) for s, b in taken)
+            return self._shadowed(attempt, replace(allowed, scopes=scopes))
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
         compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
@@ -212,7 +232,7 @@ class CheckService:
         step, seen = refusal
         suspended = seen is not None and seen.suspended
         remaining = use_of(step, seen or BudgetSnapshot()).remaining
-        if attempt.units > 1 and not suspended and remaining:
+        if attempt.leased and attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
             return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
@@ -303,7 +323,7 @@ class CheckService:
             tool=attempt.tool,
             category=attempt.category,
             used=snapshot.counts.get(attempt.category, 0),
-            limit=snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms),
+            limit=snapshot.limit_for(attempt.category, attempt.limit_basis, attempt.now_ms),
             now_ms=attempt.now_ms,
             resets_at_ms=attempt.resets_at_ms,
             duplicate=duplicate,
@@ -343,6 +363,15 @@ class CheckService:
         if suspended and snapshot.is_idle(attempt.now_ms, self._idle_ms):
             return self._refused_suspended(attempt, snapshot)
         limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        if (
+            attempt.weight > 1
+            and not suspended
+            and snapshot.counts.get(attempt.category, 0) < limit
+        ):
+            # Weighed units that do not fit a budget with room left: the session is not
+            # spent, so no exhaustion is marked (nor emailed); nothing is written.
+            reason = RefusalReason.QUOTA_EXCEEDED
+            return self._session_refusal(attempt, snapshot, limit, reason)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
@@ -374,7 +403,68 @@ class CheckService:
             last_calls=calls[-self._keep :],
             principal=attempt.principal,
             started_ms=seen.started_ms,
+            units=attempt.weight,
         )
+
+    # -- weighed calls, shadow mode, refusals a client held (issue 22) -------------------
+
+    def _refuse_oversized(self, attempt: Attempt) -> Refused | None:
+        """A call weighing more units than the base limit: it fits only under a session
+        raise, so the session is read first (the store's condition for a new or expired
+        session would count it whole). None: it may fit; the check goes the usual way.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        seen = self._store.get(attempt.session)
+        live = seen is not None and not seen.is_idle(attempt.now_ms, attempt.idle_ms)
+        if seen is not None and live and seen.suspended:
+            return None  # the usual way answers a suspension
+        if seen is not None and live:
+            if attempt.units <= seen.limit_for(
+                attempt.category, attempt.base_limit, attempt.now_ms
+            ):
+                return None
+        else:
+            seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
+        limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        decision = self._session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED)
+        decision = self._escalation.after(attempt, seen.last_allowed_ms(), decision)
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
+
+    def _shadowed(self, attempt: Attempt, allowed: Allowed) -> Allowed:
+        """The allowed answer, with the refusal shadow mode let pass, if any (reported)."""
+        would = would_refuse(attempt, allowed)
+        if would is None:
+            return allowed
+        self._shadow_listener.on_shadow(attempt.tenant, attempt, would)
+        return replace(allowed, shadow=would)
+
+    def _count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> Refused | None:
+        """Count the refusals the client answered locally since its last check in its
+        principal's streak, as if each had been asked; the principal's suspension, if
+        they take the streak to `suspend_after_refusals` (the check is then refused).
+
+        Raises:
+            StorageError: the store failed.
+        """
+        total = sum((held or {}).values())
+        if total < 1 or self._budgets is None or attempt.principal is None:
+            return None
+        budgets, key = self._budgets, BudgetKey.principal(attempt.tenant, attempt.principal)
+        after = self._policy.suspend_after_refusals
+        # Every held refusal followed a refusal the service gave, with no allowed call of
+        # that session since: none starts the streak again (`allowed_since_ms` 0).
+        note = partial(budgets.note_streak, key, attempt.real_ms, 0)
+        streaks = in_parallel([note] * min(total, after))
+        streak = max(s for s, _ in streaks)
+        if streak < after:
+            return None
+        decision = self._principal_suspended(attempt)
+        decision = replace(decision, escalated=self._escalation.suspend(attempt, streak))
+        self._listener.on_block(attempt.tenant, attempt, decision)
+        return decision
 
     # -- the wider budgets ---------------------------------------------------------------
 
@@ -395,11 +485,14 @@ class CheckService:
             self._gate.learn(step.key, snapshot.suspended_reason if snapshot else None)
         first, streak = False, None
         own = step.window.scope is Scope.PRINCIPAL
+        # Weighed units that do not fit a budget with room left: no exhaustion mark.
+        spent = use.remaining < 1
         if own and not suspended:
             # The principal's own budget refused: its mark and its streak in one write.
             since = min(allowed_since_ms, attempt.real_ms)  # nothing is later than now
-            streak, first = self._budgets.note_streak(step.key, attempt.real_ms, since, step.spend)
-        elif not suspended:
+            mark = step.spend if spent else None
+            streak, first = self._budgets.note_streak(step.key, attempt.real_ms, since, mark)
+        elif not suspended and spent:
             first = self._budgets.note_refusal(step.key, step.spend)
         calls = () if session is None else session.calls
         calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
@@ -419,6 +512,7 @@ class CheckService:
             scopes=(*uses, use),
             principal=attempt.principal,
             started_ms=None if session is None else session.started_ms,
+            units=attempt.weight,
         )
         decision = self._escalation.after(attempt, allowed_since_ms, decision, streak)
         self._listener.on_block(attempt.tenant, attempt, decision)

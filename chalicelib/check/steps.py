@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from chalicelib.check.shadow import SHADOW_CEILING
 from chalicelib.observability import count, logger
 from chalicelib.quota.core import (
     Attempt,
@@ -131,6 +132,7 @@ class Step:
     key: BudgetKey
     window: WindowLimit
     spend: Spend
+    shadow_limit: int | None = None  # shadow mode: the limit a refusal would enforce
 
 
 class WiderBudgets:
@@ -155,6 +157,8 @@ class WiderBudgets:
             limit = self._limits.window_limit(
                 attempt.tenant, attempt.principal, window, category.name, attempt.real_ms
             )
+            shown = limit
+            limit = limit if category.enforce else SHADOW_CEILING
             spend = Spend(
                 category.name,
                 limit,
@@ -163,7 +167,7 @@ class WiderBudgets:
                 attempt.real_ms,
                 attempt.units,
             )
-            steps.append(Step(key, window, spend))
+            steps.append(Step(key, window, spend, None if category.enforce else shown))
         return steps
 
     def take_all(
@@ -282,7 +286,7 @@ def use_of(step: Step, snapshot: BudgetSnapshot) -> ScopeUse:
     return ScopeUse(
         scope=step.window.scope,
         used=snapshot.used(spend.category, spend.window_start_ms),
-        limit=snapshot.limit_for(spend.category, spend.limit),
+        limit=snapshot.limit_for(spend.category, step.shadow_limit or spend.limit),
         window_seconds=step.window.window_seconds,
         resets_at_ms=spend.window_end_ms,
     )

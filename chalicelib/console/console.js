@@ -395,6 +395,27 @@ async function auditPage(params) {
       el("button", { type: "button", class: "secondary", text: "Next page", onclick: () => go({ next: data.next }) })) : null));
 }
 
+// Shadow mode: what an enforcing policy would have refused, from GET /v1/shadow.
+async function shadowPage(params) {
+  const since = params.get("since");
+  const data = await api("GET", `/v1/shadow${since ? `?${new URLSearchParams({ since })}` : ""}`);
+  const rows = data.groups.map((g) => [g.server, principalLink(g.principal === "-" ? "" : g.principal), g.tool,
+    String(g.refusals), String(g.sessions), g.categories.join(", "), g.scopes.join(", "), fmt(g.last)]);
+  show(el("h1", { text: "Would have refused (shadow mode)" }),
+    el("p", { class: "muted", text: "Calls a policy with \"enforce\": false let run past a limit, by server, principal and tool." }),
+    el("section", {}, el("form", { class: "actions", onsubmit: (event) => {
+      event.preventDefault();
+      const value = event.target.elements.since.value;
+      const next = new URLSearchParams(value ? { since: new Date(value).toISOString().replace(/\.\d+Z$/, "Z") } : {});
+      location.hash = `#/shadow?${next}`;
+    } }, el("label", {}, "Since", el("input", { name: "since", type: "datetime-local" })),
+      el("button", { type: "submit", text: "Filter" }))),
+    data.truncated ? notice("error", "Only the first 10,000 events were read: choose a later time.") : null,
+    el("section", {}, rows.length
+      ? table(["Server", "Principal", "Tool", "Would refuse", "Sessions", "Category", "Scope", "Last"], rows)
+      : el("p", { class: "muted", text: "No call would have been refused." })));
+}
+
 // -- routing ---------------------------------------------------------------------------
 
 function fail(err) {
@@ -415,6 +436,7 @@ function route() {
   else if (parts[0] === "tenant") page = tenantPage();
   else if (parts[0] === "grants") page = grantsPage();
   else if (parts[0] === "audit") page = auditPage(params);
+  else if (parts[0] === "shadow") page = shadowPage(params);
   else page = overview();
   page.catch(fail);
 }

@@ -294,6 +294,13 @@ class Attempt:
         principal's refusals, a budget's windows) uses this one."""
         return self.now_ms if self.clock_ms is None else self.clock_ms
 
+    # Shadow mode: the limit a refusal would enforce; `base_limit` is then the ceiling
+    # the store counts up to, so that counting goes on past the policy's limit.
+    shadow_limit: int | None = None
+    # Refusals of this category the client answered locally since its last check: folded
+    # into this check's record when it is refused too ("delete_tag refused x37").
+    held: int = 0
+
     @property
     def tenant(self) -> str:
         """The tenant the session belongs to."""
@@ -320,6 +327,18 @@ class Attempt:
         return grant_of(self.check_id, self.now_ms, self.units)
 
     @property
+    def weight(self) -> int:
+        """The units a call asks for all or nothing (`units`); 1 for a lease, which is
+        granted in part at the end of a budget."""
+        return 1 if self.leased else self.units
+
+    @property
+    def limit_basis(self) -> int:
+        """The base limit answers show and shadow mode judges by: the policy's (or a
+        grant's), not the shadow ceiling the store counts to."""
+        return self.base_limit if self.shadow_limit is None else self.shadow_limit
+
+    @property
     def dedupe_call_id(self) -> str | None:
         """The client's call id, if this check must not count a call counted under it."""
         return self.call_id if self.dedupe else None
@@ -336,6 +355,7 @@ class Attempt:
             call_id,
             replay,
             self.check_id,
+            repeats=1 if allowed else 1 + self.held,
             units=self.asked,
         )
 
@@ -361,6 +381,7 @@ class Allowed(_Answer):
     scopes: tuple[ScopeUse, ...] = ()  # the budgets above the session it was counted in
     last_calls: tuple[CallRecord, ...] = ()
     lease: Lease | None = None  # calls granted at once (this one included), if leased
+    shadow: Refused | None = None  # shadow mode: the refusal an enforcing policy would give
 
     @property
     def allowed(self) -> bool:
@@ -385,6 +406,7 @@ class Refused(_Answer):
     principal: str | None = None
     escalated: bool = False  # this refusal suspended the principal
     started_ms: int | None = None  # when the session's counters started: its first call
+    units: int = 1  # the units the call asked for at once, all or nothing
 
     @property
     def allowed(self) -> bool:
@@ -425,6 +447,8 @@ class Refused(_Answer):
                 "an administrator resumes it. Stop calling tools and tell the user."
             )
         resets = iso_utc(self.resets_at_ms)
+        if self.units > 1 and self.remaining > 0:
+            return self._units_message(resets)
         if self.scope is not Scope.SESSION:
             whose = (
                 f"principal '{self.principal}'"
@@ -445,6 +469,23 @@ class Refused(_Answer):
             f"only if the session makes no calls for {idle_minutes} minutes (every attempt, "
             "even a refused one, restarts that wait), or sooner if an administrator "
             "raises the quota."
+        )
+
+    def _units_message(self, resets: str) -> str:
+        """A weighed call that does not fit while the budget still has room: nothing was
+        counted, and fewer units may still run."""
+        whose = {
+            Scope.SESSION: f"session '{self.session_id}'",
+            Scope.PRINCIPAL: f"principal '{self.principal}'",
+            Scope.TENANT: "this whole site (the tenant ceiling)",
+        }[self.scope]
+        left = self.remaining
+        return (
+            f"The tool '{self.tool}' was NOT run: it asks for {self.units} '{self.category}' "
+            f"units at once, and {whose} has {left} unit{'s' if left != 1 else ''} left "
+            f"({self.used}/{self.limit} used). Nothing was counted. A call is counted whole "
+            f"or not at all: ask for at most {left} at once, or stop and tell the user; the "
+            f"budget refills at {resets}, or sooner if an administrator raises it."
         )
 
 

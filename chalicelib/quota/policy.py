@@ -76,6 +76,9 @@ class Category:
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     """How long a client may spend a lease: with `lease_max`, the bound on how late a
     suspension or raise reaches a leasing client."""
+    enforce: bool = True
+    """False: shadow mode. A call over a limit runs, and is reported as the refusal it
+    would have been (`shadow` in the answer, a `shadow_refusal` audit event)."""
 
     @property
     def windows(self) -> tuple[WindowLimit, ...]:
@@ -181,7 +184,13 @@ def _window_limit(category: str, scope: Scope, raw: Any, inner: int) -> WindowLi
     return WindowLimit(scope, limit, _window_seconds(f"{where}: window", raw["window"]))
 
 
-def _category(name: str, raw: Any) -> Category:
+def _enforce(where: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigurationError(f"{where}: enforce must be true or false")
+    return raw
+
+
+def _category(name: str, raw: Any, enforce: bool = True) -> Category:
     if not CATEGORY_NAME.fullmatch(name):
         raise ConfigurationError(f"category name {name!r} must match {CATEGORY_NAME.pattern}")
     if not isinstance(raw, dict):
@@ -196,6 +205,7 @@ def _category(name: str, raw: Any) -> Category:
         "lease",
         "lease_max",
         "lease_seconds",
+        "enforce",
     }
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
@@ -213,6 +223,7 @@ def _category(name: str, raw: Any) -> Category:
     tenant = _window_limit(name, Scope.TENANT, raw.get("tenant"), inner)
     description = str(raw.get("description", ""))
     lease, lease_max, lease_seconds = _lease(name, raw, limit)
+    enforcing = _enforce(f"category {name!r}", raw.get("enforce", enforce))
     return Category(
         name,
         limit,
@@ -224,6 +235,7 @@ def _category(name: str, raw: Any) -> Category:
         lease,
         lease_max,
         lease_seconds,
+        enforcing,
     )
 
 
@@ -283,7 +295,13 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     version = document.get("version")
     if not _is_int(version) or version != 1:
         raise ConfigurationError("policy version must be 1")
-    unknown = set(document) - {"version", "categories", "rules", "suspend_after_refusals"}
+    unknown = set(document) - {
+        "version",
+        "categories",
+        "rules",
+        "suspend_after_refusals",
+        "enforce",
+    }
     if unknown:
         raise ConfigurationError(f"policy has unknown keys {sorted(unknown)}")
     raw_categories = document.get("categories")
@@ -293,7 +311,9 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
         raise ConfigurationError(
             f"policy defines {len(raw_categories)} categories; at most {MAX_CATEGORIES}"
         )
-    categories = {name: _category(name, raw) for name, raw in raw_categories.items()}
+    # The top-level `enforce` is every category's default; a category may set its own.
+    enforce = _enforce("policy", document.get("enforce", True))
+    categories = {name: _category(name, raw, enforce) for name, raw in raw_categories.items()}
     for required in (READ, WRITE):
         if required not in categories:
             raise ConfigurationError(f"policy must define the {required!r} category")

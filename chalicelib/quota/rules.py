@@ -225,6 +225,8 @@ def explain_refusal(snapshot: SessionSnapshot, attempt: Attempt) -> Verdict:
 
 def partial_units(snapshot: SessionSnapshot, attempt: Attempt) -> int:
     """How many calls a lease that did not fit may still be granted: what remains under
-    the limit (0: none, the call is refused)."""
+    the limit (0: none, the call is refused). Weighed calls (`units`) are never cut."""
+    if not attempt.leased:
+        return 0
     fits = Fits(attempt.category, attempt.units - 1, attempt.base_limit, attempt.now_ms)
     return fits.remaining(snapshot)

@@ -63,6 +63,8 @@ class FakeQuotaService:
     url: str = ""
     accepts_fail_open: bool = True
     """The service today answers 400 "Unknown field 'fail_open'"; the lead's change accepts it."""
+    accepts_issue_22: bool = True
+    """False: a service from before `units`, `refused_locally` and `args_digest`."""
 
     def bodies(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -81,6 +83,7 @@ class FakeQuotaService:
             "call_id",
             "lease",  # accepted, never granted: this fake counts one call per check
             *(["fail_open"] if self.accepts_fail_open else []),
+            *(["units", "refused_locally", "args_digest"] if self.accepts_issue_22 else []),
         }
         if unknown:
             field_name = sorted(unknown)[0]
@@ -106,7 +109,8 @@ class FakeQuotaService:
             "resets_at": resets_at.replace("+00:00", "Z"),
             "duplicate": False,
         }
-        if used >= limit:
+        units = int(body.get("units", 1))
+        if used + units > limit:
             message = (
                 f"The tool '{body['tool']}' was NOT run: session '{session}' has used its "
                 f"'{category}' quota ({used}/{limit} calls). An administrator can raise it."
@@ -117,20 +121,20 @@ class FakeQuotaService:
                     **common,
                     "allowed": False,
                     "used": used,
-                    "remaining": 0,
+                    "remaining": max(0, limit - used),
                     "retry_after_seconds": RETRY_AFTER,
                     "error": {"code": "quota_exceeded", "scope": "session", "message": message},
                 },
             )
         else:
-            self.used[(session, category)] = used + 1
+            self.used[(session, category)] = used + units
             status, reply = (
                 200,
                 {
                     **common,
                     "allowed": True,
-                    "used": used + 1,
-                    "remaining": limit - used - 1,
+                    "used": used + units,
+                    "remaining": limit - used - units,
                 },
             )
         if call_id is not None:

@@ -44,7 +44,7 @@ class Tail:
         if self.ids and self.ids[-1].startswith(BLOCKED):
             last = decode_call(self.texts[-1], self.ids[-1], None)
             if record.repeats_of(last):
-                folded = encode_call(replace(record, repeats=last.repeats + 1))
+                folded = encode_call(replace(record, repeats=last.repeats + record.repeats))
                 return Tail((*self.texts[:-1], folded), (*self.ids[:-1], entry), self.raised)
         return Tail((*self.texts, text)[-keep:], (*self.ids, entry)[-keep:], self.raised)
 

@@ -7,11 +7,19 @@ The framework adapters live in `mcp_quota_client.fastmcp` and
 from __future__ import annotations
 
 from mcp_quota_client.client import ClientStats, QuotaClient, QuotaClientConfig, QuotaConfigError
-from mcp_quota_client.decision import CheckRequest, Decision, FailMode, Outcome, ToolAnnotations
+from mcp_quota_client.decision import (
+    CheckRequest,
+    Decision,
+    FailMode,
+    Outcome,
+    ShadowNotice,
+    ToolAnnotations,
+)
 from mcp_quota_client.session import (
     META_CALL_ID_KEY,
     META_DECISION_KEY,
     META_SESSION_KEY,
+    META_SHADOW_KEY,
     CallerInfo,
     SessionIdentity,
     SessionKeying,
@@ -24,6 +32,7 @@ __all__ = [
     "META_CALL_ID_KEY",
     "META_DECISION_KEY",
     "META_SESSION_KEY",
+    "META_SHADOW_KEY",
     "CallerInfo",
     "CheckRequest",
     "ClientStats",
@@ -36,6 +45,7 @@ __all__ = [
     "SessionIdentity",
     "SessionKeying",
     "SessionSource",
+    "ShadowNotice",
     "ToolAnnotations",
     "resolve_call_id",
     "resolve_session",

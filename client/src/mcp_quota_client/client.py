@@ -31,6 +31,13 @@ from mcp_quota_client.decision import (
     Decision,
     FailMode,
     Outcome,
+    ShadowNotice,
+)
+from mcp_quota_client.hold import (
+    DEFAULT_HOLD_CALLS,
+    MAX_HOLD_SECONDS,
+    REFUSED_LOCALLY_FIELD,
+    RefusalHold,
 )
 from mcp_quota_client.leases import LeaseBook, LeaseReturn
 
@@ -55,6 +62,8 @@ FAIL_OPEN_FIELD = "fail_open"
 """Check-body field reporting the calls that ran uncounted since the last answered check."""
 LEASE_FIELD = "lease"
 """Check-body field asking for calls reserved at once (leased reads)."""
+ARGS_DIGEST_FIELD = "args_digest"
+"""Check-body field with the SHA-256 of the call's arguments (for the loop breaker)."""
 _OFF = frozenset({"off", "0", "false", "no"})
 
 
@@ -96,6 +105,12 @@ class QuotaClientConfig:
     """A session's lease unused this long goes back to the service (checked at each call)."""
     lease_margin_seconds: float = 1.0
     """Stop spending a lease this long before the service's `lease_seconds` run out."""
+    hold_seconds: float = MAX_HOLD_SECONDS
+    """After a refusal with nothing left, refuse the session's further calls of that
+    category here for this long (at most 5 s, never past Retry-After); 0 turns it off."""
+    hold_calls: int = DEFAULT_HOLD_CALLS
+    """At most this many calls refused here per hold: the service then sees the next
+    one, with the count (`refused_locally`), so escalation is never later than that."""
 
     def __post_init__(self) -> None:
         if not self.base_url:
@@ -108,6 +123,11 @@ class QuotaClientConfig:
             raise QuotaConfigError("mcp-quota: deadline and timeouts must be positive")
         if self.lease_idle_seconds <= 0 or self.lease_margin_seconds < 0:
             raise QuotaConfigError("mcp-quota: lease_idle_seconds must be positive")
+        if not 0 <= self.hold_seconds <= MAX_HOLD_SECONDS or self.hold_calls < 1:
+            raise QuotaConfigError(
+                f"mcp-quota: hold_seconds must be from 0 to {MAX_HOLD_SECONDS:g} and "
+                "hold_calls at least 1"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClientConfig:
@@ -118,6 +138,8 @@ class QuotaClientConfig:
         `MCP_QUOTA_LEASE=off` turns leased reads off; `MCP_QUOTA_LEASE_IDLE_SECONDS` sets
         how long an unused lease is kept before its calls go back.
         `MCP_QUOTA_DEADLINE` is the seconds a check may take in all, retries included.
+        `MCP_QUOTA_HOLD_SECONDS` (0 to 5, 0: off) and `MCP_QUOTA_HOLD_CALLS` set the
+        local refusal hold.
 
         Raises:
             QuotaConfigError: a required variable is missing or a number is malformed.
@@ -142,6 +164,8 @@ class QuotaClientConfig:
             deadline = float(env.get("MCP_QUOTA_DEADLINE", "5.0"))
             max_attempts = int(env.get("MCP_QUOTA_MAX_ATTEMPTS", "3"))
             lease_idle = float(env.get("MCP_QUOTA_LEASE_IDLE_SECONDS", "30"))
+            hold_seconds = float(env.get("MCP_QUOTA_HOLD_SECONDS", str(MAX_HOLD_SECONDS)))
+            hold_calls = int(env.get("MCP_QUOTA_HOLD_CALLS", str(DEFAULT_HOLD_CALLS)))
         except ValueError as exc:
             raise QuotaConfigError(f"mcp-quota: a MCP_QUOTA_* number is malformed: {exc}") from exc
         return cls(
@@ -154,6 +178,8 @@ class QuotaClientConfig:
             fail_modes=modes,
             lease=env.get("MCP_QUOTA_LEASE", "on").strip().lower() not in _OFF,
             lease_idle_seconds=lease_idle,
+            hold_seconds=hold_seconds,
+            hold_calls=hold_calls,
         )
 
     def fail_mode_for(self, category: str | None) -> FailMode:
@@ -183,6 +209,11 @@ class ClientStats:
     """Unspent leased calls the service took back."""
     lease_unspent: int = 0
     """Calls held in leases now, not yet spent."""
+    refused_locally: int = 0
+    """Calls refused here during a refusal's hold, without a request (in `refused`)."""
+    refused_locally_unreported: int = 0
+    """Of those, the ones not yet reported to the service (sent with the session's next
+    check)."""
 
     @property
     def fail_open_total(self) -> int:
@@ -228,12 +259,18 @@ class QuotaClient:
         self._fail_closed: Counter[str] = Counter()
         self._unreported: Counter[str] = Counter()
         self._reports_accepted = True
+        self._digests_accepted = True
         self._leases: LeaseBook | None = (
             LeaseBook(clock, config.lease_idle_seconds, config.lease_margin_seconds)
             if config.lease
             else None
         )
         self._returning: set[asyncio.Task[None]] = set()
+        self._hold: RefusalHold | None = (
+            RefusalHold(clock, config.hold_seconds, config.hold_calls)
+            if config.hold_seconds > 0
+            else None
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> QuotaClient:
@@ -286,6 +323,8 @@ class QuotaClient:
             leased=self._counts["leased"],
             lease_returned=self._counts["lease_returned"],
             lease_unspent=self._leases.unspent() if self._leases else 0,
+            refused_locally=self._counts["refused_locally"],
+            refused_locally_unreported=self._hold.unreported() if self._hold else 0,
         )
 
     async def check(self, request: CheckRequest) -> Decision:
@@ -294,10 +333,17 @@ class QuotaClient:
         The same `call_id` is sent on every retry, so a retried check is counted
         once. Without one, a fresh id is generated for this call. Fail-open calls not
         yet reported go with it (`fail_open`), and count as reported once the service
-        has answered it.
+        has answered it. During a refusal's hold, the session's calls in the refused
+        category are refused here, and reported with its next check (`refused_locally`).
         """
+        hold = self._hold
+        held = hold.refuse(request) if hold is not None else None
+        if held is not None:
+            self._counts["refused"] += 1
+            self._counts["refused_locally"] += 1
+            return held
         leases = self._leases
-        if leases is not None:
+        if leases is not None and request.units == 1:  # a weighed call is never leased
             for returned in leases.due():
                 self._give_back(returned)
             local = leases.take(request)
@@ -308,21 +354,41 @@ class QuotaClient:
             request = replace(request, lease=leases.size(request))
         if request.call_id is None:
             request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
+        if not self._digests_accepted:
+            request = replace(request, args_digest=None)
         self._counts["checks"] += 1
         # The report is taken out while this check carries it, so that concurrent checks
         # never report the same calls twice; it goes back unless the service answered.
         report: Counter[str] = Counter()
         if self._reports_accepted:
             report, self._unreported = self._unreported, Counter()
+        refused_here = hold.report(request.session_id) if hold is not None else Counter()
         try:
-            decision = await self._decide(request, report)
+            decision = await self._decide(request, report, refused_here)
         finally:
             if report:
                 self._unreported.update(report)
+            if refused_here and self._hold is not None:
+                self._hold.restore(request.session_id, refused_here)
+        self._learn(request, decision)
+        return decision
+
+    def _learn(self, request: CheckRequest, decision: Decision) -> None:
+        """What an answer teaches the hold and the leases; a shadowed call is logged."""
+        if self._hold is not None:
+            self._hold.learn(request, decision)
+        if decision.shadow is not None:
+            logger.warning(
+                "mcp-quota: SHADOW tool=%s session=%s: would have refused (%s, %s): %s",
+                request.tool,
+                request.session_id,
+                decision.shadow.code,
+                decision.shadow.scope,
+                decision.shadow.message,
+            )
         if self._leases is not None:
             for returned in self._leases.learn(request, decision):
                 self._give_back(returned)
-        return decision
 
     def _give_back(self, returned: LeaseReturn) -> None:
         """Send unspent leased calls back in the background; best effort."""
@@ -350,7 +416,9 @@ class QuotaClient:
         else:
             logger.info("mcp-quota: lease return answered %s", response.status_code)
 
-    async def _decide(self, request: CheckRequest, report: Counter[str]) -> Decision:
+    async def _decide(
+        self, request: CheckRequest, report: Counter[str], held: Counter[str] | None = None
+    ) -> Decision:
         attempts = 0
         deadline = _now() + self.config.deadline
         answered: _Fault | None = None  # the last fault the service itself answered
@@ -358,7 +426,7 @@ class QuotaClient:
             attempts += 1
             started = _now()
             try:
-                decision = await self._attempt(request, attempts, report, deadline - started)
+                decision = await self._attempt(request, attempts, report, deadline - started, held)
             except _Fault as fault:
                 if fault.status is not None:
                     answered = fault
@@ -392,8 +460,22 @@ class QuotaClient:
                     "fail-open calls are counted in this server's stats() only"
                 )
                 continue
+            if request.args_digest is not None and _rejected_field(decision) == ARGS_DIGEST_FIELD:
+                # A service from before the loop breaker: ask again without the digest.
+                self._digests_accepted = False
+                request = replace(request, args_digest=None)
+                continue
+            if held and _rejected_field(decision) == REFUSED_LOCALLY_FIELD:
+                # A service from before the hold cannot count what it refuses here: stop
+                # holding (every call is asked again), and ask this one again without.
+                self._hold = None
+                held.clear()
+                logger.warning("mcp-quota: the quota service does not take local refusals")
+                continue
             if decision.from_service:
                 report.clear()  # reported: the service answered the check that carried it
+                if held:
+                    held.clear()
             self._record(decision)
             return decision
 
@@ -422,11 +504,18 @@ class QuotaClient:
         return self._http
 
     async def _attempt(
-        self, request: CheckRequest, attempt: int, report: Mapping[str, int], left: float
+        self,
+        request: CheckRequest,
+        attempt: int,
+        report: Mapping[str, int],
+        left: float,
+        held: Mapping[str, int] | None = None,
     ) -> Decision:
         body = request.to_json()
         if report:
             body[FAIL_OPEN_FIELD] = dict(report)
+        if held:
+            body[REFUSED_LOCALLY_FIELD] = dict(held)
         if left <= 0:
             raise _Fault("did not answer within the deadline", retryable=False)
         read = min(self.config.read_timeout, left)
@@ -611,8 +700,19 @@ def _service_decision(
         scope=_str_or_none(error.get("scope")),
         http_status=status,
         attempts=attempt,
+        shadow=_shadow(body.get("shadow")) if allowed else None,
         raw=dict(body),
     )
+
+
+def _shadow(value: object) -> ShadowNotice | None:
+    """The `shadow` of an allowed answer: what the refusal would have said."""
+    if not isinstance(value, Mapping):
+        return None
+    code, scope, message = (_str_or_none(value.get(k)) for k in ("code", "scope", "message"))
+    if code is None or message is None:
+        return None
+    return ShadowNotice(code, scope or "session", message)
 
 
 def _rejected_field(decision: Decision) -> str | None:

@@ -64,6 +64,12 @@ class CheckRequest:
     for leased reads and spends what the service grants."""
     server: str | None = None
     """The MCP server's name, shown with the session in every administrator's view."""
+    units: int = 1
+    """What the call weighs (1-1000): counted at every scope all or nothing, e.g. the
+    number of items a bulk tool touches."""
+    args_digest: str | None = None
+    """SHA-256 (hex) of the tool's arguments as canonical JSON: the arguments themselves
+    never leave the server. For the loop breaker; ignored by services without it."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -80,6 +86,10 @@ class CheckRequest:
             body["call_id"] = self.call_id
         if self.lease is not None:
             body["lease"] = self.lease
+        if self.units != 1:
+            body["units"] = self.units
+        if self.args_digest is not None:
+            body["args_digest"] = self.args_digest
         return body
 
     def local_category(self) -> str | None:
@@ -94,6 +104,19 @@ class CheckRequest:
         if self.annotations is not None and self.annotations.get("readOnlyHint") is True:
             return READ
         return WRITE
+
+
+@dataclass(frozen=True)
+class ShadowNotice:
+    """What the refusal would have said, under a policy's `"enforce": false`."""
+
+    code: str
+    scope: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        """The notice as the service sends it (and as `_meta` carries it)."""
+        return {"code": self.code, "scope": self.scope, "message": self.message}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +143,11 @@ class Decision:
     from_lease: bool = False
     """Allowed here, with no request, from calls the service counted earlier in a lease;
     `used`, `limit` and `remaining` are those of the answer that granted the lease."""
+    refused_locally: bool = False
+    """Refused here, with no request, during the hold after the service refused this
+    session and category; the message is the service's refusal's."""
+    shadow: ShadowNotice | None = None
+    """Shadow mode: the call is allowed, but an enforcing policy would have refused it."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

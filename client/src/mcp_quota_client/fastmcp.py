@@ -21,7 +21,7 @@ from fastmcp.tools.base import ToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_quota_client.client import QuotaClient
-from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
+from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
 from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
 from mcp_quota_client.startup import client_from_env
 
@@ -53,9 +53,11 @@ class QuotaMiddleware(Middleware):
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
         server_name: str | None = None,
+        costs: Mapping[str, Cost] | None = None,
     ) -> None:
         """Args: `client` defaults to `QuotaClient.from_env()`; `server_name` (in derived
-        session keys) to the FastMCP server's name.
+        session keys) to the FastMCP server's name; `costs` weighs a tool's calls in
+        units from their arguments (`{"delete_tags": lambda a: len(a["tags"])}`).
 
         Raises:
             QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
@@ -69,6 +71,7 @@ class QuotaMiddleware(Middleware):
             default_principal=default_principal,
             attach_decision_meta=attach_decision_meta,
             server_name=server_name,
+            costs=costs,
         )
         self.client = self.guard.client
 
@@ -84,7 +87,7 @@ class QuotaMiddleware(Middleware):
             # Nothing will run: the server answers "unknown tool" itself.
             return await call_next(context)
         guarded = await self.guard.decide(
-            name, annotations_from(tool.annotations), self._caller(ctx)
+            name, annotations_from(tool.annotations), self._caller(ctx), context.message.arguments
         )
         refusal = guarded.refusal
         if refusal is not None:

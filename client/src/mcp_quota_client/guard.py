@@ -9,15 +9,19 @@ principal, the session key, the refusal's text and structured content, the decis
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcp_quota_client.client import QuotaClient
-from mcp_quota_client.decision import CheckRequest, Decision, ToolAnnotations
+from mcp_quota_client.decision import CheckRequest, Decision, Outcome, ToolAnnotations
 from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
 from mcp_quota_client.session import (
     META_DECISION_KEY,
+    META_SHADOW_KEY,
     CallerInfo,
     SessionIdentity,
     SessionKeying,
@@ -27,6 +31,30 @@ from mcp_quota_client.session import (
 
 PrincipalResolver = Callable[[], str | None]
 """Returns who the current request acts for, or None. Called inside the request."""
+Cost = Callable[[Mapping[str, Any]], int]
+"""What a call to a tool weighs, from its arguments: e.g. `lambda a: len(a["tags"])`."""
+MAX_UNITS = 1000
+"""The most units one check may weigh (the service's limit)."""
+
+logger = logging.getLogger("mcp_quota_client")
+
+
+def args_digest(arguments: Mapping[str, Any] | None) -> str | None:
+    """SHA-256 (hex) of a tool's arguments as canonical JSON (sorted keys, no spaces,
+    UTF-8): equal arguments give equal digests whatever their order. None if they are
+    not JSON."""
+    try:
+        text = json.dumps(
+            dict(arguments or {}),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 
 _HINTS = (
     ("read_only_hint", "readOnlyHint"),
@@ -96,6 +124,8 @@ class ToolCallGuard:
     attach_decision_meta: bool = True
     server_name: str | None = None
     """This MCP server's name in derived session keys; None: the framework's server name."""
+    costs: Mapping[str, Cost] = field(default_factory=dict)
+    """Units per tool name, from the call's arguments; other tools weigh 1."""
 
     @classmethod
     def create(
@@ -108,6 +138,7 @@ class ToolCallGuard:
         default_principal: PrincipalResolver,
         attach_decision_meta: bool,
         server_name: str | None,
+        costs: Mapping[str, Cost] | None = None,
     ) -> ToolCallGuard:
         """The guard an adapter's options describe; `client` defaults to the environment's.
 
@@ -121,6 +152,7 @@ class ToolCallGuard:
             principal_resolver or default_principal,
             attach_decision_meta,
             server_name,
+            dict(costs or {}),
         )
 
     async def decide(
@@ -128,8 +160,9 @@ class ToolCallGuard:
         tool: str,
         annotations: ToolAnnotations | None,
         caller: CallerInfo,
+        arguments: Mapping[str, Any] | None = None,
     ) -> GuardedCall:
-        """Resolve the session and call id, then ask the quota service."""
+        """Resolve the session, call id and weight, then ask the quota service."""
         if self.server_name is not None:
             caller = replace(caller, server_name=self.server_name)
         identity = resolve_session(caller, self.keying)
@@ -141,9 +174,45 @@ class ToolCallGuard:
             principal=caller.principal,
             call_id=resolve_call_id(caller),
             server=server_field(caller.server_name),
+            units=self._units(tool, arguments),
+            args_digest=args_digest(arguments),
         )
+        if request.units > MAX_UNITS:
+            return GuardedCall(_too_heavy(request), identity)
         decision = await self.client.check(request)
-        meta = None
+        meta: dict[str, Any] = {}
         if decision.allowed and self.attach_decision_meta:
-            meta = {META_DECISION_KEY: decision_meta(decision)}
-        return GuardedCall(decision, identity, meta)
+            meta[META_DECISION_KEY] = decision_meta(decision)
+        if decision.allowed and decision.shadow is not None:
+            # Shadow mode: the call runs, and its result says what would have refused it.
+            meta[META_SHADOW_KEY] = decision.shadow.to_json()
+        return GuardedCall(decision, identity, meta or None)
+
+    def _units(self, tool: str, arguments: Mapping[str, Any] | None) -> int:
+        """What the call weighs: its tool's cost of its arguments, at least 1. A cost
+        that fails (arguments the tool will reject too) weighs 1."""
+        cost = self.costs.get(tool)
+        if cost is None:
+            return 1
+        try:
+            units = int(cost(arguments or {}))
+        except Exception:
+            logger.warning("mcp-quota: the cost of tool %r failed; it weighs 1", tool)
+            return 1
+        return max(1, units)
+
+
+def _too_heavy(request: CheckRequest) -> Decision:
+    """A call weighing more than one check may: refused here, nothing counted."""
+    return Decision(
+        allowed=False,
+        outcome=Outcome.QUOTA_EXCEEDED,
+        session_id=request.session_id,
+        tool=request.tool,
+        message=(
+            f"The tool '{request.tool}' was NOT run: it weighs {request.units} units, more "
+            f"than the {MAX_UNITS} one call may. Split the work into smaller calls."
+        ),
+        error_code="too_many_units",
+        attempts=0,
+    )

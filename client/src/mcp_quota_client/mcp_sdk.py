@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import ToolAnnotations
-from mcp_quota_client.guard import PrincipalResolver, ToolCallGuard, annotations_from
+from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
 from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
 from mcp_quota_client.startup import client_from_env
 
@@ -53,9 +53,11 @@ class QuotaGuard:
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
         server_name: str | None = None,
+        costs: Mapping[str, Cost] | None = None,
     ) -> None:
         """Args: `client` defaults to `QuotaClient.from_env()`; `server_name` (in derived
-        session keys) to the server's name.
+        session keys) to the server's name; `costs` weighs a tool's calls in units from
+        their arguments (`{"delete_tags": lambda a: len(a["tags"])}`).
 
         Raises:
             QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset
@@ -70,6 +72,7 @@ class QuotaGuard:
             default_principal=default_principal,
             attach_decision_meta=attach_decision_meta,
             server_name=server_name if server_name is not None else server.name,
+            costs=costs,
         )
         self.client = self.guard.client
         self._annotations: dict[str, ToolAnnotations | None] = {}
@@ -83,7 +86,11 @@ class QuotaGuard:
         if not isinstance(name, str) or not await self._known(name):
             # Malformed or unknown: the SDK answers with its own error, nothing runs.
             return await call_next(ctx)
-        guarded = await self.guard.decide(name, self._annotations[name], self._caller(ctx))
+        raw_args = ctx.params.get("arguments")
+        arguments = raw_args if isinstance(raw_args, Mapping) else None
+        guarded = await self.guard.decide(
+            name, self._annotations[name], self._caller(ctx), arguments
+        )
         refusal = guarded.refusal
         if refusal is not None:
             return CallToolResult(
@@ -142,6 +149,7 @@ def protect(
     categories: Mapping[str, str] | None = None,
     principal_resolver: PrincipalResolver | None = None,
     server_name: str | None = None,
+    costs: Mapping[str, Cost] | None = None,
 ) -> QuotaGuard:
     """Install a `QuotaGuard` as the innermost request middleware of `server`.
 
@@ -156,6 +164,7 @@ def protect(
         categories=categories,
         principal_resolver=principal_resolver,
         server_name=server_name,
+        costs=costs,
     )
     server.middleware.append(guard)
     return guard

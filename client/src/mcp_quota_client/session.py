@@ -19,6 +19,8 @@ META_SESSION_KEY = "io.mcp-quota/session"
 META_CALL_ID_KEY = "io.mcp-quota/call-id"
 """`_meta` key a client sets to the same value when it retries the same tool call."""
 META_DECISION_KEY = "io.mcp-quota/decision"
+META_SHADOW_KEY = "io.mcp-quota/shadow"
+"""`_meta` key of a shadowed call's result: what an enforcing policy would have said."""
 """`_meta` key on an allowed tool result carrying the quota decision (used, limit, ...)."""
 
 MAX_SESSION_ID = 256

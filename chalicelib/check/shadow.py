@@ -1,0 +1,75 @@
+"""Shadow mode: under `"enforce": false` (the whole policy, or one category) a call over a
+limit runs, and its answer says which refusal an enforcing policy would have given.
+
+The store counts such a category up to `SHADOW_CEILING` instead of its limit, so counting
+goes on past the limit with the same conditional writes; the answer is then judged here
+against the policy's limit (and any raise or grant), with the refusal's own words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from chalicelib.quota.core import Allowed, Attempt, RefusalReason, Refused, Scope
+from chalicelib.quota.policy import MAX_LIMIT
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import RefusalError
+
+SHADOW_CEILING = MAX_LIMIT  # what a shadowed category's store condition counts up to
+
+
+class ShadowListener(Protocol):
+    """Told about every call shadow mode let run past a limit (audit, metric)."""
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        """Handle a shadow refusal; must never raise."""
+
+
+class QuietShadow:
+    """A shadow listener that does nothing."""
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        return None
+
+
+def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
+    """The refusal an enforcing policy would have given this counted call, judged at the
+    session first, then at each wider scope; None if it fits everywhere. A lease would
+    have been cut to what remains, so it counts as refused only when nothing remained."""
+    if attempt.shadow_limit is None or allowed.duplicate:
+        return None
+    need = attempt.weight
+    refusal = Refused(
+        session_id=allowed.session_id,
+        tool=allowed.tool,
+        category=allowed.category,
+        used=allowed.used - attempt.units,
+        limit=allowed.limit,
+        now_ms=allowed.now_ms,
+        resets_at_ms=allowed.resets_at_ms,
+        reason=RefusalReason.QUOTA_EXCEEDED,
+        scope=Scope.SESSION,
+        principal=attempt.principal,
+        units=need,
+    )
+    if refusal.used + need > allowed.limit:
+        return refusal
+    for use in allowed.scopes:
+        before = use.used - attempt.units
+        if before + need > use.limit:
+            return replace(
+                refusal,
+                used=before,
+                limit=use.limit,
+                resets_at_ms=use.resets_at_ms,
+                scope=use.scope,
+                scopes=allowed.scopes,
+            )
+    return None
+
+
+def shadow_json(would: Refused) -> RefusalError:
+    """The answer's `shadow` field: what the refusal would have said."""
+    return {"code": str(would.reason), "scope": str(would.scope), "message": would.message}

@@ -1,0 +1,93 @@
+"""The local refusal hold as pure bookkeeping, on a clock the test moves."""
+
+from __future__ import annotations
+
+from mcp_quota_client import CheckRequest, Decision, Outcome
+from mcp_quota_client.hold import RefusalHold
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(tool: str = "delete_tag", session: str = "s") -> CheckRequest:
+    return CheckRequest(session_id=session, tool=tool)
+
+
+def refusal(retry_after: int | None = 3600, remaining: int = 0, **extra: object) -> Decision:
+    return Decision(
+        allowed=False,
+        outcome=Outcome.QUOTA_EXCEEDED,
+        session_id="s",
+        tool="delete_tag",
+        message="The tool 'delete_tag' was NOT run: spent.",
+        category="write",
+        remaining=remaining,
+        retry_after_seconds=retry_after,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_a_hold_lasts_at_most_five_seconds() -> None:
+    clock = Clock()
+    hold = RefusalHold(clock, 30.0, 1000)  # asked for 30 s: capped at 5
+    hold.learn(request(), refusal())
+    held = hold.refuse(request())
+    assert held is not None and held.refused_locally and held.message.endswith("spent.")
+    clock.now += 4.9
+    assert hold.refuse(request()) is not None
+    clock.now += 0.2
+    assert hold.refuse(request()) is None
+    assert hold.report("s") == {"write": 2}
+
+
+def test_a_hold_never_outlasts_retry_after() -> None:
+    clock = Clock()
+    hold = RefusalHold(clock, 5.0, 1000)
+    hold.learn(request(), refusal(retry_after=1))
+    assert hold.refuse(request()) is not None
+    clock.now += 1.0
+    assert hold.refuse(request()) is None
+
+
+def test_a_hold_answers_at_most_hold_calls() -> None:
+    hold = RefusalHold(Clock(), 5.0, 3)
+    hold.learn(request(), refusal())
+    answers = [hold.refuse(request()) for _ in range(5)]
+    assert [a is not None for a in answers] == [True, True, True, False, False]
+
+
+def test_other_sessions_and_unclassified_tools_are_asked() -> None:
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal())
+    assert hold.refuse(request(session="other")) is None
+    assert hold.refuse(request(tool="never_seen")) is None
+
+
+def test_a_weighed_refusal_with_room_left_starts_no_hold() -> None:
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal(remaining=3))
+    assert hold.refuse(request()) is None
+
+
+def test_an_allowed_answer_ends_the_hold_and_a_lost_report_goes_back() -> None:
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal())
+    assert hold.refuse(request()) is not None
+    report = hold.report("s")
+    hold.restore("s", report)
+    assert hold.unreported() == 1
+    allowed = Decision(
+        allowed=True,
+        outcome=Outcome.ALLOWED,
+        session_id="s",
+        tool="delete_tag",
+        message="ok",
+        category="write",
+    )
+    hold.learn(request(), allowed)
+    assert hold.refuse(request()) is None

@@ -1,0 +1,78 @@
+"""The pure parts of issue 22: weighed units are never cut like a lease, and shadow mode
+judges a counted call against the policy's limit, not the ceiling the store counted to."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from chalicelib.check.shadow import SHADOW_CEILING, would_refuse
+from chalicelib.quota.core import (
+    Allowed,
+    Attempt,
+    RefusalReason,
+    Refused,
+    Scope,
+    ScopeUse,
+    SessionKey,
+    SessionSnapshot,
+)
+from chalicelib.quota.rules import partial_units
+from tests.support import T0
+
+HOUR = 3_600_000
+
+
+def attempt(units: int = 1, leased: bool = False, shadow: int | None = 15) -> Attempt:
+    return Attempt(
+        session=SessionKey("demo", "s1"),
+        tool="delete_tags",
+        category="write",
+        base_limit=SHADOW_CEILING if shadow is not None else 15,
+        now_ms=T0,
+        idle_ms=HOUR,
+        check_id="chk001",
+        units=units,
+        leased=leased,
+        asked=units,
+        shadow_limit=shadow,
+    )
+
+
+def allowed(used: int, limit: int = 15, scopes: tuple[ScopeUse, ...] = ()) -> Allowed:
+    return Allowed("s1", "delete_tags", "write", used, limit, T0, T0 + HOUR, scopes=scopes)
+
+
+def test_weighed_units_are_never_granted_in_part() -> None:
+    snapshot = SessionSnapshot(last_seen_ms=T0, started_ms=T0, counts={"write": 12})
+    assert partial_units(snapshot, attempt(5, shadow=None)) == 0
+    assert partial_units(snapshot, attempt(5, leased=True, shadow=None)) == 3
+
+
+def test_a_call_that_fits_is_no_shadow_refusal() -> None:
+    assert would_refuse(attempt(3), allowed(15)) is None
+    assert would_refuse(attempt(), allowed(20, limit=30)) is None  # a raise counts
+    assert would_refuse(attempt(shadow=None), allowed(16)) is None  # enforcing: not judged
+
+
+def test_the_first_call_past_the_limit_is_judged_as_its_refusal() -> None:
+    would = would_refuse(attempt(3), allowed(17))
+    assert isinstance(would, Refused) and would.reason is RefusalReason.QUOTA_EXCEEDED
+    assert (would.scope, would.used, would.limit, would.units) == (Scope.SESSION, 14, 15, 3)
+    assert "asks for 3 'write' units" in would.message and "has 1 unit left" in would.message
+
+
+def test_a_lease_is_refused_only_when_nothing_remained() -> None:
+    cut = would_refuse(attempt(5, leased=True), allowed(18))  # 13 before: 2 remained
+    assert cut is None
+    spent = would_refuse(attempt(5, leased=True), allowed(20))  # 15 before: none remained
+    assert spent is not None and spent.units == 1
+
+
+def test_a_wider_scope_is_judged_after_the_session() -> None:
+    principal = ScopeUse(
+        Scope.PRINCIPAL, used=101, limit=100, window_seconds=86400, resets_at_ms=T0 + 86_400_000
+    )
+    would = would_refuse(attempt(), allowed(3, scopes=(principal,)))
+    assert would is not None and would.scope is Scope.PRINCIPAL
+    assert (would.used, would.limit) == (100, 100)
+    assert replace(would, units=1).resets_at_ms == T0 + 86_400_000
