@@ -171,7 +171,7 @@ class BlockReporter:
         if self._trouble is None:
             return
         mark = TroubleMark(
-            tenant, decision.session_id, kind, decision.now_ms, decision.category, attempt.principal
+            tenant, decision.session_id, kind, attempt.real_ms, decision.category, attempt.principal
         )
         try:
             self._trouble(mark)

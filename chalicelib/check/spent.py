@@ -35,7 +35,7 @@ class MarksSpentSessions(CheckService):
                 tenant,
                 decision.session_id,
                 TroubleKind.EXHAUSTED,
-                decision.now_ms,
+                min(decision.now_ms, self._clock()),  # its own clock: never ahead of now
                 decision.category,
                 request.principal,
             )

@@ -166,13 +166,13 @@ def test_the_pages_fit_a_phone_and_a_desktop(stack: Stack, browser: Browser) -> 
 def test_the_overview_groups_sessions_by_server_and_principal(
     stack: Stack, watched: Watched
 ) -> None:
-    run_away(stack, "polish-group-a", server="billing")
-    run_away(stack, "polish-group-b", server="billing")
+    run_away(stack, "polish-group-a", server="invoicing")
+    run_away(stack, "polish-group-b", server="invoicing")
     sign_in(watched.page, stack)
     group = watched.page.locator(
         "section", has=watched.page.get_by_role("heading", name="By server and principal")
     )
-    row = group.get_by_role("row").filter(has_text="billing")
+    row = group.get_by_role("row").filter(has_text="invoicing")
     expect(row).to_contain_text("ops-bot")
     expect(row.get_by_role("cell").last).to_have_text("2")
     watched.assert_clean()
