@@ -5,8 +5,10 @@ refusals in a row (once: one email per suspension)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
+from chalicelib.check.steps import in_parallel
 from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason, Refused
 from chalicelib.storage.ports import BudgetCounters
 
@@ -84,6 +86,23 @@ class Escalation:
         if streak < self._after:
             return decision
         return replace(decision, escalated=self.suspend(attempt, streak))
+
+    def count_held(self, attempt: Attempt, held: int) -> int | None:
+        """Count the refusals the client answered locally since its last check in its
+        principal's streak, as if each had been asked: the streak if it reached
+        `suspend_after_refusals`, else None.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        if held < 1 or self._budgets is None or attempt.principal is None:
+            return None
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        # Every held refusal followed a refusal the service gave, with no allowed call of
+        # that session since: none starts the streak again (`allowed_since_ms` 0).
+        note = partial(self._budgets.note_streak, key, attempt.real_ms, 0)
+        streak = max(s for s, _ in in_parallel([note] * min(held, self._after)))
+        return streak if streak >= self._after else None
 
     def suspend(self, attempt: Attempt, refusals: int) -> bool:
         """Suspend the principal of a caller that keeps ignoring refusals; whether this

@@ -14,20 +14,21 @@ did not run (under-admission, never over).
 from __future__ import annotations
 
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Protocol
 
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
+from chalicelib.check.hooks import BlockListener as BlockListener  # noqa: PLC0414 - named here too
+from chalicelib.check.hooks import LimitResolver as LimitResolver  # noqa: PLC0414 - named here too
+from chalicelib.check.hooks import PolicyLimits, QuietListener
 from chalicelib.check.requests import CheckRequest, LeaseReturn
+from chalicelib.check.runaway import SpentSessions
 from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener, would_refuse
-from chalicelib.check.steps import Step, WiderBudgets, compensate, in_parallel, retried, use_of
+from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
+from chalicelib.check.verdicts import conflict, try_again_as
 from chalicelib.clock import Clock
-from chalicelib.errors import CallIdConflict
 from chalicelib.quota.core import (
     Allowed,
     Attempt,
@@ -44,8 +45,8 @@ from chalicelib.quota.core import (
     fold_repeats,
     with_call,
 )
-from chalicelib.quota.policy import Policy, WindowLimit
-from chalicelib.quota.rules import explain_refusal, partial_units
+from chalicelib.quota.policy import Policy
+from chalicelib.quota.rules import explain_refusal
 from chalicelib.storage.ports import (
     BudgetCounters,
     Consumed,
@@ -57,48 +58,6 @@ from chalicelib.storage.ports import (
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
 MAX_ROUNDS = 4
-SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
-
-
-class BlockListener(Protocol):
-    """Told about every refused check, after it is recorded (audit, notification)."""
-
-    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        """Handle a refusal; must never raise."""
-
-
-class LimitResolver(Protocol):
-    """Limits for a call: the policy's, or a grant's if higher."""
-
-    def base_limit(self, tenant: str, principal: str | None, category: str, now_ms: int) -> int:
-        """The session limit, without a store request on the hot path."""
-
-    def window_limit(
-        self, tenant: str, principal: str | None, window: WindowLimit, category: str, now_ms: int
-    ) -> int:
-        """A wider scope's limit: grants lift the principal scope too."""
-
-
-class PolicyLimits:
-    """Limits straight from the policy (no grants)."""
-
-    def __init__(self, policy: Policy) -> None:
-        self._policy = policy
-
-    def base_limit(self, tenant: str, principal: str | None, category: str, now_ms: int) -> int:
-        return self._policy.categories[category].limit
-
-    def window_limit(
-        self, tenant: str, principal: str | None, window: WindowLimit, category: str, now_ms: int
-    ) -> int:
-        return window.limit
-
-
-class QuietListener:
-    """A listener that does nothing."""
-
-    def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        return None
 
 
 def new_check_id() -> str:
@@ -137,8 +96,7 @@ class CheckService:
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
-        self._spent: OrderedDict[SessionKey, tuple[str, SessionSnapshot]] = OrderedDict()
-        self._spent_lock = threading.Lock()
+        self._spent = SpentSessions(keep_calls)
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -254,28 +212,13 @@ class CheckService:
             return None
         limit = known.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         if self._store.record_block(attempt, known, limit, False, expected=True) is None:
-            self._spent.pop(attempt.session, None)
+            self._spent.forget(attempt.session)
             return None
         decision = self._session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED)
-        self._remember_spent(attempt, known)
+        self._spent.remember(attempt, known)
         decision = self._escalation.after(attempt, known.last_allowed_ms(), decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
-
-    def _remember_spent(self, attempt: Attempt, seen: SessionSnapshot) -> None:
-        """Keep the session as it stands after this refusal, for the loop's next call."""
-        key = attempt.session
-        refused = dict(seen.refused)
-        refused[attempt.category] = refused.get(attempt.category, 0) + 1
-        calls = with_call(seen.calls, attempt.record(allowed=False))[-self._keep :]
-        with self._spent_lock:
-            self._spent[key] = (
-                attempt.category,
-                replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms),
-            )
-            self._spent.move_to_end(key)
-            if len(self._spent) > SPENT_SESSIONS:
-                self._spent.popitem(last=False)
 
     def _count_session(
         self, attempt: Attempt
@@ -283,14 +226,14 @@ class CheckService:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
-                self._spent.pop(attempt.session, None)  # its last calls changed
+                self._spent.forget(attempt.session)  # its last calls changed
                 return self._allowed(attempt, result.snapshot), result.snapshot, attempt
             snapshot = result.snapshot
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
             if verdict is Verdict.CALL_ID_CONFLICT:
-                raise _conflict(attempt, snapshot)
+                raise conflict(attempt, snapshot)
             if verdict is Verdict.ALREADY_COUNTED:
                 return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
@@ -302,13 +245,13 @@ class CheckService:
                 if self._store.record_replay(attempt, snapshot):
                     return self._allowed(attempt, snapshot, duplicate=True), snapshot, attempt
                 continue
-            again = _try_again_as(attempt, snapshot, verdict)
+            again = try_again_as(attempt, snapshot, verdict)
             if again is not None:
                 attempt = again
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None and verdict is Verdict.OVER_LIMIT:
-                self._remember_spent(attempt, snapshot)
+                self._spent.remember(attempt, snapshot)
             if decision is not None:
                 decision = self._escalation.after(attempt, snapshot.last_allowed_ms(), decision)
                 self._listener.on_block(attempt.tenant, attempt, decision)
@@ -442,24 +385,14 @@ class CheckService:
         return replace(allowed, shadow=would)
 
     def _count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> Refused | None:
-        """Count the refusals the client answered locally since its last check in its
-        principal's streak, as if each had been asked; the principal's suspension, if
-        they take the streak to `suspend_after_refusals` (the check is then refused).
+        """The principal's suspension, if the refusals the client answered locally take
+        its streak to `suspend_after_refusals` (the check is then refused).
 
         Raises:
             StorageError: the store failed.
         """
-        total = sum((held or {}).values())
-        if total < 1 or self._budgets is None or attempt.principal is None:
-            return None
-        budgets, key = self._budgets, BudgetKey.principal(attempt.tenant, attempt.principal)
-        after = self._policy.suspend_after_refusals
-        # Every held refusal followed a refusal the service gave, with no allowed call of
-        # that session since: none starts the streak again (`allowed_since_ms` 0).
-        note = partial(budgets.note_streak, key, attempt.real_ms, 0)
-        streaks = in_parallel([note] * min(total, after))
-        streak = max(s for s, _ in streaks)
-        if streak < after:
+        streak = self._escalation.count_held(attempt, sum((held or {}).values()))
+        if streak is None:
             return None
         decision = self._principal_suspended(attempt)
         decision = replace(decision, escalated=self._escalation.suspend(attempt, streak))
@@ -559,27 +492,3 @@ class CheckService:
             scope=Scope.PRINCIPAL,
             principal=attempt.principal,
         )
-
-
-def _conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
-    original = snapshot.find_call(attempt.call_id or "")
-    was = f" for the tool '{original.tool}' ({original.category})" if original else ""
-    return CallIdConflict(
-        f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} was already "
-        f"counted in session '{attempt.session_id}'{was}. A call id names one call; a "
-        "retry must repeat that call exactly, and a new call needs a new id."
-    )
-
-
-def _try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:
-    """The attempt to make next for a verdict that is no answer yet, or None."""
-    if verdict is Verdict.REUSED_CALL_ID:
-        return replace(attempt, dedupe=False)
-    if verdict is Verdict.STALE:
-        return attempt
-    if verdict is Verdict.CLOCK_BEHIND:
-        return replace(attempt, now_ms=snapshot.started_ms, clock_ms=attempt.real_ms)
-    if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
-        # The end of a budget: a lease gets the calls that remain, in one more write.
-        return replace(attempt, units=partial_units(snapshot, attempt))
-    return None

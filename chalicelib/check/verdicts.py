@@ -1,0 +1,34 @@
+"""What a verdict of the store's condition that is no answer yet turns into: a 409 for
+a call id reused for another call, or the attempt to make next."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from chalicelib.errors import CallIdConflict
+from chalicelib.quota.core import Attempt, SessionSnapshot, Verdict
+from chalicelib.quota.rules import partial_units
+
+
+def conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
+    original = snapshot.find_call(attempt.call_id or "")
+    was = f" for the tool '{original.tool}' ({original.category})" if original else ""
+    return CallIdConflict(
+        f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} was already "
+        f"counted in session '{attempt.session_id}'{was}. A call id names one call; a "
+        "retry must repeat that call exactly, and a new call needs a new id."
+    )
+
+
+def try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:
+    """The attempt to make next for a verdict that is no answer yet, or None."""
+    if verdict is Verdict.REUSED_CALL_ID:
+        return replace(attempt, dedupe=False)
+    if verdict is Verdict.STALE:
+        return attempt
+    if verdict is Verdict.CLOCK_BEHIND:
+        return replace(attempt, now_ms=snapshot.started_ms, clock_ms=attempt.real_ms)
+    if verdict is Verdict.OVER_LIMIT and partial_units(snapshot, attempt) > 0:
+        # The end of a budget: a lease gets the calls that remain, in one more write.
+        return replace(attempt, units=partial_units(snapshot, attempt))
+    return None
