@@ -2,7 +2,7 @@
 # --strict, so a broken link, an unknown anchor or a page left out of the nav fails
 # `make test`. The API reference is rendered from openapi.yaml at build time by
 # docs/hooks/openapi_page.py: no network, no JavaScript from a CDN.
-DOCS_PORT ?= 8001
+DOCS_PORT ?= 8003
 # Material 9.x prints a notice about its end of life (May 2027) on every build; the notice
 # says nothing about this site, so it stays out of `make test`'s output.
 export NO_MKDOCS_2_WARNING := 1

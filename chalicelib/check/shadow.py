@@ -72,4 +72,6 @@ def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
 
 def shadow_json(would: Refused) -> RefusalError:
     """The answer's `shadow` field: what the refusal would have said."""
-    return {"code": str(would.reason), "scope": str(would.scope), "message": would.message}
+    said = would.message.replace(" was NOT run:", " would NOT have run under enforcement:", 1)
+    message = f"Shadow mode: the tool ran. {said}"
+    return {"code": str(would.reason), "scope": str(would.scope), "message": message}

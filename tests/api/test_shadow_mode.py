@@ -59,7 +59,8 @@ def test_a_call_over_the_limit_runs_and_says_what_would_have_refused_it(shadowed
     assert data["remaining"] == 0
     shadow = data["shadow"]
     assert shadow["code"] == "quota_exceeded" and shadow["scope"] == "session"
-    assert "NOT run" in shadow["message"] and "(3/3 calls)" in shadow["message"]
+    assert shadow["message"].startswith("Shadow mode: the tool ran.")
+    assert "would NOT have run" in shadow["message"] and "(3/3 calls)" in shadow["message"]
     [event] = shadow_events(shadowed)
     assert event["detail"]["session_id"] == "s"
     assert event["detail"]["tool"] == "delete_tag" and event["detail"]["server"] == "articles"

@@ -91,3 +91,12 @@ def test_an_allowed_answer_ends_the_hold_and_a_lost_report_goes_back() -> None:
     )
     hold.learn(request(), allowed)
     assert hold.refuse(request()) is None
+
+
+def test_a_held_refusal_names_the_tool_asked_now() -> None:
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal())
+    hold.learn(request(tool="delete_tags"), refusal())  # the same category: write
+    held = hold.refuse(request(tool="delete_tags"))
+    assert held is not None and held.tool == "delete_tags"
+    assert held.message == "The tool 'delete_tags' was NOT run: spent."

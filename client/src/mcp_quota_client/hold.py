@@ -75,7 +75,12 @@ class RefusalHold:
             return None
         hold.left -= 1
         session.unreported[category] += 1
-        return replace(hold.refusal, tool=request.tool, refused_locally=True, attempts=0)
+        refusal = hold.refusal
+        # The service's words, about the tool asked now (another tool of the category).
+        message = refusal.message.replace(f"'{refusal.tool}'", f"'{request.tool}'")
+        return replace(
+            refusal, tool=request.tool, message=message, refused_locally=True, attempts=0
+        )
 
     def report(self, session_id: str) -> Counter[str]:
         """Take out the calls refused here in this session, to send with its next check
