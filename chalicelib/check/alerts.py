@@ -102,8 +102,10 @@ def exhaustion_email(
     refusals."""
     session = decision.session_id
     whose = _whose(decision)
+    # The server comes first, so that two servers' incidents differ in the inbox.
+    where = tenant if attempt.server is None else f"{tenant}, server {attempt.server}"
     if decision.escalated:
-        subject = f"[mcp-quota] {tenant}: principal {decision.principal} suspended"
+        subject = f"[mcp-quota] {where}: principal {decision.principal} suspended"
         what = (
             f"An AI agent acting for principal '{decision.principal}' kept calling tools\n"
             "after being refused, so the principal has been SUSPENDED: every tool call made\n"
@@ -111,7 +113,7 @@ def exhaustion_email(
         )
     else:
         subject = (
-            f"[mcp-quota] {tenant}: {whose} used its {decision.category} quota "
+            f"[mcp-quota] {where}: {whose} used its {decision.category} quota "
             f"({decision.used}/{decision.limit})"
         )
         what = (
@@ -126,6 +128,7 @@ def exhaustion_email(
     session:    {session}
     principal:  {attempt.principal or "(not given)"}
     server:     {attempt.server or "(not given)"}
+    client:     {attempt.client.describe() if attempt.client else "(not given)"}
     first call: {_first_call(decision)}
     last call:  {iso_utc(decision.now_ms)}
     scope:      {decision.scope.value} (the budget that refused the call)
