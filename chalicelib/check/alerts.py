@@ -102,8 +102,12 @@ def exhaustion_email(
     refusals."""
     session = decision.session_id
     whose = _whose(decision)
-    # The server comes first, so that two servers' incidents differ in the inbox.
-    where = tenant if attempt.server is None else f"{tenant}, server {attempt.server}"
+    # The server comes first, so that two servers' incidents differ in the inbox; cut
+    # short, so that a long name leaves room for the session in 100 characters.
+    server = attempt.server
+    if server is not None and len(server) > 32:
+        server = server[:31] + "…"
+    where = tenant if server is None else f"{tenant}, server {server}"
     if decision.escalated:
         subject = f"[mcp-quota] {where}: principal {decision.principal} suspended"
         what = (

@@ -79,3 +79,10 @@ def test_the_email_names_the_server_in_its_subject_and_the_client_in_its_body(
     [(_, text, subject, _, _)] = either.sent()
     assert subject is not None and subject.startswith("[mcp-quota] demo, server inventory: ")
     assert "client:     claude-code 1.0.71, OAuth client cli-4711" in text
+
+
+def test_a_long_server_name_leaves_room_for_the_session_in_the_subject(api: Api) -> None:
+    for _ in range(16):
+        api.check(None, **{**WRITE, "server": "x" * 128})
+    [(_, _, subject, _, _)] = api.sent()
+    assert subject is not None and len(subject) <= 100 and "session s-who" in subject
