@@ -112,6 +112,15 @@ def change(before: Any, after: Any) -> str:
     return f"{cell(before)} -> {cell(after)}"
 
 
+def client_text(client: Any) -> str | None:
+    """The MCP client as every view words it: "name version, OAuth client id"."""
+    if not isinstance(client, Mapping):
+        return None
+    named = " ".join(str(client[k]) for k in ("name", "version") if client.get(k))
+    oauth = client.get("oauth_client_id")
+    return ", ".join(p for p in (named, oauth and f"OAuth client {oauth}") if p) or None
+
+
 def session_view(session: Mapping[str, Any]) -> str:
     """A session: identity and state, a row per category, then its last calls."""
     pairs: list[tuple[str, Any]] = [
@@ -123,6 +132,7 @@ def session_view(session: Mapping[str, Any]) -> str:
         pairs.append(("Suspended", session.get("suspended_reason")))
     pairs += [
         ("Server", session.get("server")),
+        ("Client", client_text(session.get("client"))),
         ("Principal", session.get("principal")),
         ("Started", session.get("first_call_at") or session.get("started_at")),
         ("Last call", session.get("last_call_at") or session.get("last_seen_at")),

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from chalicelib.auth.tokens import TokenRecord
 from chalicelib.check.service import LimitResolver
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.quota.core import SessionSnapshot, SessionState
+from chalicelib.quota.core import ClientInfo, SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy
 
 if TYPE_CHECKING:
-    from chalicelib.api.schemas import CategoryView, SessionView, TokenView
+    from chalicelib.api.schemas import CategoryView, ClientView, SessionView, TokenView
 
 STORED_EMPTY_NAME = "-"  # how the token stores keep a token created without a name
 
@@ -98,6 +98,7 @@ class SessionViews:
             "state": str(state),
             "principal": snapshot.principal,
             "server": snapshot.server,
+            "client": None if snapshot.client is None else _client_view(snapshot.client),
             "first_call_at": iso_utc(snapshot.started_ms),
             "last_call_at": iso_utc(snapshot.last_seen_ms),
             "started_at": iso_utc(snapshot.started_ms),
@@ -107,6 +108,14 @@ class SessionViews:
             "categories": categories,
             "last_calls": [c.to_json() for c in snapshot.calls[-self._keep :]],
         }
+
+
+def _client_view(client: ClientInfo) -> ClientView:
+    return {
+        "name": client.name,
+        "version": client.version,
+        "oauth_client_id": client.oauth_client_id,
+    }
 
 
 def _category_state(session: SessionState, used: int, limit: int) -> SessionState:

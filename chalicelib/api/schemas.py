@@ -78,12 +78,19 @@ class CategoryView(TypedDict):
     state: str
 
 
+class ClientView(TypedDict):
+    name: str | None
+    version: str | None
+    oauth_client_id: str | None
+
+
 class SessionView(TypedDict):
     tenant: str
     session_id: str
     state: str
     principal: str | None
     server: str | None
+    client: ClientView | None
     first_call_at: str
     last_call_at: str
     started_at: str

@@ -102,8 +102,14 @@ def exhaustion_email(
     refusals."""
     session = decision.session_id
     whose = _whose(decision)
+    # The server comes first, so that two servers' incidents differ in the inbox; cut
+    # short, so that a long name leaves room for the session in 100 characters.
+    server = attempt.server
+    if server is not None and len(server) > 32:
+        server = server[:31] + "…"
+    where = tenant if server is None else f"{tenant}, server {server}"
     if decision.escalated:
-        subject = f"[mcp-quota] {tenant}: principal {decision.principal} suspended"
+        subject = f"[mcp-quota] {where}: principal {decision.principal} suspended"
         what = (
             f"An AI agent acting for principal '{decision.principal}' kept calling tools\n"
             "after being refused, so the principal has been SUSPENDED: every tool call made\n"
@@ -111,7 +117,7 @@ def exhaustion_email(
         )
     else:
         subject = (
-            f"[mcp-quota] {tenant}: {whose} used its {decision.category} quota "
+            f"[mcp-quota] {where}: {whose} used its {decision.category} quota "
             f"({decision.used}/{decision.limit})"
         )
         what = (
@@ -126,6 +132,7 @@ def exhaustion_email(
     session:    {session}
     principal:  {attempt.principal or "(not given)"}
     server:     {attempt.server or "(not given)"}
+    client:     {attempt.client.describe() if attempt.client else "(not given)"}
     first call: {_first_call(decision)}
     last call:  {iso_utc(decision.now_ms)}
     scope:      {decision.scope.value} (the budget that refused the call)

@@ -11,7 +11,7 @@ from typing import Any
 
 from chalicelib.clock import parse_iso_utc
 from chalicelib.errors import InvalidRequest, PayloadTooLarge
-from chalicelib.quota.core import LeaseId
+from chalicelib.quota.core import ClientInfo, LeaseId
 from chalicelib.quota.policy import MAX_LEASE, Policy
 
 MAX_BODY_BYTES = 16 * 1024
@@ -39,8 +39,10 @@ CHECK_FIELDS = frozenset(
         "units",
         "refused_locally",
         "args_digest",
+        "client",
     }
 )
+CLIENT_FIELDS = {"name": 128, "version": 64, "oauth_client_id": 256}  # longest of each
 MAX_UNITS = 1000
 ARGS_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
@@ -66,6 +68,7 @@ class CheckRequest:
     units: int = 1  # what the call weighs: counted at every scope, all or nothing
     refused_locally: Mapping[str, int] | None = None  # refusals the client answered itself
     args_digest: str | None = None  # SHA-256 of the arguments; for the loop breaker (#22)
+    client: ClientInfo | None = None  # the MCP client the agent runs in, where known
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,26 @@ def _read_only_hint(raw: Any) -> bool | None:
     return raw.get("readOnlyHint") is True
 
 
+def _client(raw: Any) -> ClientInfo | None:
+    """The optional `client` object: the MCP client's name and version and the OAuth
+    client id, each a short string an operator can be shown."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("Field 'client' must be an object.", "client")
+    reject_unknown(raw, frozenset(CLIENT_FIELDS), "client.")
+    parts: dict[str, str | None] = {}
+    for key, longest in CLIENT_FIELDS.items():
+        value = raw.get(key)
+        name = f"client.{key}"
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InvalidRequest(f"Field '{name}' must be a non-blank string.", name)
+        if value is not None and len(value) > longest:
+            raise InvalidRequest(f"Field '{name}' must be 1 to {longest} characters long.", name)
+        parts[key] = None if value is None else check_printable(value, name)
+    return ClientInfo(**parts) if any(parts.values()) else None
+
+
 def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
     """Validate a check request against the API and the stage's policy.
 
@@ -315,6 +338,7 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         units=units,
         refused_locally=_fail_open(body.get("refused_locally"), policy, "refused_locally"),
         args_digest=digest,
+        client=_client(body.get("client")),
     )
 
 

@@ -129,6 +129,7 @@ class CheckService:
             principal=request.principal,
             call_id=request.call_id,
             server=request.server,
+            client=request.client,
             shadow_limit=shadow_limit,
             held=(request.refused_locally or {}).get(category.name, 0),
         )

@@ -255,6 +255,13 @@ async function auditTable(sessionId, params) {
     : el("p", { class: "muted", text: "No events." }) };
 }
 
+// As the CLI and the email word it: "name version, OAuth client id".
+function clientText(c) {
+  if (!c) return "(not given)";
+  const named = [c.name, c.version].filter(Boolean).join(" ");
+  return [named, c.oauth_client_id && `OAuth client ${c.oauth_client_id}`].filter(Boolean).join(", ");
+}
+
 async function sessionPage(id, message, chosen) {
   const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   const audit = await auditTable(id, { limit: "100" });
@@ -264,7 +271,8 @@ async function sessionPage(id, message, chosen) {
     message || null,
     el("section", {}, facts([
       ["State", stateBadge(s.state)], ["Principal", principalLink(s.principal)],
-      ["Server", s.server || "(not given)"], ["First call", fmt(s.first_call_at)],
+      ["Server", s.server || "(not given)"], ["Client", clientText(s.client)],
+      ["First call", fmt(s.first_call_at)],
       ["Last call", fmt(s.last_call_at)], ["Counters reset", fmt(s.resets_at)],
       ["Suspended because", s.suspended_reason],
     ])),

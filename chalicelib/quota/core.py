@@ -152,6 +152,21 @@ class ScopeUse:
 
 
 @dataclass(frozen=True)
+class ClientInfo:
+    """The MCP client an agent runs in, as its server reports it (each part optional)."""
+
+    name: str | None = None  # from `initialize` clientInfo, or the request's `_meta`
+    version: str | None = None
+    oauth_client_id: str | None = None  # the OAuth client the server authenticated
+
+    def describe(self) -> str:
+        """As every view words it: "name version, OAuth client id"."""
+        named = " ".join(p for p in (self.name, self.version) if p)
+        oauth = self.oauth_client_id and f"OAuth client {self.oauth_client_id}"
+        return ", ".join(p for p in (named, oauth) if p)
+
+
+@dataclass(frozen=True)
 class SessionSnapshot:
     """A session's counters as stored."""
 
@@ -169,6 +184,7 @@ class SessionSnapshot:
     leased: Mapping[str, int] = field(default_factory=dict)  # counted through leases, kept
     grants: Mapping[str, str] = field(default_factory=dict)  # each category's last lease
     first_refusals: Mapping[str, int] = field(default_factory=dict)  # limit first refused at
+    client: ClientInfo | None = None  # the MCP client that last named itself in a check
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -281,6 +297,7 @@ class Attempt:
     principal: str | None = None
     call_id: str | None = None
     server: str | None = None
+    client: ClientInfo | None = None
     dedupe: bool = True  # False once a reused call id has had its replays: count it anew
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one

@@ -141,7 +141,8 @@ def walk(api: Api) -> list[Answer]:
     """Every JSON operation: its successes, then the usual refusals and errors."""
     r = Recorder(api)
     read = {"session_id": "s-1", "tool": "search_articles", "principal": "bot-1"}
-    write = {"session_id": "s-1", "tool": "delete_tag", "principal": "bot-1"}
+    client = {"name": "claude-code", "version": "1.2.3"}
+    write = {"session_id": "s-1", "tool": "delete_tag", "principal": "bot-1", "client": client}
     _, bound = api.token("demo", "server", ("bot-*",))
     r.send("GET", "/health")
     lease = r.send("POST", "/v1/check", {**read, "lease": 5}, bound).body["lease"]
@@ -150,6 +151,7 @@ def walk(api: Api) -> list[Answer]:
         r.send("POST", "/v1/check", {**write, "fail_open": {"write": 1}}, bound)
     r.send("POST", "/v1/check", {**read, "principal": "intruder"}, bound)  # 403
     r.send("POST", "/v1/check", {"session_id": "s-1"}, SERVER)  # 400
+    r.send("POST", "/v1/check", {**write, "client": {"nam": "x"}}, SERVER)  # 400
     r.send("GET", "/v1/sessions/s-1")
     r.send("GET", "/v1/sessions/never-seen")  # 404
     r.send("GET", "/v1/sessions")

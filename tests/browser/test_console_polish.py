@@ -53,10 +53,19 @@ def watched(browser: Browser) -> Iterator[Watched]:
         context.close()
 
 
+CLIENT = {"name": "claude-code", "version": "1.0.71"}
+
+
 def run_away(
     stack: Stack, session: str, server: str = "inventory", principal: str = "ops-bot"
 ) -> None:
-    body = {"session_id": session, "tool": "delete_tag", "principal": principal, "server": server}
+    body = {
+        "session_id": session,
+        "tool": "delete_tag",
+        "principal": principal,
+        "server": server,
+        "client": CLIENT,
+    }
     statuses = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(17)]
     assert statuses == [200] * 15 + [429] * 2
 
@@ -81,6 +90,8 @@ def test_a_blocked_session_shows_its_state_and_server_and_no_stray_text(
     expect(facts).to_contain_text("blocked")
     expect(facts.locator(".state")).to_have_text("blocked")
     expect(facts).to_contain_text("inventory")
+    expect(facts).to_contain_text("Client")
+    expect(facts).to_contain_text("claude-code 1.0.71")
     expect(watched.page.locator("table.counters")).to_contain_text("15 / 15")
     watched.assert_clean()
     watched.page.screenshot(path=str(ARTIFACTS / "polish-session-1280.png"), full_page=True)

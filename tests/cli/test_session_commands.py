@@ -319,3 +319,15 @@ def test_show_prints_a_runaway_loop_as_one_row_with_its_count(cli: Cli, api: Fak
 
     refused = next(line for line in run.out.splitlines() if "in a row" in line)
     assert refused.split()[3:7] == ["refused", "\N{MULTIPLICATION SIGN}385", "in", "a"]
+
+
+def test_show_names_the_server_and_the_mcp_client(cli: Cli, api: FakeAdminApi) -> None:
+    client = {"name": "claude-code", "version": "1.0.71", "oauth_client_id": "agent-app"}
+    api.reply("GET", "/v1/sessions/sess-1", 200, session_view(server="inventory", client=client))
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert "Server:     inventory" in lines
+    assert "Client:     claude-code 1.0.71, OAuth client agent-app" in lines

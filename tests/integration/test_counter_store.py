@@ -15,6 +15,7 @@ from chalicelib.check.service import CheckService
 from chalicelib.quota.core import (
     Allowed,
     Attempt,
+    ClientInfo,
     Decision,
     RefusalReason,
     Refused,
@@ -127,6 +128,25 @@ def test_categories_and_sessions_and_tenants_count_separately(
     assert not service.check("demo", read()).allowed
     assert stores.counters.get(SessionKey("other", "s1")) is not None
     assert stores.counters.get(SessionKey("other", "s2")) is None
+
+
+def test_the_client_and_server_a_check_names_are_kept_across_counting_and_restart(
+    stores: Stores, clock: FixedClock
+) -> None:
+    service = checks(stores.counters, clock)
+    claude = ClientInfo(name="claude-code", version="1.0.71", oauth_client_id="agent-app")
+    service.check("demo", write(server="inventory", client=claude, principal="bot"))
+    service.check("demo", write())  # naming no client keeps the one named before
+    stored = stores.counters.get(S1)
+    assert stored is not None and (stored.server, stored.client) == ("inventory", claude)
+    clock.advance(IDLE + 1)  # the idle restart writes it too
+    service.check("demo", write(client=ClientInfo(name="cursor")))
+    stored = stores.counters.get(S1)
+    assert stored is not None and stored.client == ClientInfo(name="cursor")
+    assert stored.counts == {"write": 1}
+    assert service.check("demo", read(client=claude, lease=5)).allowed  # a lease's write
+    stored = stores.counters.get(S1)
+    assert stored is not None and stored.client == claude
 
 
 def test_an_unseen_session_reads_as_none(stores: Stores) -> None:

@@ -65,6 +65,8 @@ class FakeQuotaService:
     """The service today answers 400 "Unknown field 'fail_open'"; the lead's change accepts it."""
     accepts_issue_22: bool = True
     """False: a service from before `units`, `refused_locally` and `args_digest`."""
+    accepts_client: bool = True
+    """False: a service from before the `client` object (issue 20)."""
 
     def bodies(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -84,6 +86,7 @@ class FakeQuotaService:
             "lease",  # accepted, never granted: this fake counts one call per check
             *(["fail_open"] if self.accepts_fail_open else []),
             *(["units", "refused_locally", "args_digest"] if self.accepts_issue_22 else []),
+            *(["client"] if self.accepts_client else []),
         }
         if unknown:
             field_name = sorted(unknown)[0]

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx2
+import mcp_types as mt
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
@@ -124,6 +125,30 @@ async def test_a_verified_token_names_the_principal_and_is_forwarded_when_asked(
         ("a1", f"Bearer {alice}"),
         ("b1", f"Bearer {bob}"),
     ]
+
+
+async def test_the_tokens_oauth_client_and_the_mcp_clients_name_go_with_each_check(
+    quota_service: FakeQuotaService, jwt_proxy: Running, keys: RSAKeyPair
+) -> None:
+    with_client = keys.create_token(
+        subject="alice",
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        additional_claims={"client_id": "agent-app"},
+    )
+    url = f"{jwt_proxy.url}/mcp"
+    claude = mt.Implementation(name="claude-code", version="1.0.71")
+    async with Client(url, auth=with_client, client_info=claude) as client:
+        assert not (await client.call_tool_mcp("delete_tag", {"tag": "c1"})).is_error
+    assert await delete(url, token(keys, "bob"), "c2")  # no client claim: none is named
+
+    clients = [b.get("client", {}) for b in quota_service.bodies() if b["tool"] == "delete_tag"]
+    assert clients[0] == {
+        "name": "claude-code",
+        "version": "1.0.71",
+        "oauth_client_id": "agent-app",
+    }
+    assert "oauth_client_id" not in clients[1]
 
 
 async def test_without_a_valid_token_nothing_reaches_the_service_or_the_upstream(

@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.quota.core import CallRecord, SessionKey, SessionSnapshot, fold_repeats
+from chalicelib.quota.core import (
+    CallRecord,
+    ClientInfo,
+    SessionKey,
+    SessionSnapshot,
+    fold_repeats,
+)
 from chalicelib.storage.dynamodb.layout import (
     BLOCKED,
     CALL_IDS,
     CALLS,
+    CLIENT,
     COUNT_PREFIX,
     COUNTED_CALL_ID,
     COUNTED_CHECK,
@@ -162,7 +169,25 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         leased=leased,
         grants=grants,
         first_refusals=first_refusals,
+        client=decode_client(item.get(CLIENT)),
     )
+
+
+_CLIENT_PARTS = (("n", "name"), ("v", "version"), ("o", "oauth_client_id"))
+
+
+def encode_client(client: ClientInfo) -> dict[str, Any]:
+    """The `cli` attribute: a map holding the parts that are known."""
+    parts = {short: getattr(client, long) for short, long in _CLIENT_PARTS}
+    return {"M": {short: {"S": value} for short, value in parts.items() if value is not None}}
+
+
+def decode_client(value: Mapping[str, Any] | None) -> ClientInfo | None:
+    """The client a `cli` attribute names, or None when absent."""
+    if value is None or "M" not in value:
+        return None
+    parts = value["M"]
+    return ClientInfo(**{long: parts.get(short, {}).get("S") for short, long in _CLIENT_PARTS})
 
 
 def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:

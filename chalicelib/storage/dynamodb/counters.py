@@ -44,6 +44,7 @@ from chalicelib.storage.dynamodb.expressions import (
     ADD_LEASED,
     APPEND_CALL,
     BASE_NAMES,
+    CONSUME_CLIENT,
     CONSUME_SERVER,
     CONSUME_UPDATE,
     CONSUME_UPDATE_WITH_PRINCIPAL,
@@ -107,6 +108,8 @@ class CounterStore(RefusalWrites):
         update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
         if attempt.server is not None:
             update += CONSUME_SERVER
+        if attempt.client is not None:
+            update += CONSUME_CLIENT
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
             names["#g"] = GRANT_PREFIX + attempt.category
@@ -211,6 +214,8 @@ class CounterStore(RefusalWrites):
             update = update.replace("SET ", "SET #pr = :pr, ", 1)
         if attempt.server is not None:
             update = update.replace("SET ", "SET #srv = :srv, ", 1)
+        if attempt.client is not None:
+            update = update.replace("SET ", "SET #cli = :cli, ", 1)
         names = {**self._names(attempt), **dict(removed)}
         values = self._call_values(attempt, attempt.record(allowed=True))
         if attempt.leased:

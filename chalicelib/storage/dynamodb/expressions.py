@@ -58,6 +58,7 @@ _COUNT = "#n = if_not_exists(#n, :zero) + :units, #started = if_not_exists(#star
 CONSUME_UPDATE = f"SET {_COUNT}, {_TOUCH}, {APPEND_CALL}"
 CONSUME_UPDATE_WITH_PRINCIPAL = f"{CONSUME_UPDATE}, #pr = :pr"
 CONSUME_SERVER = ", #srv = :srv"
+CONSUME_CLIENT = ", #cli = :cli"
 
 # The check path's conditions are the core's rules (`quota.rules`), rendered by
 # `conditions`; what follows is what each write changes.

@@ -19,6 +19,8 @@ Session item layout (one item per tenant + session; every attribute aliased in e
     suspended    present while an administrator has suspended the session (its reason)
     principal    who the agent acts for, when the caller says
     srv          the MCP server's name, when the caller says
+    cli          the MCP client, when the caller says: a map of n (name), v (version) and
+                 o (OAuth client id), each present when known
     calls, cids  the last calls (compact strings) and their ids: `keep` entries
 
 
@@ -36,6 +38,7 @@ CALLS = "calls"
 CALL_IDS = "cids"
 PRINCIPAL = "principal"
 SERVER = "srv"
+CLIENT = "cli"
 SUSPENDED = "suspended"
 COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"

@@ -17,6 +17,7 @@ from chalicelib.quota.core import (
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
+    encode_client,
     key_of,
     snapshot_from_item,
     stored_id,
@@ -27,6 +28,7 @@ from chalicelib.storage.dynamodb.expressions import (
     TRIM_CONDITION,
 )
 from chalicelib.storage.dynamodb.layout import (
+    CLIENT,
     COUNT_PREFIX,
     PK,
     PRINCIPAL,
@@ -118,6 +120,8 @@ class SessionItems:
             names["#pr"] = PRINCIPAL
         if attempt.server is not None:
             names["#srv"] = SERVER
+        if attempt.client is not None:
+            names["#cli"] = CLIENT
         return names
 
     def _call_values(self, attempt: Attempt, record: CallRecord) -> dict[str, Any]:
@@ -132,6 +136,8 @@ class SessionItems:
             values[":pr"] = _s(attempt.principal)
         if attempt.server is not None:
             values[":srv"] = _s(attempt.server)
+        if attempt.client is not None:
+            values[":cli"] = encode_client(attempt.client)
         return values
 
     def _maybe_trim(self, key: str, length: int) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from chalicelib.quota.core import (
     Attempt,
     CallRecord,
+    ClientInfo,
     LeaseId,
     SessionKey,
     SessionSnapshot,
@@ -55,6 +56,7 @@ class _Session:
     server: str | None = None
     leased: dict[str, int] = field(default_factory=dict)
     grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
+    client: ClientInfo | None = None
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -72,6 +74,7 @@ class _Session:
             leased=dict(self.leased),
             grants=dict(self.grants),
             first_refusals={c: mark[0] for c, mark in self.notified.items()},
+            client=self.client,
         )
 
     def zero(self) -> None:
@@ -113,6 +116,8 @@ class MemoryCounters:
             session.principal = attempt.principal
         if attempt.server is not None:
             session.server = attempt.server
+        if attempt.client is not None:
+            session.client = attempt.client
 
     def _written(self, now_ms: int) -> None:
         self._writes += 1

@@ -63,6 +63,7 @@ FAIL_OPEN_FIELD = "fail_open"
 LEASE_FIELD = "lease"
 """Check-body field asking for calls reserved at once (leased reads)."""
 ARGS_DIGEST_FIELD = "args_digest"
+CLIENT_FIELD = "client"
 """Check-body field with the SHA-256 of the call's arguments (for the loop breaker)."""
 _OFF = frozenset({"off", "0", "false", "no"})
 
@@ -260,6 +261,7 @@ class QuotaClient:
         self._unreported: Counter[str] = Counter()
         self._reports_accepted = True
         self._digests_accepted = True
+        self._clients_accepted = True
         self._leases: LeaseBook | None = (
             LeaseBook(clock, config.lease_idle_seconds, config.lease_margin_seconds)
             if config.lease
@@ -356,6 +358,8 @@ class QuotaClient:
             request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
         if not self._digests_accepted:
             request = replace(request, args_digest=None)
+        if not self._clients_accepted:
+            request = replace(request, client=None)
         self._counts["checks"] += 1
         # The report is taken out while this check carries it, so that concurrent checks
         # never report the same calls twice; it goes back unless the service answered.
@@ -464,6 +468,13 @@ class QuotaClient:
                 # A service from before the loop breaker: ask again without the digest.
                 self._digests_accepted = False
                 request = replace(request, args_digest=None)
+                continue
+            rejected = _rejected_field(decision) or ""
+            if request.client is not None and rejected.split(".")[0] == CLIENT_FIELD:
+                # Who the client is only informs the administrator: never a reason to
+                # refuse a call. A service from before the field stops getting it.
+                self._clients_accepted = rejected != CLIENT_FIELD
+                request = replace(request, client=None)
                 continue
             if held and _rejected_field(decision) == REFUSED_LOCALLY_FIELD:
                 # A service from before the hold cannot count what it refuses here: stop

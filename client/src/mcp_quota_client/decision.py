@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -49,6 +50,41 @@ READ = "read"
 WRITE = "write"
 
 
+CLIENT_FIELD_LIMITS = {"name": 128, "version": 64, "oauth_client_id": 256}
+"""The longest each part of the check's `client` object may be (the service's limits)."""
+
+
+def _showable(value: str | None, longest: int) -> str | None:
+    """`value` without control or format characters (the service refuses them), trimmed
+    and cut to `longest`; None when nothing is left."""
+    if value is None:
+        return None
+    kept = "".join(c for c in value if not unicodedata.category(c).startswith("C")).strip()
+    return kept[:longest] or None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientInfo:
+    """The MCP client an agent runs in: shown to administrators with its session."""
+
+    name: str | None = None
+    """From the `initialize` request's clientInfo, or the request's `_meta`."""
+    version: str | None = None
+    oauth_client_id: str | None = None
+    """The OAuth client the server authenticated, when it uses auth."""
+
+    def to_json(self) -> dict[str, str]:
+        """The check's `client` object: the known parts, made acceptable to the service
+        (an unusual client name never makes a check invalid)."""
+        parts = {
+            "name": self.name,
+            "version": self.version,
+            "oauth_client_id": self.oauth_client_id,
+        }
+        shown = {k: _showable(v, CLIENT_FIELD_LIMITS[k]) for k, v in parts.items()}
+        return {k: v for k, v in shown.items() if v is not None}
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckRequest:
     """One tool call to be counted against a session's budget."""
@@ -70,6 +106,8 @@ class CheckRequest:
     args_digest: str | None = None
     """SHA-256 (hex) of the tool's arguments as canonical JSON: the arguments themselves
     never leave the server. For the loop breaker; ignored by services without it."""
+    client: ClientInfo | None = None
+    """The MCP client (name, version, OAuth client id), where the server knows it."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -90,6 +128,9 @@ class CheckRequest:
             body["units"] = self.units
         if self.args_digest is not None:
             body["args_digest"] = self.args_digest
+        client = self.client.to_json() if self.client is not None else {}
+        if client:
+            body["client"] = client
         return body
 
     def local_category(self) -> str | None:

@@ -22,7 +22,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
-from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
+from mcp_quota_client.session import (
+    CallerInfo,
+    SessionKeying,
+    client_info,
+    principal_from_token,
+)
 from mcp_quota_client.startup import client_from_env
 
 
@@ -32,6 +37,19 @@ def default_principal() -> str | None:
     if token is None:
         return None
     return principal_from_token(token.client_id, token.subject)
+
+
+def oauth_client_id() -> str | None:
+    """The OAuth client id of the current FastMCP request's access token, if any."""
+    token = get_access_token()
+    if token is None:
+        return None
+    if token.claims:
+        # A JWT: FastMCP's `client_id` falls back to the subject (a person, not a
+        # client) or "unknown"; only the token's own client claims name the client.
+        named = token.claims.get("client_id") or token.claims.get("azp")
+        return named if isinstance(named, str) else None
+    return token.client_id or None
 
 
 class QuotaMiddleware(Middleware):
@@ -106,7 +124,10 @@ class QuotaMiddleware(Middleware):
         server = ctx.fastmcp.name
         if rc is None:
             return CallerInfo(
-                principal=self.guard.principal(), transport=ctx.transport, server_name=server
+                principal=self.guard.principal(),
+                transport=ctx.transport,
+                server_name=server,
+                client=client_info(None, None, oauth_client_id()),
             )
         # On 2026-07-28 connections every request is its own connection and
         # ctx.session_id is a fresh UUID each time: never a session key there.
@@ -121,4 +142,5 @@ class QuotaMiddleware(Middleware):
             peer=peer,
             request_id=rc.request_id,
             server_name=server,
+            client=client_info(rc.session.client_params, rc.meta, oauth_client_id()),
         )

@@ -176,6 +176,7 @@ class ToolCallGuard:
             server=server_field(caller.server_name),
             units=self._units(tool, arguments),
             args_digest=args_digest(arguments),
+            client=caller.client,
         )
         if request.units > MAX_UNITS:
             return GuardedCall(_too_heavy(request), identity)

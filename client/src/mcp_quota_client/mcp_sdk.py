@@ -24,7 +24,12 @@ from starlette.requests import Request
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import ToolAnnotations
 from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
-from mcp_quota_client.session import CallerInfo, SessionKeying, principal_from_token
+from mcp_quota_client.session import (
+    CallerInfo,
+    SessionKeying,
+    client_info,
+    principal_from_token,
+)
 from mcp_quota_client.startup import client_from_env
 
 
@@ -34,6 +39,12 @@ def default_principal() -> str | None:
     if token is None:
         return None
     return principal_from_token(token.client_id, token.subject)
+
+
+def oauth_client_id() -> str | None:
+    """The OAuth client id of the current SDK request's access token, if any."""
+    token = get_access_token()
+    return None if token is None else token.client_id
 
 
 class QuotaGuard:
@@ -138,6 +149,7 @@ class QuotaGuard:
             transport="streamable-http" if request is not None else None,
             peer=request.client.host if request is not None and request.client else None,
             request_id=ctx.request_id,
+            client=client_info(ctx.session.client_params, meta, oauth_client_id()),
         )
 
 

@@ -14,12 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mcp_quota_client.decision import ClientInfo
+
 META_SESSION_KEY = "io.mcp-quota/session"
 """`_meta` key a client sets on `tools/call` to name its quota session explicitly."""
 META_CALL_ID_KEY = "io.mcp-quota/call-id"
 """`_meta` key a client sets to the same value when it retries the same tool call."""
 META_DECISION_KEY = "io.mcp-quota/decision"
 META_SHADOW_KEY = "io.mcp-quota/shadow"
+META_CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+"""Where a 2026-07-28 request may carry the client's name and version (no `initialize`)."""
 """`_meta` key of a shadowed call's result: what an enforcing policy would have said."""
 """`_meta` key on an allowed tool result carrying the quota decision (used, limit, ...)."""
 
@@ -71,6 +75,8 @@ class CallerInfo:
     """The JSON-RPC request id."""
     server_name: str | None = None
     """The MCP server's own name: two servers never share a derived key."""
+    client: ClientInfo | None = None
+    """The MCP client's name and version and the OAuth client id, where known."""
 
 
 @dataclass(frozen=True)
@@ -177,3 +183,24 @@ def principal_from_token(client_id: str | None, subject: str | None) -> str | No
     if not who:
         return None
     return safe_key(who, MAX_PRINCIPAL)
+
+
+def client_info(
+    initialize: object | None,
+    meta: Mapping[str, object] | None,
+    oauth_client_id: str | None = None,
+) -> ClientInfo | None:
+    """The MCP client of a request: name and version from the `initialize` params'
+    clientInfo (any object with `client_info.name`/`.version`), else from the request's
+    `_meta`; with the OAuth client id when the server authenticated one."""
+    info = getattr(initialize, "client_info", None)
+    name, version = getattr(info, "name", None), getattr(info, "version", None)
+    sent = meta.get(META_CLIENT_INFO_KEY) if meta is not None else None
+    if name is None and isinstance(sent, Mapping):
+        name, version = sent.get("name"), sent.get("version")
+    found = ClientInfo(
+        name=name if isinstance(name, str) else None,
+        version=version if isinstance(version, str) else None,
+        oauth_client_id=oauth_client_id,
+    )
+    return found if found.to_json() else None
