@@ -22,6 +22,7 @@ from chalicelib.storage.dynamodb.layout import (
     RAISED_PREFIX,
     RAISED_UNTIL_PREFIX,
     REFUSED_PREFIX,
+    REPEAT_PREFIX,
     REPLAYED,
     SERVER,
     STARTED,
@@ -121,6 +122,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     raised_until: dict[str, int] = {}
     refused: dict[str, int] = {}
     leased: dict[str, int] = {}
+    repeats: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
@@ -128,6 +130,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
             (RAISED_UNTIL_PREFIX, raised_until),
             (REFUSED_PREFIX, refused),
             (LEASED_PREFIX, leased),
+            (REPEAT_PREFIX, repeats),
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
@@ -162,6 +165,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         leased=leased,
         grants=grants,
         first_refusals=first_refusals,
+        repeats=repeats,
     )
 
 
