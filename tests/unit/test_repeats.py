@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from chalicelib.check.repeats import repeated, with_repeat
+from chalicelib.errors import ConfigurationError
 from chalicelib.quota import rules
 from chalicelib.quota.core import (
     Attempt,
@@ -20,7 +22,7 @@ from chalicelib.quota.core import (
     Verdict,
     repeat_key,
 )
-from chalicelib.quota.policy import POLICY_DIR, ConfigurationError, parse_policy
+from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from chalicelib.storage.dynamodb.conditions import render
 from tests.support import T0
 
@@ -29,8 +31,8 @@ TEN_MINUTES = 600_000
 DIGEST = "ab" * 32
 
 
-def _policy(repeat: object) -> dict[str, object]:
-    document = json.loads((POLICY_DIR / "default.json").read_text())
+def _policy(repeat: object) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((POLICY_DIR / "default.json").read_text())
     document["categories"]["write"]["repeat"] = repeat
     return document
 
