@@ -105,6 +105,8 @@ class Rule:
     category: str
     tools: frozenset[str] = frozenset()
     pattern: str | None = None
+    units_from: str | None = None
+    """A list argument whose length a call of these tools weighs (read by the proxy)."""
 
     def matches(self, tool: str) -> bool:
         """Whether this rule applies to the tool name."""
@@ -297,7 +299,7 @@ def _lease(name: str, raw: dict[str, Any], limit: int) -> tuple[bool, int, int]:
 
 def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
     where = f"rules[{index}]"
-    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category"}:
+    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category", "units_from"}:
         raise ConfigurationError(f"{where} must be an object of tools|pattern and category")
     category = raw.get("category")
     if not isinstance(category, str) or category not in categories:
@@ -310,7 +312,10 @@ def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
         raise ConfigurationError(f"{where}: pattern must be a string")
     if bool(tools) == (pattern is not None):
         raise ConfigurationError(f"{where}: give exactly one of tools or pattern")
-    return Rule(category=str(category), tools=frozenset(tools), pattern=pattern)
+    units_from = raw.get("units_from")
+    if units_from is not None and (not isinstance(units_from, str) or not units_from):
+        raise ConfigurationError(f"{where}: units_from must name an argument")
+    return Rule(str(category), frozenset(tools), pattern, units_from)
 
 
 def parse_policy(document: Mapping[str, Any]) -> Policy:
