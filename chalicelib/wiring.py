@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from chalicelib.admin.tokens import TokenAdmin
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
-    from chalicelib.check.service import BlockListener
+    from chalicelib.check.hooks import BlockListener
     from chalicelib.check.shadow import ShadowListener
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner

@@ -37,6 +37,7 @@ class EventType(enum.StrEnum):
     TOKEN_REVOKED = "token_revoked"
     LINK_DECLINED = "link_declined"  # an emailed link whose action was already done
     SHADOW_REFUSAL = "shadow_refusal"  # shadow mode let a call over a limit run
+    REPEATED_CALL = "repeated_call"  # the loop breaker refused a call (first of a run)
 
 
 # The "session" of events that belong to no session. It holds a space, which no session

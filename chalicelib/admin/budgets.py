@@ -17,7 +17,8 @@ from chalicelib.admin.audit import (
 )
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
-from chalicelib.check.service import LimitResolver, PrincipalGate
+from chalicelib.check.hooks import LimitResolver
+from chalicelib.check.service import PrincipalGate
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope

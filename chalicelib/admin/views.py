@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from chalicelib.auth.tokens import TokenRecord
-from chalicelib.check.service import LimitResolver
+from chalicelib.check.hooks import LimitResolver
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import ClientInfo, SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy

@@ -11,7 +11,7 @@ from chalicelib.admin.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Publisher
 from chalicelib.observability import count, logger
-from chalicelib.quota.core import Attempt, CallRecord, Refused, Scope
+from chalicelib.quota.core import Attempt, CallRecord, RefusalReason, Refused, Scope
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import TroubleKind, TroubleMark
 
@@ -205,6 +205,9 @@ class BlockReporter:
             self._mark(tenant, attempt, decision, TroubleKind.ESCALATED)
             self._notify(tenant, attempt, decision)
             return
+        if decision.reason is RefusalReason.REPEATED_CALL:
+            self._audit_repeat(tenant, attempt, decision)
+            return
         if not decision.first_exhaustion:
             return
         self._mark(tenant, attempt, decision, TroubleKind.EXHAUSTED)
@@ -230,6 +233,32 @@ class BlockReporter:
         )
         if self._policy.categories[decision.category].notify:
             self._notify(tenant, attempt, decision)
+
+    def _audit_repeat(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
+        """Audit the loop breaker's refusal that starts a run of them (the last calls fold
+        the rest of the run into it), with the last calls."""
+        last = decision.last_calls[-1] if decision.last_calls else None
+        if last is not None and last.repeats > 1:
+            return
+        self._auditor.record(
+            AuditEvent(
+                at_ms=decision.now_ms,
+                type=EventType.REPEATED_CALL,
+                tenant=tenant,
+                session_id=decision.session_id,
+                actor=audit.SERVICE_ACTOR,
+                detail={
+                    "category": decision.category,
+                    "tool": decision.tool,
+                    "repeat_limit": decision.repeat_limit,
+                    "window_seconds": decision.repeat_window_ms // 1000,
+                    "principal": attempt.principal,
+                    "last_calls": [c.to_json() for c in decision.last_calls],
+                },
+                principal=attempt.principal,
+                server=attempt.server,
+            )
+        )
 
     def _email_links(self, tenant: str, attempt: Attempt, decision: Refused) -> list[EmailLink]:
         """The one-click links, or none if links are not set up or cannot be signed (the

@@ -20,9 +20,8 @@ from functools import partial
 
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
-from chalicelib.check.hooks import BlockListener as BlockListener  # noqa: PLC0414 - named here too
-from chalicelib.check.hooks import LimitResolver as LimitResolver  # noqa: PLC0414 - named here too
-from chalicelib.check.hooks import PolicyLimits, QuietListener
+from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
+from chalicelib.check.repeats import repeated, with_repeat
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
 from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener, would_refuse
@@ -115,7 +114,7 @@ class CheckService:
         # compares against `limit - units + 1`, which must stay positive.
         units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
         units = units if leased else request.units
-        return Attempt(
+        attempt = Attempt(
             session=SessionKey(tenant, request.session_id),
             tool=request.tool,
             category=category.name,
@@ -133,6 +132,7 @@ class CheckService:
             shadow_limit=shadow_limit,
             held=(request.refused_locally or {}).get(category.name, 0),
         )
+        return with_repeat(attempt, category, request.args_digest)
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
         """Count the call against every budget that applies, or refuse it.
@@ -307,6 +307,11 @@ class CheckService:
         if suspended and snapshot.is_idle(attempt.now_ms, self._idle_ms):
             return self._refused_suspended(attempt, snapshot)
         limit = snapshot.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        if verdict is Verdict.REPEATED:  # the loop breaker: the limit is not at stake
+            if self._store.record_block(attempt, snapshot, limit, False, marks=False) is None:
+                return None
+            refusal = self._session_refusal(attempt, snapshot, limit, RefusalReason.REPEATED_CALL)
+            return repeated(refusal, attempt)
         if (
             attempt.weight > 1
             and not suspended

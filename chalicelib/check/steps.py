@@ -35,7 +35,7 @@ from chalicelib.storage.ports import (
 )
 
 if TYPE_CHECKING:
-    from chalicelib.check.service import LimitResolver
+    from chalicelib.check.hooks import LimitResolver
 
 _T = TypeVar("_T")
 

@@ -355,7 +355,7 @@ const EVENT_TYPES = ["quota_exceeded", "notification_sent", "notification_failed
   "session_raised", "session_lowered", "session_suspended", "session_resumed", "session_reset",
   "principal_raised", "principal_suspended", "principal_resumed", "principal_reset",
   "grant_created", "grant_deleted", "token_created", "token_revoked", "link_declined",
-  "shadow_refusal"];
+  "shadow_refusal", "repeated_call"];
 const AUDIT_FILTERS = ["type", "principal", "server", "since", "until"];
 
 // By default: every event of the tenant, newest first; a session id shows its own trail.

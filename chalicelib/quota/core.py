@@ -26,6 +26,9 @@ grant_of = leases.grant_of
 # reused later or more often is a new call: a loop cannot run uncounted on one id.
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
+# Hex digits of an arguments digest the loop breaker keeps: 48 bits tell a session's
+# calls of one tool apart, and keep the session item small.
+REPEAT_DIGEST_CHARS = 12
 
 
 class SessionState(enum.StrEnum):
@@ -45,6 +48,7 @@ class RefusalReason(enum.StrEnum):
     QUOTA_EXCEEDED = "quota_exceeded"
     SESSION_SUSPENDED = "session_suspended"
     PRINCIPAL_SUSPENDED = "principal_suspended"
+    REPEATED_CALL = "repeated_call"  # the loop breaker: same tool, same arguments
 
 
 class Scope(enum.StrEnum):
@@ -65,11 +69,35 @@ class Verdict(enum.Enum):
     REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
     CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
+    REPEATED = "repeated"  # the tool was called with the same arguments too often
     STALE = "stale"  # the session read back no longer fails the condition: try again
     # The counters started after this check's clock (an admin reset in the same ms moves
     # their start past it): the check is made again at their start, so that what it
     # records belongs to these counters (a call id it counts binds in them).
     CLOCK_BEHIND = "clock_behind"
+
+
+def repeat_key(tool: str, args_digest: str, window_ms: int, now_ms: int) -> str:
+    """What the loop breaker counts a call under: its tool, a prefix of its arguments'
+    digest (enough to tell a session's calls apart, and small in the session), and the
+    end of the window it falls in (windows align to the epoch, like a budget's)."""
+    end = (now_ms // window_ms + 1) * window_ms
+    return f"{tool}|{args_digest[:REPEAT_DIGEST_CHARS]}|{end}"
+
+
+def repeat_window_end(key: str) -> int:
+    """When the window a `repeat_key` counts in ends, epoch ms (the key's last part)."""
+    return int(key.rsplit("|", 1)[1])
+
+
+def spoken_duration(ms: int) -> str:
+    """A window as a message says it: "10 minutes", "1 hour", "2 days"."""
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
+        if ms >= size and ms % size == 0:
+            count = ms // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    seconds = max(1, ms // 1000)
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -185,6 +213,8 @@ class SessionSnapshot:
     grants: Mapping[str, str] = field(default_factory=dict)  # each category's last lease
     first_refusals: Mapping[str, int] = field(default_factory=dict)  # limit first refused at
     client: ClientInfo | None = None  # the MCP client that last named itself in a check
+    # The loop breaker's counts: calls by `repeat_key` (tool, digest prefix, window).
+    repeats: Mapping[str, int] = field(default_factory=dict)
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -317,6 +347,11 @@ class Attempt:
     # Refusals of this category the client answered locally since its last check: folded
     # into this check's record when it is refused too ("delete_tag refused x37").
     held: int = 0
+    # The loop breaker: this call's `repeat_key`, how many such calls its window allows,
+    # and the window (None: the category sets no `repeat`, or the client sent no digest).
+    repeat_key: str | None = None
+    repeat_limit: int = 0
+    repeat_window_ms: int = 0
 
     @property
     def tenant(self) -> str:
@@ -424,6 +459,8 @@ class Refused(_Answer):
     escalated: bool = False  # this refusal suspended the principal
     started_ms: int | None = None  # when the session's counters started: its first call
     units: int = 1  # the units the call asked for at once, all or nothing
+    repeat_limit: int = 0  # a repeated call: the calls its window allowed
+    repeat_window_ms: int = 0
 
     @property
     def allowed(self) -> bool:
@@ -456,6 +493,13 @@ class Refused(_Answer):
                 f"The tool '{self.tool}' was NOT run: principal '{self.principal}' has been "
                 "suspended, and every tool call made for it is refused, in every session, "
                 "until an administrator resumes it. Stop calling tools and tell the user."
+            )
+        if self.reason is RefusalReason.REPEATED_CALL:
+            return (
+                f"The tool '{self.tool}' was NOT run: it was already called with the same "
+                f"arguments {self.repeat_limit} times in the last "
+                f"{spoken_duration(self.repeat_window_ms)}. Repeating it will not help: "
+                "stop and tell the user."
             )
         if self.suspended:
             return (

@@ -235,6 +235,18 @@ class Fits:
 
 
 @dataclass(frozen=True)
+class RepeatsUnder:
+    """The session has counted fewer than `limit` calls under the loop breaker's `key`
+    (one tool, the same arguments, one window)."""
+
+    key: str
+    limit: int
+
+    def holds(self, record: SessionSnapshot | None) -> bool:
+        return record is None or record.repeats.get(self.key, 0) < self.limit
+
+
+@dataclass(frozen=True)
 class CheckNotCounted:
     """The check with this service id has not been counted (a store's own retry of a
     write that went through fails this)."""

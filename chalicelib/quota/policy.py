@@ -34,6 +34,7 @@ MAX_LEASE_SECONDS = 300
 # The largest limit a policy may set: what the admin API lets a raise reach, well inside
 # what DynamoDB stores exactly (38 digits) and JSON clients read back exactly (2**53).
 MAX_LIMIT = 10**9
+MAX_REPEAT = 100  # the loop breaker counts a few calls, not a budget
 # Starting a session clears every other category's counters in one update expression,
 # about 42 bytes each: past about 95 categories it outgrows DynamoDB's 4 KB expression
 # limit and every new session fails. Far fewer are ever useful.
@@ -59,6 +60,14 @@ class WindowLimit:
 
 
 @dataclass(frozen=True)
+class RepeatLimit:
+    """How often a session may call one tool with the same arguments in a window."""
+
+    limit: int
+    window_seconds: int
+
+
+@dataclass(frozen=True)
 class Category:
     """One budget: how many calls a session may make in it, and optionally how many a
     principal and the whole tenant may make in a fixed window."""
@@ -79,6 +88,9 @@ class Category:
     enforce: bool = True
     """False: shadow mode. A call over a limit runs, and is reported as the refusal it
     would have been (`shadow` in the answer, a `shadow_refusal` audit event)."""
+    repeat: RepeatLimit | None = None
+    """The loop breaker: at most `limit` calls of one tool with the same arguments per
+    window in a session (None: no such limit)."""
 
     @property
     def windows(self) -> tuple[WindowLimit, ...]:
@@ -93,6 +105,8 @@ class Rule:
     category: str
     tools: frozenset[str] = frozenset()
     pattern: str | None = None
+    units_from: str | None = None
+    """A list argument whose length a call of these tools weighs (read by the proxy)."""
 
     def matches(self, tool: str) -> bool:
         """Whether this rule applies to the tool name."""
@@ -206,6 +220,7 @@ def _category(name: str, raw: Any, enforce: bool = True) -> Category:
         "lease_max",
         "lease_seconds",
         "enforce",
+        "repeat",
     }
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
@@ -236,7 +251,21 @@ def _category(name: str, raw: Any, enforce: bool = True) -> Category:
         lease_max,
         lease_seconds,
         enforcing,
+        _repeat(name, raw.get("repeat")),
     )
+
+
+def _repeat(category: str, raw: Any) -> RepeatLimit | None:
+    """A category's loop breaker: `{"limit": N, "window": "10m"}`, or none."""
+    where = f"category {category!r} repeat"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"limit", "window"}:
+        raise ConfigurationError(f"{where} must be an object of exactly limit and window")
+    limit = _positive_int(f"{where}: limit", raw["limit"])
+    if limit > MAX_REPEAT:
+        raise ConfigurationError(f"{where}: limit must be at most {MAX_REPEAT}")
+    return RepeatLimit(limit, _window_seconds(f"{where}: window", raw["window"]))
 
 
 def _lease(name: str, raw: dict[str, Any], limit: int) -> tuple[bool, int, int]:
@@ -270,7 +299,7 @@ def _lease(name: str, raw: dict[str, Any], limit: int) -> tuple[bool, int, int]:
 
 def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
     where = f"rules[{index}]"
-    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category"}:
+    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category", "units_from"}:
         raise ConfigurationError(f"{where} must be an object of tools|pattern and category")
     category = raw.get("category")
     if not isinstance(category, str) or category not in categories:
@@ -283,7 +312,10 @@ def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
         raise ConfigurationError(f"{where}: pattern must be a string")
     if bool(tools) == (pattern is not None):
         raise ConfigurationError(f"{where}: give exactly one of tools or pattern")
-    return Rule(category=str(category), tools=frozenset(tools), pattern=pattern)
+    units_from = raw.get("units_from")
+    if units_from is not None and (not isinstance(units_from, str) or not units_from):
+        raise ConfigurationError(f"{where}: units_from must name an argument")
+    return Rule(str(category), frozenset(tools), pattern, units_from)
 
 
 def parse_policy(document: Mapping[str, Any]) -> Policy:

@@ -35,6 +35,7 @@ from chalicelib.quota.facts import (
     Recorded,
     RefusedBefore,
     RefusedBy,
+    RepeatsUnder,
     SameCounters,
     SeenBefore,
     SeenSince,
@@ -51,8 +52,9 @@ from chalicelib.quota.facts import (
 def session_consume(attempt: Attempt) -> Condition:
     """When a check counts a call in its session: a session never seen, or one whose
     counters started by the check's time, that has not counted this very check, is not
-    suspended, is not idle-expired, has not counted the client's call id, and has room
-    for the calls asked. The clauses are listed in the order a refusal is explained."""
+    suspended, is not idle-expired, has not counted the client's call id, has not made
+    this very call (tool and arguments) too often in the loop breaker's window, and has
+    room for the calls asked. The clauses are listed in the order a refusal is explained."""
     call_id = attempt.dedupe_call_id
     unseen: Condition = (
         Named(
@@ -70,6 +72,11 @@ def session_consume(attempt: Attempt) -> Condition:
     ]
     if call_id is not None:
         clauses.append(unseen)
+    if attempt.repeat_key is not None:
+        # After the call-id clause: a client's retry of a counted call is no repeat.
+        clauses.append(
+            Named(Verdict.REPEATED, RepeatsUnder(attempt.repeat_key, attempt.repeat_limit))
+        )
     clauses.append(
         Named(
             Verdict.OVER_LIMIT,

@@ -110,11 +110,14 @@ class SessionChecks(SessionReads, Protocol):
         limit: int,
         suspended: bool,
         expected: bool = False,
+        marks: bool = True,
     ) -> bool | None:
         """Record a refused attempt, refresh the idle clock: whether it is the first refusal
         at `limit` of these counters (False while suspended), None if `seen` changed.
         Idempotent per `attempt.check_id`. `expected`: no check was made (the session was
         seen spent at `limit`); one write that holds only while it still is, else None.
+        `marks`: False for a refusal that says nothing about the limit (a repeated call):
+        it is never the first at `limit`, and leaves the first one's mark alone.
 
         Raises:
             StorageError: the store failed.

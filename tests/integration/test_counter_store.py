@@ -274,11 +274,12 @@ def test_a_reset_between_refusal_and_its_record_keeps_the_next_first_exhaustion(
             limit: int,
             suspended: bool,
             expected: bool = False,
+            marks: bool = True,
         ) -> bool | None:
             if not self.done:
                 self.done = True
                 counters.reset(S1, clock(), IDLE_MS)
-            return counters.record_block(attempt, seen, limit, suspended, expected)
+            return counters.record_block(attempt, seen, limit, suspended, expected, marks)
 
     plain = checks(counters, clock)
     for _ in range(15):

@@ -155,15 +155,18 @@ async def test_a_retry_with_the_same_call_id_is_not_counted_twice(
 async def test_reconnecting_with_the_same_session_keeps_its_count(
     fastmcp_server: Running,
 ) -> None:
-    # JSON-RPC ids restart on each connection; they must not be taken for retries.
+    # JSON-RPC ids restart on each connection; they must not be taken for retries. (Each
+    # call deletes another tag: the same one again would meet the loop breaker.)
     meta = session_meta()
     url = f"{fastmcp_server.url}/mcp"
     async with Client(url) as first:
         early = [
-            await first.call_tool_mcp("delete_tag", {"tag": "x"}, meta=meta) for _ in range(10)
+            await first.call_tool_mcp("delete_tag", {"tag": f"x{i}"}, meta=meta) for i in range(10)
         ]
     async with Client(url) as second:
-        late = [await second.call_tool_mcp("delete_tag", {"tag": "x"}, meta=meta) for _ in range(6)]
+        late = [
+            await second.call_tool_mcp("delete_tag", {"tag": f"w{i}"}, meta=meta) for i in range(6)
+        ]
 
     assert [r.is_error for r in early] == [False] * 10
     assert [r.is_error for r in late] == [False] * 5 + [True]
@@ -173,7 +176,7 @@ async def test_without_a_meta_key_the_quota_still_trips(fastmcp_server: Running)
     # The 2026-07-28 client sends a new ctx.session_id with every request; the
     # middleware falls back to principal + connection, so the budget still holds.
     async with Client(f"{fastmcp_server.url}/mcp") as client:
-        results = [await client.call_tool_mcp("delete_tag", {"tag": "y"}) for _ in range(16)]
+        results = [await client.call_tool_mcp("delete_tag", {"tag": f"y{i}"}) for i in range(16)]
 
     assert [r.is_error for r in results] == [False] * 15 + [True]
     assert decision(results[0])["sessionId"].startswith("derived:")
@@ -183,7 +186,7 @@ async def test_official_sdk_client_on_a_handshake_session_is_keyed_by_mcp_sessio
     fastmcp_server: Running,
 ) -> None:
     async with mcp.Client(f"{fastmcp_server.url}/mcp", mode="legacy") as client:
-        results = [await client.call_tool("delete_tag", {"tag": "z"}) for _ in range(16)]
+        results = [await client.call_tool("delete_tag", {"tag": f"z{i}"}) for i in range(16)]
 
     assert [r.is_error for r in results] == [False] * 15 + [True]
     assert decision(results[0])["sessionId"].startswith("mcp:")
@@ -193,7 +196,9 @@ async def test_official_sdk_client_on_a_handshake_session_is_keyed_by_mcp_sessio
 async def test_official_sdk_client_against_the_sdk_example_server(sdk_server: Running) -> None:
     meta = cast(mt.RequestParamsMeta, session_meta())
     async with mcp.Client(f"{sdk_server.url}/mcp") as client:
-        results = [await client.call_tool("delete_tag", {"tag": "q"}, meta=meta) for _ in range(16)]
+        results = [
+            await client.call_tool("delete_tag", {"tag": f"q{i}"}, meta=meta) for i in range(16)
+        ]
         search = await client.call_tool("search_articles", {"query": "ai"}, meta=meta)
 
     assert [r.is_error for r in results] == [False] * 15 + [True]

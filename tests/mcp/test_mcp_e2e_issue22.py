@@ -103,6 +103,27 @@ def test_units_over_http(enforcing: tuple[Running, Running]) -> None:
     assert bad.status == 400 and bad.body["error"]["field"] == "units"
 
 
+async def test_a_loop_on_the_same_call_is_broken_and_the_tool_not_run(
+    enforcing: tuple[Running, Running],
+) -> None:
+    _, server = enforcing
+    meta = session()
+    async with Client(f"{server.url}/mcp") as client:
+        before = await stats(client)
+        results = [
+            await client.call_tool_mcp("delete_tag", {"tag": "loop"}, meta=meta) for _ in range(4)
+        ]
+        after = await stats(client)
+    assert [r.is_error for r in results] == [False, False, False, True]
+    assert text_of(results[3]) == (
+        "The tool 'delete_tag' was NOT run: it was already called with the same arguments 3 "
+        "times in the last 10 minutes. Repeating it will not help: stop and tell the user."
+    )
+    assert results[3].structured_content is not None
+    assert results[3].structured_content["kind"] == "repeated_call"
+    assert after["deletions"] - before["deletions"] == 3
+
+
 async def test_a_refusal_storm_is_answered_mostly_by_the_server_itself(
     enforcing: tuple[Running, Running],
 ) -> None:

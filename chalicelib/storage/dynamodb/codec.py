@@ -29,6 +29,7 @@ from chalicelib.storage.dynamodb.layout import (
     RAISED_PREFIX,
     RAISED_UNTIL_PREFIX,
     REFUSED_PREFIX,
+    REPEAT_PREFIX,
     REPLAYED,
     SERVER,
     STARTED,
@@ -128,6 +129,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     raised_until: dict[str, int] = {}
     refused: dict[str, int] = {}
     leased: dict[str, int] = {}
+    repeats: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
@@ -135,6 +137,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
             (RAISED_UNTIL_PREFIX, raised_until),
             (REFUSED_PREFIX, refused),
             (LEASED_PREFIX, leased),
+            (REPEAT_PREFIX, repeats),
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
@@ -170,6 +173,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         grants=grants,
         first_refusals=first_refusals,
         client=decode_client(item.get(CLIENT)),
+        repeats=repeats,
     )
 
 

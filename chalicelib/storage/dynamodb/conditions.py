@@ -40,6 +40,7 @@ from chalicelib.quota.facts import (
     Recorded,
     RefusedBefore,
     RefusedBy,
+    RepeatsUnder,
     SameCounters,
     SeenBefore,
     SeenSince,
@@ -67,6 +68,8 @@ UNDER_RAISED = f"(NOT #n >= :limit OR (#n < #r AND {RAISE_IN_FORCE}))"
 # A lease under a raise: tied to the raise's value as read (`:rlimit` = raise - units + 1).
 UNDER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
 NOT_SEEN = "NOT contains(#ids, :cid)"
+# The loop breaker's count for this call's key (absent: none yet, and the NOT holds).
+REPEATS_UNDER = "NOT #q >= :qlimit"
 # A check that saw the session spent: still spent, with no raise in force above the limit
 # (stricter than "the call does not fit": a spent raise fails it, and the check is made).
 STILL_SPENT = "#n >= :limit AND (NOT #r > :limit OR #rx <= :now)"
@@ -234,6 +237,12 @@ def _r_callidfree(fact: Any, form: Form, out: Rendered) -> str:
     return NOT_SEEN
 
 
+def _r_repeatsunder(fact: Any, form: Form, out: Rendered) -> str:
+    out.names["#q"] = layout.REPEAT_PREFIX + fact.key
+    out.values[":qlimit"] = n(fact.limit)
+    return REPEATS_UNDER
+
+
 def _r_recorded(fact: Any, form: Form, out: Rendered) -> str:
     out.names["#ids"] = layout.CALL_IDS
     out.values[":own"] = s(stored_id(fact.record))
@@ -308,6 +317,7 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     CheckNotCounted: _r_checknotcounted,
     CallIdFree: _r_callidfree,
     Recorded: _r_recorded,
+    RepeatsUnder: _r_repeatsunder,
     FirstRefusalAt: _r_firstrefusalat,
     CountAtLeast: _r_countatleast,
     LastGrantIs: _r_lastgrantis,

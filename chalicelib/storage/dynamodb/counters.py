@@ -24,6 +24,7 @@ from chalicelib.quota.core import (
     LeaseId,
     SessionKey,
     SessionSnapshot,
+    repeat_window_end,
 )
 from chalicelib.quota.facts import Condition, SessionExists
 from chalicelib.quota.rules import (
@@ -42,6 +43,8 @@ from chalicelib.storage.dynamodb.codec import (
 from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
 from chalicelib.storage.dynamodb.expressions import (
     ADD_LEASED,
+    ADD_REPEAT,
+    ADD_REPEAT_TOO,
     APPEND_CALL,
     BASE_NAMES,
     CONSUME_CLIENT,
@@ -68,6 +71,7 @@ from chalicelib.storage.dynamodb.layout import (
     RAISED_PREFIX,
     RAISED_UNTIL_PREFIX,
     REFUSED_PREFIX,
+    REPEAT_PREFIX,
     UNCOUNTED,
 )
 from chalicelib.storage.dynamodb.session_refusals import RefusalWrites
@@ -75,6 +79,7 @@ from chalicelib.storage.dynamodb.tails import Tail
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
 from chalicelib.storage.dynamodb.updates import n as _n
 from chalicelib.storage.dynamodb.updates import s as _s
+from chalicelib.storage.errors import StorageError
 from chalicelib.storage.ports import (
     Consumed,
     NotConsumed,
@@ -110,6 +115,10 @@ class CounterStore(RefusalWrites):
             update += CONSUME_SERVER
         if attempt.client is not None:
             update += CONSUME_CLIENT
+        if attempt.repeat_key is not None:
+            names["#q"] = REPEAT_PREFIX + attempt.repeat_key
+            values[":one"] = _n(1)
+            update += ADD_REPEAT if " ADD " not in update else ADD_REPEAT_TOO
         if attempt.leased:
             names["#l"] = LEASED_PREFIX + attempt.category
             names["#g"] = GRANT_PREFIX + attempt.category
@@ -143,6 +152,7 @@ class CounterStore(RefusalWrites):
                 raised = RAISED_PREFIX + attempt.category in old and attempt.units == 1
             else:
                 self._tails.put(key, new)
+                self._forget_repeats(key, item, attempt.now_ms)
                 return Consumed(snapshot_from_item(item))
         # A session this container saw is counted only while it exists: a deleted one
         # fails, and is counted as new on the next round.
@@ -162,7 +172,35 @@ class CounterStore(RefusalWrites):
             return self._under_raise(attempt, rule, old, update, names, values)
         self._tails.learn(key, item)
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
+        self._forget_repeats(key, item, attempt.now_ms)
         return Consumed(snapshot_from_item(item))
+
+    def _forget_repeats(self, key: str, item: Mapping[str, Any], now_ms: int) -> None:
+        """Remove the loop breaker's counts of windows that have ended, so the item stays
+        small: at most one request per session and window, after an allowed call. Only
+        counts no condition can use any more are removed, so no condition is needed; a
+        failure is harmless (a later call removes them) and logged, not raised."""
+        stale = [
+            name
+            for name in item
+            if name.startswith(REPEAT_PREFIX)
+            and repeat_window_end(name[len(REPEAT_PREFIX) :]) <= now_ms
+        ]
+        if not stale:
+            return
+        names = {f"#q{i}": name for i, name in enumerate(stale)}
+        try:
+            self._update(
+                key,
+                "REMOVE " + ", ".join(names),
+                "",
+                names,
+                {},
+                "forgetting past repeats",
+                returns="NONE",
+            )
+        except StorageError as exc:
+            _log.warning("forgetting past repeats failed while %s", exc.doing)
 
     def _under_raise(
         self,

@@ -45,6 +45,10 @@ _IS_SUSPENDED = "attribute_exists(#sus)"
 # kept, so that a return can be checked against it.
 ADD_LEASED = " ADD #l :units"
 SET_GRANT = ", #g = :grant"
+# The loop breaker counts the call under its key (tool, digest prefix, window) in the
+# same write that counts it.
+ADD_REPEAT = " ADD #q :one"
+ADD_REPEAT_TOO = ", #q :one"
 
 _TOUCH = "#ls = :now, #exp = :exp"
 APPEND_CALL = (

@@ -21,6 +21,8 @@ Session item layout (one item per tenant + session; every attribute aliased in e
     srv          the MCP server's name, when the caller says
     cli          the MCP client, when the caller says: a map of n (name), v (version) and
                  o (OAuth client id), each present when known
+    q_<key>      the loop breaker's count of calls under "<tool>|<digest prefix>|<window>"
+                 (added by the consume write; past windows' removed by a later one)
     calls, cids  the last calls (compact strings) and their ids: `keep` entries
 
 
@@ -47,6 +49,7 @@ NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
 LEASED_PREFIX = "l_"
 GRANT_PREFIX = "g_"
+REPEAT_PREFIX = "q_"
 # Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
 # that the condition can test it with `contains`; every other entry ends in "|<check id>".
 COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is matched on

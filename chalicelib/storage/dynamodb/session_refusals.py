@@ -65,6 +65,7 @@ class RefusalWrites(AdminWrites):
         limit: int,
         suspended: bool,
         expected: bool = False,
+        marks: bool = True,
     ) -> bool | None:
         """Record a refused attempt and refresh the idle clock.
 
@@ -93,6 +94,8 @@ class RefusalWrites(AdminWrites):
         for round_ in range(ADMIN_ROUNDS):
             if suspended:
                 update, rule = BLOCK_UPDATE_SUSPENDED, suspended_refusal(record)
+            elif not marks:
+                update, rule = BLOCK_AGAIN_UPDATE, refusal_record(record, seen.started_ms)
             else:
                 update = BLOCK_FIRST_UPDATE if first else BLOCK_AGAIN_UPDATE
                 rule = refusal_noted(record, seen.started_ms, limit, first)
@@ -123,7 +126,7 @@ class RefusalWrites(AdminWrites):
                     return None
                 mark = notified(now.get(names["#z"]))
                 # A z_ in the old numeric form is rewritten, as a first refusal, once.
-                first = mark is None or mark[0] != limit or mark[1] is None
+                first = marks and (mark is None or mark[0] != limit or mark[1] is None)
                 continue
             self._tails.put(key, new)
             if new is None:

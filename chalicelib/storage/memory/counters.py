@@ -14,6 +14,7 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
     fold_repeats,
+    repeat_window_end,
     with_call,
 )
 from chalicelib.quota.facts import Recorded
@@ -57,6 +58,7 @@ class _Session:
     leased: dict[str, int] = field(default_factory=dict)
     grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
     client: ClientInfo | None = None
+    repeats: dict[str, int] = field(default_factory=dict)  # the loop breaker's counts
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -75,6 +77,7 @@ class _Session:
             grants=dict(self.grants),
             first_refusals={c: mark[0] for c, mark in self.notified.items()},
             client=self.client,
+            repeats=dict(self.repeats),
         )
 
     def zero(self) -> None:
@@ -90,6 +93,16 @@ class _Session:
         if attempt.leased:
             self.leased[category] = self.leased.get(category, 0) + attempt.units
             self.grants[category] = attempt.lease_grant
+
+    def count_repeat(self, attempt: Attempt) -> None:
+        if attempt.repeat_key is not None:
+            # As on DynamoDB: counted with the call; windows that have ended are dropped.
+            self.repeats = {
+                key: count
+                for key, count in self.repeats.items()
+                if repeat_window_end(key) > attempt.now_ms
+            }
+            self.repeats[attempt.repeat_key] = self.repeats.get(attempt.repeat_key, 0) + 1
 
 
 class MemoryCounters:
@@ -140,6 +153,7 @@ class MemoryCounters:
                 session = _Session(attempt.now_ms, attempt.now_ms, None)
                 self._sessions[attempt.session] = session
             session.count(attempt)
+            session.count_repeat(attempt)
             self._touch(session, attempt)
             self._append(session, attempt.record(allowed=True))
             self._written(attempt.now_ms)
@@ -186,6 +200,7 @@ class MemoryCounters:
         limit: int,
         suspended: bool,
         expected: bool = False,
+        marks: bool = True,
     ) -> bool | None:
         """Record a refused attempt; whether it is the first at `limit`, or None."""
         record = attempt.record(allowed=False)
@@ -203,8 +218,11 @@ class MemoryCounters:
                 session.last_seen_ms = attempt.now_ms
                 self._append(session, record)
                 return False
-            first = refusal_noted(record, seen.started_ms, limit, first=True).holds(now)
-            if not first and not refusal_noted(record, seen.started_ms, limit, False).holds(now):
+            started = seen.started_ms
+            first = marks and refusal_noted(record, started, limit, True).holds(now)
+            if not marks and not refusal_record(record, started).holds(now):
+                return None
+            if marks and not first and not refusal_noted(record, started, limit, False).holds(now):
                 return None
             if expected and (first or not still_spent(attempt, limit).holds(now)):
                 return None  # no longer spent at that limit: checked the usual way

@@ -76,6 +76,7 @@ _BLOCKED_CODES = {
     "quota_exceeded": Outcome.QUOTA_EXCEEDED,
     "session_suspended": Outcome.SESSION_SUSPENDED,
     "principal_suspended": Outcome.PRINCIPAL_SUSPENDED,
+    "repeated_call": Outcome.REPEATED_CALL,
 }
 
 

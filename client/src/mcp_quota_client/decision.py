@@ -21,6 +21,9 @@ class Outcome(StrEnum):
     PRINCIPAL_SUSPENDED = "principal_suspended"
     """The service refused: the principal is suspended (by an administrator, or for
     ignoring refusals), in every session."""
+    REPEATED_CALL = "repeated_call"
+    """The service refused: the session called this tool with the same arguments as often
+    as the category's `repeat` limit allows in its window (the loop breaker)."""
     FAIL_OPEN = "fail_open"
     """The service could not be asked; the category fails open, so the call runs uncounted."""
     FAIL_CLOSED = "fail_closed"
@@ -199,4 +202,5 @@ class Decision:
             Outcome.QUOTA_EXCEEDED,
             Outcome.SESSION_SUSPENDED,
             Outcome.PRINCIPAL_SUSPENDED,
+            Outcome.REPEATED_CALL,
         )

@@ -10,6 +10,7 @@ _KINDS = {
     Outcome.QUOTA_EXCEEDED: "quota_exceeded",
     Outcome.SESSION_SUSPENDED: "session_suspended",
     Outcome.PRINCIPAL_SUSPENDED: "principal_suspended",
+    Outcome.REPEATED_CALL: "repeated_call",
     Outcome.FAIL_CLOSED: "quota_service_unavailable",
     Outcome.REJECTED: "quota_check_rejected",
 }

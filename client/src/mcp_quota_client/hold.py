@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from mcp_quota_client.decision import CheckRequest, Decision
+from mcp_quota_client.decision import CheckRequest, Decision, Outcome
 
 MAX_HOLD_SECONDS = 5.0
 DEFAULT_HOLD_CALLS = 10
@@ -112,6 +112,8 @@ class RefusalHold:
             return
         if self._seconds <= 0 or self._calls < 1 or (decision.remaining or 0) > 0:
             return
+        if decision.outcome is Outcome.REPEATED_CALL:
+            return  # refuses one call (tool and arguments), not the category
         seconds = self._seconds
         if decision.retry_after_seconds is not None:
             seconds = min(seconds, float(decision.retry_after_seconds))

@@ -15,6 +15,7 @@ The proxy is a FastMCP proxy server (`FastMCPProxy` over a `ProxyClient`) with
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -35,6 +36,7 @@ from starlette.responses import JSONResponse
 
 from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
+from mcp_quota_client.guard import Cost
 from mcp_quota_client.session import SessionKeying
 from mcp_quota_client.startup import client_from_env, url_problem
 from mcp_quota_client.upstream_http import keep_alive_client
@@ -65,6 +67,7 @@ class ProxySettings:
     forward_authorization: bool = False
     keying: SessionKeying = SessionKeying.CLIENT
     categories: Mapping[str, str] = field(default_factory=dict)
+    costs: Mapping[str, Cost] = field(default_factory=dict)
 
     @property
     def upstream_label(self) -> str:
@@ -200,7 +203,11 @@ def build_proxy(
         QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
     """
     quota = QuotaMiddleware(
-        client, keying=settings.keying, categories=settings.categories, server_name=name
+        client,
+        keying=settings.keying,
+        categories=settings.categories,
+        server_name=name,
+        costs=settings.costs,
     )
     proxy = FastMCPProxy(
         client_factory=upstream.client,
@@ -277,6 +284,43 @@ class _Parser(argparse.ArgumentParser):
         _exit_with(f"{self.prog}: error: {message} (see --help)")
 
 
+def units_of(argument: str) -> Cost:
+    """A call's weight: the length of its list argument `argument`, else 1."""
+
+    def cost(arguments: Mapping[str, Any]) -> int:
+        value = arguments.get(argument)
+        return len(value) if isinstance(value, list) else 1
+
+    return cost
+
+
+def costs_from_policy(document: Any) -> dict[str, Cost]:
+    """The costs a policy's rules give by `"units_from": "<arg>"`, per tool the rule
+    names (`tools`; a `pattern` rule names no tool the proxy could key a cost by).
+
+    Raises:
+        ValueError: the document has no list of rules.
+    """
+    rules = document.get("rules", []) if isinstance(document, dict) else None
+    if not isinstance(rules, list):
+        raise ValueError("the policy has no list of rules")
+    costs: dict[str, Cost] = {}
+    for rule in rules:
+        if not isinstance(rule, dict) or not isinstance(rule.get("units_from"), str):
+            continue
+        for tool in rule.get("tools", []):
+            if isinstance(tool, str):
+                costs[tool] = units_of(rule["units_from"])
+    return costs
+
+
+def _policy_costs(value: str) -> dict[str, Cost]:
+    try:
+        return costs_from_policy(json.loads(Path(value).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read the policy {value!r}: {exc}") from exc
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of `mcp-quota-proxy`."""
     p = _Parser(
@@ -330,6 +374,13 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="count TOOL in CATEGORY (repeatable; a policy rule still wins)",
     )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        type=_policy_costs,
+        default={},
+        help="weigh calls by the policy's rules' units_from (the list argument's length)",
+    )
     return p
 
 
@@ -369,6 +420,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ProxySettings:
         forward_authorization=args.forward_authorization,
         keying=SessionKeying(args.keying),
         categories=dict(args.category),
+        costs=args.policy,
     )
 
 
