@@ -34,6 +34,8 @@ def test_the_console_shows_what_would_have_been_refused(url: str, browser: Brows
     page.goto(f"{url}/console")
     page.get_by_label("Admin token").fill(ADMIN_TOKEN)
     page.get_by_role("button", name="Sign in").click()
+    # Signed in once the overview has drawn: a click before it would be overtaken by it.
+    expect(page.get_by_role("heading", name="By server and principal")).to_be_visible()
     page.get_by_role("link", name="Would refuse").click()
     expect(page.get_by_role("heading", name="Would have refused (shadow mode)")).to_be_visible()
     row = page.get_by_role("row").filter(has_text="delete_tag")
