@@ -25,7 +25,8 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before chalicelib buil
 from bench.sizing import write_units
 from bench.workloads import RequestLog
 from chalicelib.check.requests import CheckRequest
-from chalicelib.quota.core import Refused, Scope
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Scope
 from chalicelib.wiring import Container
 from tests.support import client_for, fake_aws_env, fresh_settings, provisioned
 

@@ -24,7 +24,7 @@ from moto import mock_aws
 
 from bench.sizing import item_size, write_units
 from chalicelib.check.requests import CheckRequest
-from chalicelib.quota.core import Refused
+from chalicelib.quota.answers import Refused
 from chalicelib.settings import Settings
 from chalicelib.wiring import CLIENT_CONFIG, Container
 from tests.support import client_for, fake_aws_env, fresh_settings, provisioned

@@ -125,7 +125,7 @@ class CallIdConflict(Conflict):
     CODE = "call_id_conflict"
 
 
-class StoreUnavailable(QuotaServiceError):
+class StoreUnavailableError(QuotaServiceError):
     """The counter store is throttled or unreachable; the caller should retry later."""
 
     STATUS_CODE = 503
@@ -139,7 +139,7 @@ class StoreUnavailable(QuotaServiceError):
         return {"Retry-After": str(self.retry_after_seconds)}
 
 
-class StoreMisconfigured(QuotaServiceError):
+class StoreMisconfiguredError(QuotaServiceError):
     """The store answered, but a table or permission the service needs is missing."""
 
     STATUS_CODE = 503
@@ -170,14 +170,18 @@ def from_storage(exc: ports.StorageError) -> QuotaServiceError:
     doing = exc.doing
     if isinstance(exc, ports.StoreUnavailable):
         if exc.throttled:
-            return StoreUnavailable(f"The quota store is throttled while {doing}; retry shortly.")
-        return StoreUnavailable(
+            return StoreUnavailableError(
+                f"The quota store is throttled while {doing}; retry shortly."
+            )
+        return StoreUnavailableError(
             f"The quota store could not be reached while {doing}; retry.", exc.retry_after_seconds
         )
     if isinstance(exc, ports.StoreMisconfigured):
-        return StoreMisconfigured(f"The quota store is misconfigured ({exc.code}) while {doing}.")
+        return StoreMisconfiguredError(
+            f"The quota store is misconfigured ({exc.code}) while {doing}."
+        )
     if isinstance(exc, ports.RecordChanged):
-        return StoreUnavailable(f"The session kept changing while {doing}; retry.")
+        return StoreUnavailableError(f"The session kept changing while {doing}; retry.")
     if isinstance(exc, ports.RecordNotFound):
         return NotFound(f"Nothing to act on while {doing}: it does not exist.")
     if isinstance(exc, ports.BadPageToken):

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
-    from chalicelib.quota.core import Attempt, Refused
+    from chalicelib.quota.answers import Refused
+    from chalicelib.quota.core import Attempt
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
 MISCONFIGURED_METRIC = "Misconfigured"

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from chalicelib.api.schemas import Body, Decision
     from chalicelib.check import shadow
     from chalicelib.links import pages
+    from chalicelib.quota import answers
     from chalicelib.quota import core as quota
     from chalicelib.storage import ports
 else:
@@ -25,6 +26,7 @@ else:
     errors = lazy_module("chalicelib.errors")
     pages = lazy_module("chalicelib.links.pages")
     ports = lazy_module("chalicelib.storage.ports")
+    answers = lazy_module("chalicelib.quota.answers")
     quota = lazy_module("chalicelib.quota.core")
     shadow = lazy_module("chalicelib.check.shadow")
 
@@ -71,16 +73,16 @@ def html_response(page: pages.Page) -> Response:
     return Response(body=page.html, status_code=page.status, headers=dict(pages.HEADERS))
 
 
-def rate_limit_headers(decision: quota.Decision) -> Headers:
+def rate_limit_headers(decision: answers.Decision) -> Headers:
     """One RateLimit-Policy / RateLimit entry per scope that applies, the session's first
     (named after the category), then `<category>-principal` and `<category>-tenant`."""
     window = max(1, (decision.resets_at_ms - decision.now_ms) // 1000)
     session_remaining = decision.remaining
-    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
+    if isinstance(decision, answers.Refused) and decision.scope is not quota.Scope.SESSION:
         session_remaining = 0  # refused: no headroom, whichever budget said no
     policies = [f'"{decision.category}";q={decision.limit};w={window}']
     remaining = [f'"{decision.category}";r={session_remaining};t={window}']
-    if isinstance(decision, quota.Refused) and decision.scope is not quota.Scope.SESSION:
+    if isinstance(decision, answers.Refused) and decision.scope is not quota.Scope.SESSION:
         policies, remaining = [], []
     for use in decision.scopes:
         name = f"{decision.category}-{use.scope.value}"
@@ -88,14 +90,14 @@ def rate_limit_headers(decision: quota.Decision) -> Headers:
         policies.append(f'"{name}";q={use.limit};w={use.window_seconds}')
         left = (
             0
-            if isinstance(decision, quota.Refused) and use.scope is decision.scope
+            if isinstance(decision, answers.Refused) and use.scope is decision.scope
             else use.remaining
         )
         remaining.append(f'"{name}";r={left};t={reset}')
     return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(remaining)}
 
 
-def decision_response(decision: quota.Decision) -> Response:
+def decision_response(decision: answers.Decision) -> Response:
     """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
     body: Decision = {
         "allowed": decision.allowed,
@@ -106,7 +108,7 @@ def decision_response(decision: quota.Decision) -> Response:
         "limit": decision.limit,
         "remaining": decision.remaining,
         "resets_at": clock.iso_utc(decision.resets_at_ms),
-        "duplicate": not isinstance(decision, quota.Refused) and decision.duplicate,
+        "duplicate": not isinstance(decision, answers.Refused) and decision.duplicate,
     }
     if decision.scopes:
         body["scopes"] = {
@@ -120,7 +122,7 @@ def decision_response(decision: quota.Decision) -> Response:
             for use in decision.scopes
         }
     headers = rate_limit_headers(decision)
-    if not isinstance(decision, quota.Refused):
+    if not isinstance(decision, answers.Refused):
         if decision.lease is not None:
             lease = decision.lease
             body["lease"] = {

@@ -11,7 +11,8 @@ from chalicelib.admin.audit import AuditEvent, Auditor, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Publisher
 from chalicelib.observability import count, logger
-from chalicelib.quota.core import Attempt, CallRecord, RefusalReason, Refused, Scope
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Attempt, CallRecord, RefusalReason, Scope
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import TroubleKind, TroubleMark
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from chalicelib.auth.tokens import Identity, effective_principal
 from chalicelib.check.requests import CheckRequest
 from chalicelib.observability import count, logger
-from chalicelib.quota.core import Decision, Refused
+from chalicelib.quota.answers import Decision, Refused
 
 if TYPE_CHECKING:
     from chalicelib.check.service import CheckService

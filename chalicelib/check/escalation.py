@@ -9,7 +9,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from chalicelib.check.steps import in_parallel
-from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason, Refused
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
 from chalicelib.storage.ports import BudgetCounters
 
 if TYPE_CHECKING:

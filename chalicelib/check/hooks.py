@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from chalicelib.quota.core import Attempt, Refused
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Attempt
 from chalicelib.quota.policy import Policy, WindowLimit
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from chalicelib.quota.core import Attempt, RefusalReason, Refused, repeat_key, repeat_window_end
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Attempt, RefusalReason, repeat_key, repeat_window_end
 
 if TYPE_CHECKING:
     from chalicelib.quota.policy import Category

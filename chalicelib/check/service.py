@@ -28,15 +28,13 @@ from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener,
 from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
 from chalicelib.check.verdicts import conflict, try_again_as
 from chalicelib.clock import Clock
+from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
-    Allowed,
     Attempt,
     BudgetKey,
     BudgetSnapshot,
-    Decision,
     Lease,
     RefusalReason,
-    Refused,
     Scope,
     SessionKey,
     SessionSnapshot,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from chalicelib.quota.core import Allowed, Attempt, RefusalReason, Refused, Scope
+from chalicelib.quota.answers import Allowed, Refused
+from chalicelib.quota.core import Attempt, RefusalReason, Scope
 from chalicelib.quota.policy import MAX_LIMIT
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.observability import logger
-from chalicelib.quota.core import Allowed, Decision
+from chalicelib.quota.answers import Allowed, Decision
 from chalicelib.storage.ports import TroubleKind, TroubleMark
 
 

@@ -34,7 +34,8 @@ from chalicelib.links.signing import (
     new_link_id,
 )
 from chalicelib.observability import logger
-from chalicelib.quota.core import Attempt, BudgetKey, Refused, Scope, SessionState
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import Attempt, BudgetKey, Scope, SessionState
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import AuditFilter, LinkUse, LinkUses, StorageError
 

@@ -19,7 +19,8 @@ from botocore.exceptions import ReadTimeoutError
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.quota.core import Allowed, Decision, RefusalReason, Refused, SessionKey
+from chalicelib.quota.answers import Allowed, Decision, Refused
+from chalicelib.quota.core import RefusalReason, SessionKey
 from chalicelib.quota.policy import load_policy
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.memory.counters import MemoryCounters

@@ -12,13 +12,11 @@ import pytest
 from bench.sizing import item_size
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
+from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
-    Allowed,
     Attempt,
     ClientInfo,
-    Decision,
     RefusalReason,
-    Refused,
     Scope,
     SessionKey,
     SessionSnapshot,

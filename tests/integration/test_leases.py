@@ -18,7 +18,8 @@ import pytest
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.quota.core import Allowed, BudgetKey, Decision, Lease, LeaseId, Refused, SessionKey
+from chalicelib.quota.answers import Allowed, Decision, Refused
+from chalicelib.quota.core import BudgetKey, Lease, LeaseId, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore

@@ -8,7 +8,8 @@ from typing import Any
 
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
-from chalicelib.quota.core import Allowed, Decision, RefusalReason, Refused, SessionKey
+from chalicelib.quota.answers import Allowed, Decision, Refused
+from chalicelib.quota.core import RefusalReason, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from tests.support import FixedClock, Stores
 

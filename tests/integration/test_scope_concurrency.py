@@ -14,7 +14,8 @@ import pytest
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
-from chalicelib.quota.core import BudgetKey, Decision, Refused, Scope
+from chalicelib.quota.answers import Decision, Refused
+from chalicelib.quota.core import BudgetKey, Scope
 from chalicelib.quota.policy import parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore

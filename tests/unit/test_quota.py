@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from chalicelib.check.alerts import exhaustion_email
 from chalicelib.clock import iso_utc
+from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import (
-    Allowed,
     Attempt,
     CallRecord,
     RefusalReason,
-    Refused,
     SessionKey,
     SessionSnapshot,
     SessionState,

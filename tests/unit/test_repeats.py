@@ -12,11 +12,11 @@ import pytest
 from chalicelib.check.repeats import repeated, with_repeat
 from chalicelib.errors import ConfigurationError
 from chalicelib.quota import rules
+from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import (
     Attempt,
     CallRecord,
     RefusalReason,
-    Refused,
     SessionKey,
     SessionSnapshot,
     Verdict,

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from chalicelib.check.shadow import SHADOW_CEILING, would_refuse
+from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import (
-    Allowed,
     Attempt,
     RefusalReason,
-    Refused,
     Scope,
     ScopeUse,
     SessionKey,

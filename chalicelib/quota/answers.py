@@ -1,0 +1,152 @@
+"""The answer to a check: allowed (it may run) or refused (it must not), with the words
+the agent and its supervisor read. A refusal is a value, not an exception."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chalicelib.clock import iso_utc
+from chalicelib.quota.calls import CallRecord
+from chalicelib.quota.core import RefusalReason, Scope, ScopeUse, spoken_duration
+from chalicelib.quota.leases import Lease
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What every answer to a check says: the call, its budget and when it resets."""
+
+    session_id: str
+    tool: str
+    category: str
+    used: int
+    limit: int
+    now_ms: int
+    resets_at_ms: int
+
+
+@dataclass(frozen=True)
+class Allowed(_Answer):
+    """The call was counted (or is a retry of one that was): it may run."""
+
+    duplicate: bool = False
+    scopes: tuple[ScopeUse, ...] = ()  # the budgets above the session it was counted in
+    last_calls: tuple[CallRecord, ...] = ()
+    lease: Lease | None = None  # calls granted at once (this one included), if leased
+    shadow: Refused | None = None  # shadow mode: the refusal an enforcing policy would give
+
+    @property
+    def allowed(self) -> bool:
+        """Always True: lets callers read `decision.allowed` on either kind."""
+        return True
+
+    @property
+    def remaining(self) -> int:
+        """Calls left in this category before the limit."""
+        return max(0, self.limit - self.used)
+
+
+@dataclass(frozen=True)
+class Refused(_Answer):
+    """The call was refused, not run: why, and the evidence."""
+
+    reason: RefusalReason
+    scope: Scope = Scope.SESSION
+    first_exhaustion: bool = False
+    last_calls: tuple[CallRecord, ...] = ()
+    scopes: tuple[ScopeUse, ...] = ()
+    principal: str | None = None
+    escalated: bool = False  # this refusal suspended the principal
+    started_ms: int | None = None  # when the session's counters started: its first call
+    units: int = 1  # the units the call asked for at once, all or nothing
+    repeat_limit: int = 0  # a repeated call: the calls its window allowed
+    repeat_window_ms: int = 0
+
+    @property
+    def allowed(self) -> bool:
+        """Always False: lets callers read `decision.allowed` on either kind."""
+        return False
+
+    @property
+    def suspended(self) -> bool:
+        """Whether a suspension refused it (waiting does not help)."""
+        return self.reason in (
+            RefusalReason.SESSION_SUSPENDED,
+            RefusalReason.PRINCIPAL_SUSPENDED,
+        )
+
+    @property
+    def remaining(self) -> int:
+        """Calls left before the limit: none while suspended, whatever the counters say."""
+        return 0 if self.suspended else max(0, self.limit - self.used)
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Seconds until the refusing budget refills (a session's, if it stays idle)."""
+        return max(1, -(-(self.resets_at_ms - self.now_ms) // 1000))
+
+    @property
+    def message(self) -> str:
+        """Why the call was refused, in one or two plain sentences for a model and a human."""
+        if self.reason is RefusalReason.PRINCIPAL_SUSPENDED:
+            return (
+                f"The tool '{self.tool}' was NOT run: principal '{self.principal}' has been "
+                "suspended, and every tool call made for it is refused, in every session, "
+                "until an administrator resumes it. Stop calling tools and tell the user."
+            )
+        if self.reason is RefusalReason.REPEATED_CALL:
+            return (
+                f"The tool '{self.tool}' was NOT run: it was already called with the same "
+                f"arguments {self.repeat_limit} times in the last "
+                f"{spoken_duration(self.repeat_window_ms)}. Repeating it will not help: "
+                "stop and tell the user."
+            )
+        if self.suspended:
+            return (
+                f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has been "
+                "suspended by an administrator, and every tool call in it is refused until "
+                "an administrator resumes it. Stop calling tools and tell the user."
+            )
+        resets = iso_utc(self.resets_at_ms)
+        if self.units > 1 and self.remaining > 0:
+            return self._units_message(resets)
+        if self.scope is not Scope.SESSION:
+            whose = (
+                f"principal '{self.principal}'"
+                if self.scope is Scope.PRINCIPAL
+                else "this whole site (the tenant ceiling over all its servers and agents)"
+            )
+            return (
+                f"The tool '{self.tool}' was NOT run: {whose} has used its '{self.category}' "
+                f"budget for this window ({self.used}/{self.limit} calls), whatever the "
+                f"session. Stop calling '{self.category}' tools and tell the user; the "
+                f"budget refills at {resets}, or sooner if an administrator raises it."
+            )
+        idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
+        return (
+            f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has used its "
+            f"'{self.category}' quota ({self.used}/{self.limit} calls). Stop calling "
+            f"'{self.category}' tools and tell the user; the counter resets at {resets} "
+            f"only if the session makes no calls for {idle_minutes} minutes (every attempt, "
+            "even a refused one, restarts that wait), or sooner if an administrator "
+            "raises the quota."
+        )
+
+    def _units_message(self, resets: str) -> str:
+        """A weighed call that does not fit while the budget still has room: nothing was
+        counted, and fewer units may still run."""
+        whose = {
+            Scope.SESSION: f"session '{self.session_id}'",
+            Scope.PRINCIPAL: f"principal '{self.principal}'",
+            Scope.TENANT: "this whole site (the tenant ceiling)",
+        }[self.scope]
+        left = self.remaining
+        return (
+            f"The tool '{self.tool}' was NOT run: it asks for {self.units} '{self.category}' "
+            f"units at once, and {whose} has {left} unit{'s' if left != 1 else ''} left "
+            f"({self.used}/{self.limit} used). Nothing was counted. A call is counted whole "
+            f"or not at all: ask for at most {left} at once, or stop and tell the user; the "
+            f"budget refills at {resets}, or sooner if an administrator raises it."
+        )
+
+
+Decision = Allowed | Refused
