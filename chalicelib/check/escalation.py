@@ -5,10 +5,8 @@ refusals in a row (once: one email per suspension)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING
 
-from chalicelib.check.steps import in_parallel
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
 from chalicelib.storage.ports import BudgetCounters
@@ -100,9 +98,10 @@ class Escalation:
             return None
         key = BudgetKey.principal(attempt.tenant, attempt.principal)
         # Every held refusal followed a refusal the service gave, with no allowed call of
-        # that session since: none starts the streak again (`allowed_since_ms` 0).
-        note = partial(self._budgets.note_streak, key, attempt.real_ms, 0)
-        streak = max(s for s, _ in in_parallel([note] * min(held, self._after)))
+        # that session since: none starts the streak again (`allowed_since_ms` 0). One
+        # write adds them all.
+        refusals = min(held, self._after)
+        streak, _ = self._budgets.note_streak(key, attempt.real_ms, 0, refusals=refusals)
         return streak if streak >= self._after else None
 
     def suspend(self, attempt: Attempt, refusals: int) -> bool:

@@ -235,9 +235,15 @@ class BudgetCounters(Protocol):
         """
 
     def note_streak(
-        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+        self,
+        key: BudgetKey,
+        now_ms: int,
+        allowed_since_ms: int,
+        spend: Spend | None = None,
+        refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count one refusal in this principal's streak; returns the streak and, when
+        """Count `refusals` (one, or those a client held) in this principal's streak, in
+        one write; returns the streak and, when
         `spend` says this budget itself refused, whether that is its first refusal at this
         window and limit (as `note_refusal`, in the same write). The streak starts again
         at 1 if the principal's last refusal came before `allowed_since_ms` (an allowed

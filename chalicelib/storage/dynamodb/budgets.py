@@ -65,8 +65,8 @@ TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
 GIVE_BACK_UPDATE = "SET #n = #n - :units"
 NOTE_REFUSAL_UPDATE = "SET #z = :mark"
 END_STREAK_UPDATE = "SET #rf = :zero"
-STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :one"  # {mark}: `, #z = :mark`, or nothing
-STREAK_RESTART = "SET #rl = :now, #rf = :one{mark}"
+STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :refusals"  # {mark}: `, #z = :mark`, or nothing
+STREAK_RESTART = "SET #rl = :now, #rf = :refusals{mark}"
 MARK_TOO = ", #z = :mark"
 RAISE_UPDATE = "SET #r = :new, #rf = :zero"
 SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
@@ -289,9 +289,15 @@ class BudgetStore:
         return bool(old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark)
 
     def note_streak(
-        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+        self,
+        key: BudgetKey,
+        now_ms: int,
+        allowed_since_ms: int,
+        spend: Spend | None = None,
+        refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count a refusal in the principal's streak, marking this budget's own refusal
+        """Count `refusals` (one, or those a client held) in the principal's streak,
+        marking this budget's own refusal
         too if `spend` is given; the streak starts again after an allowed call of the
         refused session. Returns the streak and whether the refusal is the first at
         `spend`'s window and limit.
@@ -300,7 +306,7 @@ class BudgetStore:
             StorageError: the store failed.
         """
         names = {"#rl": LAST_REFUSAL}
-        values = {":now": n(now_ms), ":one": n(1)}
+        values = {":now": n(now_ms), ":refusals": n(refusals)}
         mark, marking = "", ""
         if spend is not None:
             mark = f"{spend.window_start_ms}|{spend.limit}"
@@ -322,11 +328,11 @@ class BudgetStore:
                 doing,
                 "ALL_OLD",
             )
-            streak = int(old.get(STREAK, {"N": "0"})["N"]) + 1
+            streak = int(old.get(STREAK, {"N": "0"})["N"]) + refusals
         except ConditionFailed:
             restart = STREAK_RESTART.format(mark=marking)
             old = self._update(key, restart, "", names, values, doing, "ALL_OLD")
-            streak = 1
+            streak = refusals
         first = spend is not None and old.get(names.get("#z", ""), {}).get("S") != mark
         return streak, first
 

@@ -81,7 +81,12 @@ class MemoryBudgets:
             return first
 
     def note_streak(
-        self, key: BudgetKey, now_ms: int, allowed_since_ms: int, spend: Spend | None = None
+        self,
+        key: BudgetKey,
+        now_ms: int,
+        allowed_since_ms: int,
+        spend: Spend | None = None,
+        refusals: int = 1,
     ) -> tuple[int, bool]:
         """Count a refusal in the principal's streak (it starts again after an allowed
         call of the refused session), marking this budget's own refusal if `spend`."""
@@ -89,7 +94,7 @@ class MemoryBudgets:
         with self._lock:
             budget = self._budgets.setdefault(key, _Budget())
             goes_on = streak_goes_on(allowed_since_ms).holds(budget.snapshot())
-            budget.streak = budget.streak + 1 if goes_on else 1
+            budget.streak = budget.streak + refusals if goes_on else refusals
             budget.last_refusal_ms = now_ms
             return budget.streak, first
 
