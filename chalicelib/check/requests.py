@@ -45,6 +45,9 @@ CHECK_FIELDS = frozenset(
 CLIENT_FIELDS = {"name": 128, "version": 64, "oauth_client_id": 256}  # longest of each
 MAX_UNITS = 1000
 ARGS_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+# Path segments a URL parser removes (WHATWG URL, API Gateway): a session by one of
+# these names could be counted but never opened in the console or the API.
+UNADDRESSABLE = frozenset({".", ".."})
 LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
 MAX_FAIL_OPEN = 1_000_000
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
@@ -323,6 +326,12 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
             f"Unknown category {category!r}; this policy defines {known}.", "category"
         )
     assert session_id is not None and tool is not None  # required=True guarantees it
+    if session_id in UNADDRESSABLE:
+        raise InvalidRequest(
+            f"Session id {session_id!r} cannot be used: browsers and gateways fold it out of "
+            "a URL path, so no administrator could open the session. Use another id.",
+            "session_id",
+        )
     units = 1 if body.get("units") is None else int_field(body, "units", 1, MAX_UNITS)
     digest = text_field(body, "args_digest", 64, ARGS_DIGEST, False, "64 lowercase hex digits")
     return CheckRequest(
