@@ -7,7 +7,7 @@ module holds the values they speak of.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from chalicelib.quota import calls, leases
@@ -87,6 +87,11 @@ def repeat_key(tool: str, args_digest: str, window_ms: int, now_ms: int) -> str:
 def repeat_window_end(key: str) -> int:
     """When the window a `repeat_key` counts in ends, epoch ms (the key's last part)."""
     return int(key.rsplit("|", 1)[1])
+
+
+def ended_repeats(keys: Iterable[str], now_ms: int) -> tuple[str, ...]:
+    """The loop breaker's keys whose window has ended by `now_ms`: no rule reads them."""
+    return tuple(sorted(key for key in keys if repeat_window_end(key) <= now_ms))
 
 
 def spoken_duration(ms: int) -> str:

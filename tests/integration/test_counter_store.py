@@ -147,6 +147,21 @@ def test_the_client_and_server_a_check_names_are_kept_across_counting_and_restar
     assert stored is not None and stored.client == claude
 
 
+def test_a_refused_attempt_names_its_server_and_client_as_a_counted_one_does(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Every write that records an attempt names who made it, on every backend alike (the
+    change is the core's, `quota.changes`): the views show the session's last caller."""
+    service = checks(stores.counters, clock)
+    for _ in range(15):
+        service.check("demo", write(server="inventory", client=ClientInfo(name="claude-code")))
+    refused = service.check("demo", write(server="tags", client=ClientInfo(name="cursor")))
+    assert not refused.allowed
+    stored = stores.counters.get(S1)
+    assert stored is not None
+    assert (stored.server, stored.client) == ("tags", ClientInfo(name="cursor"))
+
+
 def test_an_unseen_session_reads_as_none(stores: Stores) -> None:
     assert stores.counters.get(SessionKey("demo", "never")) is None
 

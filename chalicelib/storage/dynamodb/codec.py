@@ -220,16 +220,6 @@ def same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
     return SUSPENDED not in item and started is not None and int(started) == started_ms
 
 
-def _with_expiry(update: str, expires: bool) -> str:
-    """A raise's update, setting when it lapses or removing a previous expiry. The REMOVE
-    of the idle-start form comes last, so the expiry joins the SET or the REMOVE."""
-    if expires:
-        return update.replace("SET #r = :new", "SET #r = :new, #rx = :until", 1)
-    if " REMOVE " in update:
-        return update.replace(" REMOVE ", " REMOVE #rx, ", 1)
-    return f"{update} REMOVE #rx"
-
-
 def holds_entry(item: Mapping[str, Any] | None, entry: str) -> bool:
     return item is not None and any(
         v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])

@@ -1,5 +1,6 @@
 """The session counters port on DynamoDB, the check's writes: one conditional UpdateItem
-per allowed check (the admission rule rendered from `quota.rules`).
+per allowed check (the admission rule rendered from `quota.rules`, the change from
+`quota.changes`).
 
 Every entry of `cids` names the check that wrote it, so that botocore's own retry of a
 timed-out write fails its condition instead of counting or recording the call twice.
@@ -10,21 +11,30 @@ writes the whole list, shifted by one, on condition that its tail is still the o
 remembered. A refusal that repeats the last one (same tool, still refused) replaces it
 with a count, so a runaway loop neither grows the item nor pushes the other calls out.
 Only when the container has not seen the list, or another writer changed it first, does
-a check append instead; the list then grows, and is trimmed in batches.
+a check append instead; the list then grows, and is trimmed in batches. The loop
+breaker's counts of ended windows go the same way: the next count drops those the
+container saw.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chalicelib.quota.changes import (
+    Change,
+    counted,
+    lease_returned,
+    restarted,
+    restarted_suspended,
+    taken_back,
+)
 from chalicelib.quota.core import (
     Attempt,
     LeaseId,
     SessionKey,
     SessionSnapshot,
-    repeat_window_end,
+    ended_repeats,
 )
 from chalicelib.quota.facts import Condition, SessionExists
 from chalicelib.quota.rules import (
@@ -33,6 +43,12 @@ from chalicelib.quota.rules import (
     session_consume,
     take_back,
 )
+from chalicelib.storage.dynamodb.changes import (
+    APPEND_CALL,
+    RESTART_CALLS,
+    REWRITE_CALLS,
+    merged,
+)
 from chalicelib.storage.dynamodb.codec import (
     SEP,
     encode_call,
@@ -40,64 +56,26 @@ from chalicelib.storage.dynamodb.codec import (
     snapshot_from_item,
     stored_id,
 )
-from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
-from chalicelib.storage.dynamodb.expressions import (
-    ADD_LEASED,
-    ADD_REPEAT,
-    ADD_REPEAT_TOO,
-    APPEND_CALL,
-    BASE_NAMES,
-    CONSUME_CLIENT,
-    CONSUME_SERVER,
-    CONSUME_UPDATE,
-    CONSUME_UPDATE_WITH_PRINCIPAL,
-    RESTART_SUSPENDED_SET,
-    RETURN_UPDATE,
-    REWRITE_CALLS,
-    SET_GRANT,
-    UNCOUNT_LEASED,
-    UNCOUNT_RECORD_ONLY,
-    UNCOUNT_UPDATE,
-    counter_names,
-    remove_clause,
-    reset_expression,
-)
-from chalicelib.storage.dynamodb.layout import (
-    CALL_IDS,
-    COUNT_PREFIX,
-    GRANT_PREFIX,
-    LEASED_PREFIX,
-    NOTIFIED_PREFIX,
-    RAISED_PREFIX,
-    RAISED_UNTIL_PREFIX,
-    REFUSED_PREFIX,
-    REPEAT_PREFIX,
-    UNCOUNTED,
-)
+from chalicelib.storage.dynamodb.conditions import Form, render
+from chalicelib.storage.dynamodb.layout import CALL_IDS, RAISED_PREFIX, UNCOUNTED
 from chalicelib.storage.dynamodb.session_refusals import RefusalWrites
 from chalicelib.storage.dynamodb.tails import Tail
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
-from chalicelib.storage.dynamodb.updates import n as _n
 from chalicelib.storage.dynamodb.updates import s as _s
-from chalicelib.storage.errors import StorageError
 from chalicelib.storage.ports import (
     Consumed,
     NotConsumed,
 )
 
-if TYPE_CHECKING:
-    pass
-
 # The case of the consume rule a known session's check leaves out: a new session.
 KNOWN = frozenset({SessionExists})
-
-_log = logging.getLogger(__name__)
 
 
 class CounterStore(RefusalWrites):
     """A session's counters on DynamoDB: the check's writes (`ports.SessionChecks`) here
     and, for its refusals and replays, in `session_refusals`; the administrator's
-    (`ports.SessionAdmin`) in `session_admin`."""
+    (`ports.SessionAdmin`) in `session_admin`. What each write changes is the core's
+    (`quota.changes`), rendered by `changes`."""
 
     def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
         """Count one call if the session is active, not suspended, under its limit and has
@@ -106,110 +84,65 @@ class CounterStore(RefusalWrites):
         Raises:
             StorageError: the store failed (throttled, unreachable, misconfigured).
         """
-        record = attempt.record(allowed=True)
-        names = self._names(attempt)
-        values = self._call_values(attempt, record)
-        values.update({":zero": _n(0), ":units": _n(attempt.units)})
-        update = CONSUME_UPDATE if attempt.principal is None else CONSUME_UPDATE_WITH_PRINCIPAL
-        if attempt.server is not None:
-            update += CONSUME_SERVER
-        if attempt.client is not None:
-            update += CONSUME_CLIENT
-        if attempt.repeat_key is not None:
-            names["#q"] = REPEAT_PREFIX + attempt.repeat_key
-            values[":one"] = _n(1)
-            update += ADD_REPEAT if " ADD " not in update else ADD_REPEAT_TOO
-        if attempt.leased:
-            names["#l"] = LEASED_PREFIX + attempt.category
-            names["#g"] = GRANT_PREFIX + attempt.category
-            values[":grant"] = _s(attempt.lease_grant)
-            update = update.replace(CONSUME_UPDATE, CONSUME_UPDATE + SET_GRANT, 1) + ADD_LEASED
         key = key_of(attempt.session)
         doing = "counting a call"
         tail = self._tails.get(key)
+        ended = ended_repeats(tail.repeats, attempt.now_ms) if tail is not None else ()
+        change = counted(attempt, ended)
         # `#n < #r` counts one call under a raise; a lease under a raise takes a second try.
         raised = tail is not None and attempt.category in tail.raised and attempt.units == 1
         rule = session_consume(attempt)
         if tail is not None and len(tail.ids) >= self._keep:
             # The list is full: shift it in this same write, if nobody changed it since.
-            new = tail.adding(record, self._keep)
+            new = tail.adding(attempt.record(allowed=True), self._keep)
+            update = self._change(change, REWRITE_CALLS, tail.values(new))
             rendered = render(rule, Form(KNOWN, raised))
             try:
                 item = self._update(
                     key,
-                    update.replace(APPEND_CALL, REWRITE_CALLS),
+                    update.expression,
                     f"{rendered.expression} AND {tail.condition()}",
-                    {**names, **rendered.names},
-                    {**values, **rendered.values, **tail.values(new)},
+                    merged(update.names, rendered.names),
+                    merged(update.values, rendered.values),
                     doing,
                     old_on_failure=True,
                 )
             except _ConditionFailed as failed:
                 old = self._old(failed, key, doing)
                 if old is None or tail.same_lists(Tail.of(old)):
-                    return self._under_raise(attempt, rule, old, update, names, values)
+                    return self._under_raise(attempt, rule, old, change)
                 # Another writer changed the list first: append instead, once.
                 raised = RAISED_PREFIX + attempt.category in old and attempt.units == 1
             else:
-                self._tails.put(key, new)
-                self._forget_repeats(key, item, attempt.now_ms)
+                self._tails.learn(key, item)
                 return Consumed(snapshot_from_item(item))
         # A session this container saw is counted only while it exists: a deleted one
         # fails, and is counted as new on the next round.
+        update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN if tail is not None else frozenset(), raised))
         try:
             item = self._update(
                 key,
-                update,
+                update.expression,
                 rendered.expression,
-                {**names, **rendered.names},
-                {**values, **rendered.values},
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
                 doing,
                 old_on_failure=True,
             )
         except _ConditionFailed as failed:
             old = self._old(failed, key, doing)
-            return self._under_raise(attempt, rule, old, update, names, values)
+            return self._under_raise(attempt, rule, old, change)
         self._tails.learn(key, item)
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
-        self._forget_repeats(key, item, attempt.now_ms)
         return Consumed(snapshot_from_item(item))
-
-    def _forget_repeats(self, key: str, item: Mapping[str, Any], now_ms: int) -> None:
-        """Remove the loop breaker's counts of windows that have ended, so the item stays
-        small: at most one request per session and window, after an allowed call. Only
-        counts no condition can use any more are removed, so no condition is needed; a
-        failure is harmless (a later call removes them) and logged, not raised."""
-        stale = [
-            name
-            for name in item
-            if name.startswith(REPEAT_PREFIX)
-            and repeat_window_end(name[len(REPEAT_PREFIX) :]) <= now_ms
-        ]
-        if not stale:
-            return
-        names = {f"#q{i}": name for i, name in enumerate(stale)}
-        try:
-            self._update(
-                key,
-                "REMOVE " + ", ".join(names),
-                "",
-                names,
-                {},
-                "forgetting past repeats",
-                returns="NONE",
-            )
-        except StorageError as exc:
-            _log.warning("forgetting past repeats failed while %s", exc.doing)
 
     def _under_raise(
         self,
         attempt: Attempt,
         rule: Condition,
         old: Mapping[str, Any] | None,
-        update: str,
-        names: Mapping[str, str],
-        values: Mapping[str, Any],
+        change: Change,
     ) -> Consumed | NotConsumed:
         """After a failed check: a lease under a raise in force is tried once more, tied
         to that raise (a condition cannot subtract); anything else was not counted.
@@ -222,14 +155,15 @@ class CounterStore(RefusalWrites):
         if attempt.units == 1 or raise_ is None or raise_ <= attempt.base_limit:
             return NotConsumed(seen)
         key, doing = key_of(attempt.session), "counting a lease under a raise"
+        update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN, raise_as_read=raise_))
         try:
             item = self._update(
                 key,
-                update,
+                update.expression,
                 rendered.expression,
-                {**names, **rendered.names},
-                {**values, **rendered.values},
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
                 doing,
                 old_on_failure=True,
             )
@@ -240,6 +174,29 @@ class CounterStore(RefusalWrites):
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
         return Consumed(snapshot_from_item(item))
 
+    def _restart(self, attempt: Attempt, change: Change, rule: Condition, doing: str) -> Any:
+        """Idle-expired counters started again by `change`; None if `rule` failed.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        key = key_of(attempt.session)
+        update = self._change(change, RESTART_CALLS)
+        rendered = render(rule)
+        try:
+            item = self._update(
+                key,
+                update.expression,
+                rendered.expression,
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
+                doing,
+            )
+        except _ConditionFailed:
+            return None
+        self._tails.learn(key, item)
+        return item
+
     def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
         """Start idle-expired counters again with this call counted; None if another
         attempt touched the session first (the caller then simply tries again).
@@ -247,34 +204,9 @@ class CounterStore(RefusalWrites):
         Raises:
             StorageError: the store failed.
         """
-        update, removed = reset_expression(attempt.category, self._categories, attempt.leased)
-        if attempt.principal is not None:
-            update = update.replace("SET ", "SET #pr = :pr, ", 1)
-        if attempt.server is not None:
-            update = update.replace("SET ", "SET #srv = :srv, ", 1)
-        if attempt.client is not None:
-            update = update.replace("SET ", "SET #cli = :cli, ", 1)
-        names = {**self._names(attempt), **dict(removed)}
-        values = self._call_values(attempt, attempt.record(allowed=True))
-        if attempt.leased:
-            names["#l"] = LEASED_PREFIX + attempt.category
-            names["#g"] = GRANT_PREFIX + attempt.category
-            values[":grant"] = _s(attempt.lease_grant)
-        values[":units"] = _n(attempt.units)
-        condition, names, values = with_rule(idle_restart(old_last_seen_ms, False), names, values)
-        try:
-            item = self._update(
-                key_of(attempt.session),
-                update,
-                condition,
-                names,
-                values,
-                "resetting idle counters",
-            )
-        except _ConditionFailed:
-            return None
-        self._tails.learn(key_of(attempt.session), item)
-        return Consumed(snapshot_from_item(item))
+        rule = idle_restart(old_last_seen_ms, False)
+        item = self._restart(attempt, restarted(attempt), rule, "resetting idle counters")
+        return Consumed(snapshot_from_item(item)) if item is not None else None
 
     def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
         """A suspended session's first attempt after idle expiry, refused: its counters
@@ -283,36 +215,10 @@ class CounterStore(RefusalWrites):
         Raises:
             StorageError: the store failed.
         """
-        removed = counter_names(
-            (
-                COUNT_PREFIX,
-                LEASED_PREFIX,
-                GRANT_PREFIX,
-                RAISED_PREFIX,
-                RAISED_UNTIL_PREFIX,
-                NOTIFIED_PREFIX,
-                REFUSED_PREFIX,
-            ),
-            self._categories,
-        )
-        clause, names = remove_clause(removed)
-        values = self._call_values(attempt, attempt.record(allowed=False))
         rule = idle_restart(old_last_seen_ms, True)
-        condition, names, values = with_rule(rule, {**BASE_NAMES, **names}, values)
-        key = key_of(attempt.session)
-        try:
-            item = self._update(
-                key,
-                RESTART_SUSPENDED_SET + clause,
-                condition,
-                names,
-                values,
-                "restarting a suspended session's counters",
-            )
-        except _ConditionFailed:
-            return None
-        self._tails.learn(key, item)
-        return snapshot_from_item(item)
+        doing = "restarting a suspended session's counters"
+        item = self._restart(attempt, restarted_suspended(attempt), rule, doing)
+        return snapshot_from_item(item) if item is not None else None
 
     def uncount(self, attempt: Attempt, started_ms: int) -> None:
         """Take back a counted call that a wider budget refused.
@@ -326,30 +232,24 @@ class CounterStore(RefusalWrites):
             StorageError: the store failed.
         """
         record = attempt.record(allowed=False)
-        values = self._call_values(attempt, record)
+        # The record marks the call as taken back, so that its call id is free again.
         entry = f"{UNCOUNTED}{record.call_id or ''}{SEP}{attempt.check_id}"
-        values[":cidl"] = {"L": [_s(entry)]}
-        values.update({":units": _n(attempt.units), ":minus": _n(-attempt.units)})
         key = key_of(attempt.session)
         doing = "taking back a counted call"
-        names = self._names(attempt)
-        update = UNCOUNT_UPDATE
-        if attempt.leased:
-            names["#l"] = LEASED_PREFIX + attempt.category
-            names["#g"] = GRANT_PREFIX + attempt.category
-            update += UNCOUNT_LEASED
-        condition, names, values = with_rule(take_back(attempt, started_ms), names, values)
+        rendered = render(take_back(attempt, started_ms))
+        change = taken_back(attempt)
         tail = self._tails.get(key)
-        counted = stored_id(attempt.record(allowed=True))
-        if tail is not None and tail.ids and tail.ids[-1] == counted:
+        counted_id = stored_id(attempt.record(allowed=True))
+        if tail is not None and tail.ids and tail.ids[-1] == counted_id:
             new = tail.replacing_last(encode_call(record), entry)
+            update = self._change(change, REWRITE_CALLS, tail.values(new))
             try:
                 self._update(
                     key,
-                    update.replace(APPEND_CALL, REWRITE_CALLS),
-                    f"{condition} AND {tail.condition()}",
-                    names,
-                    {**values, **tail.values(new)},
+                    update.expression,
+                    f"{rendered.expression} AND {tail.condition()}",
+                    merged(update.names, rendered.names),
+                    merged(update.values, rendered.values),
                     doing,
                     "NONE",
                 )
@@ -359,13 +259,31 @@ class CounterStore(RefusalWrites):
                 self._tails.put(key, new)
                 return
         self._tails.put(key, None)
+        update = self._change(change, APPEND_CALL, {":cidl": {"L": [_s(entry)]}})
         try:
-            item = self._update(key, update, condition, names, values, doing)
+            item = self._update(
+                key,
+                update.expression,
+                rendered.expression,
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
+                doing,
+            )
         except _ConditionFailed:
             # Reset meanwhile: nothing to take back; the call still shows as refused.
-            exists, names, values = with_rule(SessionExists(), names, values)
+            update = self._change(
+                taken_back(attempt, counts=False), APPEND_CALL, {":cidl": {"L": [_s(entry)]}}
+            )
+            exists = render(SessionExists())
             try:
-                item = self._update(key, UNCOUNT_RECORD_ONLY, exists, names, values, doing)
+                item = self._update(
+                    key,
+                    update.expression,
+                    exists.expression,
+                    merged(update.names, exists.names),
+                    update.values,
+                    doing,
+                )
             except _ConditionFailed:
                 return
         self._tails.learn(key, item)
@@ -380,20 +298,15 @@ class CounterStore(RefusalWrites):
         Raises:
             StorageError: the store failed.
         """
-        names = {
-            "#n": COUNT_PREFIX + lease.category,
-            "#l": LEASED_PREFIX + lease.category,
-            "#g": GRANT_PREFIX + lease.category,
-        }
-        rule = lease_return(lease, unused, cutoff_ms)
-        condition, names, values = with_rule(rule, names, {":unused": _n(unused)})
+        update = self._change(lease_returned(lease, unused), None)
+        rendered = render(lease_return(lease, unused, cutoff_ms))
         try:
             item = self._update(
                 key_of(session),
-                RETURN_UPDATE,
-                condition,
-                names,
-                values,
+                update.expression,
+                rendered.expression,
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
                 "returning the unspent calls of a lease",
             )
         except _ConditionFailed:

@@ -3,14 +3,19 @@ suspend, resume, reset."""
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING
-
+from chalicelib.quota.changes import (
+    Change,
+    lowered,
+    raised,
+    reset,
+    resumed,
+    suspended,
+)
 from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
 )
-from chalicelib.quota.facts import SessionExists
+from chalicelib.quota.facts import Condition, SessionExists
 from chalicelib.quota.rules import (
     counters_reset,
     idle_restart,
@@ -18,55 +23,46 @@ from chalicelib.quota.rules import (
     session_raise,
     session_unseen,
 )
+from chalicelib.storage.dynamodb.changes import merged
 from chalicelib.storage.dynamodb.codec import (
     key_of,
     snapshot_from_item,
-    ttl,
 )
-from chalicelib.storage.dynamodb.conditions import with_rule
-from chalicelib.storage.dynamodb.expressions import (
-    ADMIN_ROUNDS,
-    LOWER_UPDATE,
-    RAISE_ACTIVE_UPDATE,
-    RAISE_FRESH_SET,
-    RAISE_FRESH_SUSPENDED_SET,
-    RESET_COUNTERS_SET,
-    RESET_SUSPENDED_SET,
-    RESUME_UPDATE,
-    SUSPEND_UPDATE,
-    counter_names,
-    remove_clause,
-    with_expiry,
-)
-from chalicelib.storage.dynamodb.layout import (
-    COUNT_PREFIX,
-    LEASED_PREFIX,
-    NOTIFIED_PREFIX,
-    RAISED_PREFIX,
-    RAISED_UNTIL_PREFIX,
-    REFUSED_PREFIX,
-)
+from chalicelib.storage.dynamodb.conditions import Rendered, render
+from chalicelib.storage.dynamodb.expressions import ADMIN_ROUNDS
 from chalicelib.storage.dynamodb.session_item import SessionItems
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
-from chalicelib.storage.dynamodb.updates import n as _n
-from chalicelib.storage.dynamodb.updates import s as _s
 from chalicelib.storage.ports import (
     LimitChange,
     RecordChanged,
     RecordNotFound,
 )
 
-if TYPE_CHECKING:
-    pass
-
-
-_log = logging.getLogger(__name__)
-
 
 class AdminWrites(SessionItems):
     """The administrator's writes to a session (`ports.SessionAdmin`). None of them
     compares the idle clock or the counters, which every check rewrites: a session that
     agents keep calling can always be acted on."""
+
+    def _act(
+        self, session: SessionKey, change: Change, rule: Condition | None, doing: str
+    ) -> SessionSnapshot:
+        """One administrator's write; the session as it is after it.
+
+        Raises:
+            _ConditionFailed: `rule` failed.
+            StorageError: the store failed.
+        """
+        update = self._change(change, None)
+        rendered = render(rule) if rule is not None else Rendered("")
+        return self._admin_update(
+            session,
+            update.expression,
+            rendered.expression,
+            merged(update.names, rendered.names),
+            merged(update.values, rendered.values),
+            doing,
+        )
 
     def raise_limit(
         self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None
@@ -78,44 +74,23 @@ class AdminWrites(SessionItems):
             StorageError: the store failed.
         """
         now_ms, idle_ms = change.now_ms, change.idle_ms
-        names = {
-            "#r": RAISED_PREFIX + change.category,
-            "#rx": RAISED_UNTIL_PREFIX + change.category,
-        }
-        values = {
-            ":until": _n(change.until_ms or 0),
-            ":new": _n(change.new_limit),
-            ":now": _n(now_ms),
-            ":exp": _n(ttl(now_ms + idle_ms)),
-        }
-        if seen is None:
-            update = RAISE_FRESH_SET
-            condition, names, values = with_rule(session_unseen(), names, values)
-        elif seen.is_idle(now_ms, idle_ms):
+        category, new_limit, until_ms = change.category, change.new_limit, change.until_ms
+        rule: Condition
+        if seen is None or seen.is_idle(now_ms, idle_ms):
             # Idle expiry holds while suspended too: the raise applies to the counters
             # that start now (a suspended session stays suspended, and keeps no TTL).
-            removed = counter_names(
-                (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX, LEASED_PREFIX), self._categories
-            )
-            removed += [
-                prefix + c
-                for prefix in (RAISED_PREFIX, RAISED_UNTIL_PREFIX)
-                for c in self._categories
-                if c != change.category
-            ]
-            clause, extra = remove_clause(removed)
-            fresh = RAISE_FRESH_SUSPENDED_SET if seen.suspended else RAISE_FRESH_SET
-            rule = idle_restart(seen.last_seen_ms, seen.suspended)
-            condition, names, values = with_rule(rule, {**names, **extra}, values)
-            update = fresh + clause
+            if seen is None:
+                rule, suspended = session_unseen(), False
+            else:
+                rule, suspended = idle_restart(seen.last_seen_ms, seen.suspended), seen.suspended
+            expires = None if suspended else now_ms + idle_ms
+            write = raised(category, new_limit, until_ms, now_ms, expires)
         else:
-            update = RAISE_ACTIVE_UPDATE
-            rule = session_raise(change.category, change.new_limit, now_ms, now_ms - idle_ms)
-            condition, names, values = with_rule(rule, names, values)
-        update = with_expiry(update, change.until_ms is not None)
+            rule = session_raise(category, new_limit, now_ms, now_ms - idle_ms)
+            write = raised(category, new_limit, until_ms)
         doing = "raising a limit"
         try:
-            return self._admin_update(session, update, condition, names, values, doing)
+            return self._act(session, write, rule, doing)
         except _ConditionFailed as exc:
             raise RecordChanged(doing) from exc
 
@@ -126,11 +101,9 @@ class AdminWrites(SessionItems):
             RecordNotFound: the session does not exist.
             StorageError: the store failed.
         """
-        names = {"#r": RAISED_PREFIX + category, "#rx": RAISED_UNTIL_PREFIX + category}
         doing = "lowering a limit"
         try:
-            exists, names, _ = with_rule(SessionExists(), names, {})
-            return self._admin_update(session, LOWER_UPDATE, exists, names, {}, doing)
+            return self._act(session, lowered(category), SessionExists(), doing)
         except _ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
 
@@ -140,8 +113,7 @@ class AdminWrites(SessionItems):
         Raises:
             StorageError: the store failed.
         """
-        values = {":why": _s(reason), ":now": _n(now_ms)}
-        return self._admin_update(session, SUSPEND_UPDATE, "", {}, values, "suspending a session")
+        return self._act(session, suspended(reason, now_ms), None, "suspending a session")
 
     def resume(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Lift a suspension; the idle clock stays where the last attempt left it.
@@ -151,10 +123,8 @@ class AdminWrites(SessionItems):
             StorageError: the store failed.
         """
         doing = "resuming a session"
-        values = {":exp": _n(ttl(now_ms + idle_ms))}
         try:
-            exists, names, _ = with_rule(SessionExists(), {}, {})
-            return self._admin_update(session, RESUME_UPDATE, exists, names, values, doing)
+            return self._act(session, resumed(now_ms + idle_ms), SessionExists(), doing)
         except _ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
 
@@ -168,26 +138,19 @@ class AdminWrites(SessionItems):
             RecordChanged: admins kept suspending and resuming it meanwhile.
             StorageError: the store failed.
         """
-        removed = counter_names(
-            (COUNT_PREFIX, NOTIFIED_PREFIX, REFUSED_PREFIX, LEASED_PREFIX), self._categories
-        )
-        clause, names = remove_clause(removed)
         doing = "resetting a session"
         key = key_of(session)
-        suspended = False
+        suspended_ = False
         for round_ in range(ADMIN_ROUNDS):
-            values = {":now": _n(now_ms), ":exp": _n(ttl(now_ms + idle_ms))}
-            update = (RESET_SUSPENDED_SET if suspended else RESET_COUNTERS_SET) + clause
-            condition, all_names, values = with_rule(
-                counters_reset(now_ms, suspended, round_ == 0), names, values
-            )
+            write = reset(now_ms, None if suspended_ else now_ms + idle_ms)
+            rule = counters_reset(now_ms, suspended_, round_ == 0)
             try:
-                return self._admin_update(session, update, condition, all_names, values, doing)
+                return self._act(session, write, rule, doing)
             except _ConditionFailed as failed:
                 old = self._old(failed, key, doing)
             if old is None:
                 raise RecordNotFound(doing)
             seen = snapshot_from_item(old)
-            suspended = seen.suspended
+            suspended_ = seen.suspended
             now_ms = reset_start(seen, now_ms)
         raise RecordChanged(doing)

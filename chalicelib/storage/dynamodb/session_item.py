@@ -8,31 +8,26 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from chalicelib.quota.changes import Change
 from chalicelib.quota.core import (
-    Attempt,
     CallRecord,
     SessionKey,
     SessionSnapshot,
 )
 from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.changes import Update, render_change
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
-    encode_client,
     key_of,
     snapshot_from_item,
     stored_id,
-    ttl,
 )
 from chalicelib.storage.dynamodb.expressions import (
     BASE_NAMES,
     TRIM_CONDITION,
 )
 from chalicelib.storage.dynamodb.layout import (
-    CLIENT,
-    COUNT_PREFIX,
     PK,
-    PRINCIPAL,
-    SERVER,
 )
 from chalicelib.storage.dynamodb.tails import Tails
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
@@ -113,32 +108,25 @@ class SessionItems:
         self._tails.learn(key, old)
         return old
 
-    def _names(self, attempt: Attempt) -> dict[str, str]:
-        names = dict(BASE_NAMES)
-        names["#n"] = COUNT_PREFIX + attempt.category
-        if attempt.principal is not None:
-            names["#pr"] = PRINCIPAL
-        if attempt.server is not None:
-            names["#srv"] = SERVER
-        if attempt.client is not None:
-            names["#cli"] = CLIENT
-        return names
+    def _change(
+        self, change: Change, calls: str | None, list_values: Mapping[str, Any] | None = None
+    ) -> Update:
+        """The change rendered, with the values of its record in the last calls."""
+        update = render_change(change, self._categories, calls)
+        if change.record is not None:
+            update.values.update(self._record_values(change.record))
+        if list_values:
+            update.values.update(list_values)
+        return update
 
-    def _call_values(self, attempt: Attempt, record: CallRecord) -> dict[str, Any]:
-        values = {
-            ":now": _n(attempt.now_ms),
-            ":exp": _n(ttl(attempt.resets_at_ms)),
+    @staticmethod
+    def _record_values(record: CallRecord) -> dict[str, Any]:
+        """The values that add `record` to the last calls (`changes.APPEND_CALL`, ...)."""
+        return {
             ":rec": {"L": [_s(encode_call(record))]},
             ":cidl": {"L": [_s(stored_id(record))]},
             ":empty": {"L": []},
         }
-        if attempt.principal is not None:
-            values[":pr"] = _s(attempt.principal)
-        if attempt.server is not None:
-            values[":srv"] = _s(attempt.server)
-        if attempt.client is not None:
-            values[":cli"] = encode_client(attempt.client)
-        return values
 
     def _maybe_trim(self, key: str, length: int) -> None:
         """Drop the oldest entries of the last calls once the list is a batch or more past

@@ -4,9 +4,7 @@ and a replay recorded, each refreshing the idle clock, each once per check."""
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
-
+from chalicelib.quota.changes import Change, refused, refused_suspended, replayed
 from chalicelib.quota.core import (
     Attempt,
     CallRecord,
@@ -19,40 +17,23 @@ from chalicelib.quota.rules import (
     still_spent,
     suspended_refusal,
 )
+from chalicelib.storage.dynamodb.changes import APPEND_CALL, REWRITE_CALLS, merged
 from chalicelib.storage.dynamodb.codec import (
-    SEP,
     holds_entry,
     key_of,
     notified,
     same_counters,
     stored_id,
 )
-from chalicelib.storage.dynamodb.conditions import with_rule
-from chalicelib.storage.dynamodb.expressions import (
-    ADMIN_ROUNDS,
-    APPEND_CALL,
-    BLOCK_AGAIN_UPDATE,
-    BLOCK_FIRST_UPDATE,
-    BLOCK_UPDATE_SUSPENDED,
-    REPLAY_UPDATE,
-    REWRITE_CALLS,
-)
+from chalicelib.storage.dynamodb.conditions import render
+from chalicelib.storage.dynamodb.expressions import ADMIN_ROUNDS
 from chalicelib.storage.dynamodb.layout import (
     CALLS,
     NOTIFIED_PREFIX,
-    REFUSED_PREFIX,
     SUSPENDED,
 )
 from chalicelib.storage.dynamodb.session_admin import AdminWrites
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
-from chalicelib.storage.dynamodb.updates import n as _n
-from chalicelib.storage.dynamodb.updates import s as _s
-
-if TYPE_CHECKING:
-    pass
-
-
-_log = logging.getLogger(__name__)
 
 
 class RefusalWrites(AdminWrites):
@@ -80,51 +61,56 @@ class RefusalWrites(AdminWrites):
             StorageError: the store failed.
         """
         record = attempt.record(allowed=False)
-        names = self._names(attempt)
-        names["#z"] = NOTIFIED_PREFIX + attempt.category
-        names["#b"] = REFUSED_PREFIX + attempt.category
-        values = self._call_values(attempt, record)
         own = stored_id(record)
-        values.update({":first": _s(f"{limit}{SEP}{attempt.check_id}"), ":one": _n(1)})
         key = key_of(attempt.session)
         doing = "recording a refused call"
+        first_mark = NOTIFIED_PREFIX + attempt.category
         if expected:
-            return self._record_expected(attempt, seen, key, names, values, record, limit)
+            return self._record_expected(attempt, seen, key, record, limit)
         first = False  # most refusals follow the first one at their limit
         for round_ in range(ADMIN_ROUNDS):
+            change: Change
             if suspended:
-                update, rule = BLOCK_UPDATE_SUSPENDED, suspended_refusal(record)
+                change, rule = refused_suspended(attempt), suspended_refusal(record)
             elif not marks:
-                update, rule = BLOCK_AGAIN_UPDATE, refusal_record(record, seen.started_ms)
+                change, rule = refused(attempt), refusal_record(record, seen.started_ms)
             else:
-                update = BLOCK_FIRST_UPDATE if first else BLOCK_AGAIN_UPDATE
+                change = refused(attempt, limit if first else None)
                 rule = refusal_noted(record, seen.started_ms, limit, first)
-            condition, names, values = with_rule(rule, names, values)
+            rendered = render(rule)
+            condition = rendered.expression
             # The failed check just read the lists: write them with this refusal folded
             # in. Late rounds (other writers kept changing them) append instead.
             tail = self._tails.get(key) if round_ < ADMIN_ROUNDS // 2 else None
             new = tail.adding(record, self._keep) if tail is not None else None
-            written = values
             if tail is not None and new is not None:
-                update = update.replace(APPEND_CALL, REWRITE_CALLS)
+                update = self._change(change, REWRITE_CALLS, tail.values(new))
                 condition = f"{condition} AND {tail.condition()}"
-                written = {**values, **tail.values(new)}
+            else:
+                update = self._change(change, APPEND_CALL)
             try:
                 old = self._update(
-                    key, update, condition, names, written, doing, "ALL_OLD", old_on_failure=True
+                    key,
+                    update.expression,
+                    condition,
+                    merged(update.names, rendered.names),
+                    merged(update.values, rendered.values),
+                    doing,
+                    "ALL_OLD",
+                    old_on_failure=True,
                 )
             except _ConditionFailed as failed:
                 now = self._old(failed, key, doing)
                 if holds_entry(now, own):
                     # Our own earlier try went through: it was first if z names this check.
                     assert now is not None
-                    mark = notified(now.get(names["#z"]))
+                    mark = notified(now.get(first_mark))
                     return not suspended and mark == (limit, attempt.check_id)
                 if suspended and now is not None and SUSPENDED in now and new is not None:
                     continue  # still suspended: another refusal changed the lists first
                 if suspended or now is None or not same_counters(now, seen.started_ms):
                     return None
-                mark = notified(now.get(names["#z"]))
+                mark = notified(now.get(first_mark))
                 # A z_ in the old numeric form is rewritten, as a first refusal, once.
                 first = marks and (mark is None or mark[0] != limit or mark[1] is None)
                 continue
@@ -139,8 +125,6 @@ class RefusalWrites(AdminWrites):
         attempt: Attempt,
         seen: SessionSnapshot,
         key: str,
-        names: dict[str, str],
-        values: dict[str, Any],
         record: CallRecord,
         limit: int,
     ) -> bool | None:
@@ -154,14 +138,23 @@ class RefusalWrites(AdminWrites):
         if tail is None:
             return None
         new = tail.adding(record, self._keep)
-        rule = all_of(
-            refusal_noted(record, seen.started_ms, limit, first=False), still_spent(attempt, limit)
+        rendered = render(
+            all_of(
+                refusal_noted(record, seen.started_ms, limit, first=False),
+                still_spent(attempt, limit),
+            )
         )
-        condition, names, values = with_rule(rule, names, {**values, **tail.values(new)})
-        update = BLOCK_AGAIN_UPDATE.replace(APPEND_CALL, REWRITE_CALLS)
-        condition = f"{condition} AND {tail.condition()}"
+        update = self._change(refused(attempt), REWRITE_CALLS, tail.values(new))
         try:
-            self._update(key, update, condition, names, values, "recording a refused call", "NONE")
+            self._update(
+                key,
+                update.expression,
+                f"{rendered.expression} AND {tail.condition()}",
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
+                "recording a refused call",
+                "NONE",
+            )
         except _ConditionFailed:
             self._tails.put(key, None)
             return None
@@ -177,19 +170,17 @@ class RefusalWrites(AdminWrites):
         """
         record = attempt.record(allowed=True, replay=True)
         own = stored_id(record)
-        rule = refusal_record(record, seen.started_ms)
-        condition, names, values = with_rule(
-            rule, self._names(attempt), self._call_values(attempt, record)
-        )
+        rendered = render(refusal_record(record, seen.started_ms))
+        update = self._change(replayed(attempt), APPEND_CALL)
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:
             old = self._update(
                 key,
-                REPLAY_UPDATE,
-                condition,
-                names,
-                values,
+                update.expression,
+                rendered.expression,
+                merged(update.names, rendered.names),
+                merged(update.values, rendered.values),
                 doing,
                 "ALL_OLD",
                 old_on_failure=True,

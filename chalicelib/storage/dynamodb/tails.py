@@ -12,7 +12,13 @@ from typing import Any
 from chalicelib.quota.core import CallRecord
 from chalicelib.storage.dynamodb.codec import decode_call, encode_call, stored_id
 from chalicelib.storage.dynamodb.expressions import SAME_TAIL
-from chalicelib.storage.dynamodb.layout import BLOCKED, CALL_IDS, CALLS, RAISED_PREFIX
+from chalicelib.storage.dynamodb.layout import (
+    BLOCKED,
+    CALL_IDS,
+    CALLS,
+    RAISED_PREFIX,
+    REPEAT_PREFIX,
+)
 from chalicelib.storage.dynamodb.updates import n as _n
 from chalicelib.storage.dynamodb.updates import s as _s
 
@@ -24,6 +30,7 @@ class Tail:
     texts: tuple[str, ...]
     ids: tuple[str, ...]
     raised: frozenset[str] = frozenset()  # categories with a per-session raise
+    repeats: tuple[str, ...] = ()  # the loop breaker's keys: the next count drops ended ones
 
     @classmethod
     def of(cls, item: Mapping[str, Any]) -> Tail | None:
@@ -32,7 +39,10 @@ class Tail:
         raised = frozenset(
             name[len(RAISED_PREFIX) :] for name in item if name.startswith(RAISED_PREFIX)
         )
-        return cls(texts, ids, raised) if len(texts) == len(ids) else None
+        repeats = tuple(
+            name[len(REPEAT_PREFIX) :] for name in item if name.startswith(REPEAT_PREFIX)
+        )
+        return cls(texts, ids, raised, repeats) if len(texts) == len(ids) else None
 
     def same_lists(self, other: Tail | None) -> bool:
         return other is not None and (self.texts, self.ids) == (other.texts, other.ids)
@@ -45,12 +55,12 @@ class Tail:
             last = decode_call(self.texts[-1], self.ids[-1], None)
             if record.repeats_of(last):
                 folded = encode_call(replace(record, repeats=last.repeats + record.repeats))
-                return Tail((*self.texts[:-1], folded), (*self.ids[:-1], entry), self.raised)
-        return Tail((*self.texts, text)[-keep:], (*self.ids, entry)[-keep:], self.raised)
+                return replace(self, texts=(*self.texts[:-1], folded), ids=(*self.ids[:-1], entry))
+        return replace(self, texts=(*self.texts, text)[-keep:], ids=(*self.ids, entry)[-keep:])
 
     def replacing_last(self, text: str, entry: str) -> Tail:
         """The lists with their last entry replaced (a call taken back, shown refused)."""
-        return Tail((*self.texts[:-1], text), (*self.ids[:-1], entry), self.raised)
+        return replace(self, texts=(*self.texts[:-1], text), ids=(*self.ids[:-1], entry))
 
     def condition(self) -> str:
         """That the stored lists still end as these do (no other writer came between)."""

@@ -5,7 +5,27 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from chalicelib.quota.changes import (
+    Calls,
+    Change,
+    Field,
+    Slot,
+    counted,
+    lease_returned,
+    lowered,
+    raised,
+    refused,
+    refused_suspended,
+    replayed,
+    reset,
+    restarted,
+    restarted_suspended,
+    resumed,
+    suspended,
+    taken_back,
+)
 from chalicelib.quota.core import (
     Attempt,
     CallRecord,
@@ -13,8 +33,8 @@ from chalicelib.quota.core import (
     LeaseId,
     SessionKey,
     SessionSnapshot,
+    ended_repeats,
     fold_repeats,
-    repeat_window_end,
     with_call,
 )
 from chalicelib.quota.facts import Recorded
@@ -26,6 +46,7 @@ from chalicelib.quota.rules import (
     refusal_record,
     reset_start,
     session_raise,
+    session_unseen,
     still_spent,
     suspended_refusal,
     take_back,
@@ -39,6 +60,27 @@ from chalicelib.storage.ports import (
 )
 
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
+
+
+_MAPS = {
+    Slot.COUNTS: "counts",
+    Slot.LEASED: "leased",
+    Slot.GRANTS: "grants",
+    Slot.REFUSED: "refused",
+    Slot.FIRST_REFUSALS: "notified",
+    Slot.RAISED: "raised",
+    Slot.RAISED_UNTIL: "raised_until",
+    Slot.REPEATS: "repeats",
+}
+_FIELDS = {
+    Field.LAST_SEEN: "last_seen_ms",
+    Field.STARTED: "started_ms",
+    Field.EXPIRES: "expires_ms",
+    Field.SUSPENDED: "suspended_reason",
+    Field.PRINCIPAL: "principal",
+    Field.SERVER: "server",
+    Field.CLIENT: "client",
+}
 
 
 @dataclass
@@ -80,29 +122,23 @@ class _Session:
             repeats=dict(self.repeats),
         )
 
-    def zero(self) -> None:
-        self.counts.clear()
-        self.notified.clear()
-        self.refused.clear()
-        self.leased.clear()
-        self.grants.clear()
-
-    def count(self, attempt: Attempt) -> None:
-        category = attempt.category
-        self.counts[category] = self.counts.get(category, 0) + attempt.units
-        if attempt.leased:
-            self.leased[category] = self.leased.get(category, 0) + attempt.units
-            self.grants[category] = attempt.lease_grant
-
-    def count_repeat(self, attempt: Attempt) -> None:
-        if attempt.repeat_key is not None:
-            # As on DynamoDB: counted with the call; windows that have ended are dropped.
-            self.repeats = {
-                key: count
-                for key, count in self.repeats.items()
-                if repeat_window_end(key) > attempt.now_ms
-            }
-            self.repeats[attempt.repeat_key] = self.repeats.get(attempt.repeat_key, 0) + 1
+    def apply(self, change: Change) -> None:
+        """The core's change, entry by entry (the last calls are the store's: `record`)."""
+        maps: dict[Slot, dict[str, Any]] = {s: getattr(self, name) for s, name in _MAPS.items()}
+        for slot in change.clear:
+            kept = change.kept(slot)
+            for key in [key for key in maps[slot] if key not in kept]:
+                del maps[slot][key]
+        for slot, key in change.drop:
+            maps[slot].pop(key, None)
+        for slot, key, number in change.add:
+            maps[slot][key] = maps[slot].get(key, 0) + number
+        for slot, key, value in change.put:
+            maps[slot][key] = value
+        for name, value in change.set:
+            setattr(self, _FIELDS[name], value)
+        for name in change.unset:
+            setattr(self, _FIELDS[name], None)
 
 
 class MemoryCounters:
@@ -122,15 +158,36 @@ class MemoryCounters:
         # record keeps the last `keep` entries.
         session.calls = list(with_call(tuple(session.calls), record)[-self._keep :])
 
-    def _touch(self, session: _Session, attempt: Attempt) -> None:
-        session.last_seen_ms = attempt.now_ms
-        session.expires_ms = attempt.resets_at_ms
-        if attempt.principal is not None:
-            session.principal = attempt.principal
-        if attempt.server is not None:
-            session.server = attempt.server
-        if attempt.client is not None:
-            session.client = attempt.client
+    def _write(self, key: SessionKey, change: Change) -> _Session:
+        """Apply the core's change to the session (created if absent), under the lock."""
+        session = self._sessions.get(key)
+        if session is None:
+            start = change.start if change.start is not None else 0
+            session = self._sessions[key] = _Session(start, start, None)
+        session.apply(change)
+        record = change.record
+        if record is not None:
+            if change.calls is Calls.RESTART:
+                session.calls = []
+            elif change.calls is Calls.REPLACE:
+                self._drop_counted(session, record)
+            self._append(session, record)
+        self._written(session.last_seen_ms)
+        return session
+
+    @staticmethod
+    def _drop_counted(session: _Session, refused: CallRecord) -> None:
+        """Drop the counted record of the call that `refused` records as refused."""
+        for i in range(len(session.calls) - 1, -1, -1):
+            kept = session.calls[i]
+            same = (
+                kept.call_id == refused.call_id
+                if refused.call_id is not None
+                else kept.check_id == refused.check_id
+            )
+            if same and kept.allowed and not kept.replay:
+                del session.calls[i]
+                return
 
     def _written(self, now_ms: int) -> None:
         self._writes += 1
@@ -143,55 +200,34 @@ class MemoryCounters:
             for key in expired:
                 del self._sessions[key]
 
+    def _snapshot(self, key: SessionKey) -> SessionSnapshot | None:
+        session = self._sessions.get(key)
+        return session.snapshot() if session is not None else None
+
     def consume(self, attempt: Attempt) -> Consumed | NotConsumed:
         """Count one call if `quota.admits` the session as stored."""
         with self._lock:
-            session = self._sessions.get(attempt.session)
-            if not admits(session.snapshot() if session else None, attempt):
-                return NotConsumed(session.snapshot() if session else None)
-            if session is None:
-                session = _Session(attempt.now_ms, attempt.now_ms, None)
-                self._sessions[attempt.session] = session
-            session.count(attempt)
-            session.count_repeat(attempt)
-            self._touch(session, attempt)
-            self._append(session, attempt.record(allowed=True))
-            self._written(attempt.now_ms)
-            return Consumed(session.snapshot())
+            seen = self._snapshot(attempt.session)
+            if not admits(seen, attempt):
+                return NotConsumed(seen)
+            ended = ended_repeats(seen.repeats if seen else {}, attempt.now_ms)
+            return Consumed(self._write(attempt.session, counted(attempt, ended)).snapshot())
 
     def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
         """Start idle-expired counters again with this call counted."""
         with self._lock:
-            session = self._sessions.get(attempt.session)
-            if session is None or not idle_restart(old_last_seen_ms, False).holds(
-                session.snapshot()
-            ):
+            seen = self._snapshot(attempt.session)
+            if seen is None or not idle_restart(old_last_seen_ms, False).holds(seen):
                 return None
-            session.zero()
-            session.raised.clear()
-            session.raised_until.clear()
-            session.count(attempt)
-            session.started_ms = attempt.now_ms
-            session.calls = []
-            self._append(session, attempt.record(allowed=True))
-            self._touch(session, attempt)
-            return Consumed(session.snapshot())
+            return Consumed(self._write(attempt.session, restarted(attempt)).snapshot())
 
     def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
         """A suspended session's first attempt after idle expiry: counters start again."""
         with self._lock:
-            session = self._sessions.get(attempt.session)
-            if session is None or not idle_restart(old_last_seen_ms, True).holds(
-                session.snapshot()
-            ):
+            seen = self._snapshot(attempt.session)
+            if seen is None or not idle_restart(old_last_seen_ms, True).holds(seen):
                 return None
-            session.zero()
-            session.raised.clear()
-            session.raised_until.clear()
-            session.started_ms = session.last_seen_ms = attempt.now_ms
-            session.calls = []
-            self._append(session, attempt.record(allowed=False))
-            return session.snapshot()
+            return self._write(attempt.session, restarted_suspended(attempt)).snapshot()
 
     def record_block(
         self,
@@ -215,8 +251,7 @@ class MemoryCounters:
             if suspended:
                 if not suspended_refusal(record).holds(now):
                     return None
-                session.last_seen_ms = attempt.now_ms
-                self._append(session, record)
+                self._write(attempt.session, refused_suspended(attempt))
                 return False
             started = seen.started_ms
             first = marks and refusal_noted(record, started, limit, True).holds(now)
@@ -226,53 +261,32 @@ class MemoryCounters:
                 return None
             if expected and (first or not still_spent(attempt, limit).holds(now)):
                 return None  # no longer spent at that limit: checked the usual way
-            if first:  # later refusals at this limit keep the first one's check id
-                session.notified[attempt.category] = (limit, attempt.check_id)
-            session.refused[attempt.category] = session.refused.get(attempt.category, 0) + 1
-            self._touch(session, attempt)
-            self._append(session, record)
+            # Later refusals at this limit keep the first one's check id.
+            self._write(attempt.session, refused(attempt, limit if first else None))
             return first
 
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id; False if the session changed since `seen`."""
         record = attempt.record(allowed=True, replay=True)
         with self._lock:
-            session = self._sessions.get(attempt.session)
-            if session is None:
+            now = self._snapshot(attempt.session)
+            if now is None:
                 return False
-            now = session.snapshot()
             if Recorded(record).holds(now):
                 return True
             if not refusal_record(record, seen.started_ms).holds(now):
                 return False
-            self._touch(session, attempt)
-            self._append(session, record)
+            self._write(attempt.session, replayed(attempt))
             return True
 
     def uncount(self, attempt: Attempt, started_ms: int) -> None:
         """Take back a counted call that a wider budget refused."""
         with self._lock:
-            session = self._sessions.get(attempt.session)
-            if session is None:
+            now = self._snapshot(attempt.session)
+            if now is None:
                 return
-            counted = attempt.record(allowed=True)
-            for i in range(len(session.calls) - 1, -1, -1):
-                kept = session.calls[i]
-                same = (
-                    kept.call_id == counted.call_id
-                    if counted.call_id is not None
-                    else kept.check_id == counted.check_id
-                )
-                if same and kept.allowed and not kept.replay:
-                    del session.calls[i]
-                    break
-            category, units = attempt.category, attempt.units
-            if take_back(attempt, started_ms).holds(session.snapshot()):
-                session.counts[category] -= units
-                if attempt.leased:
-                    session.leased[category] = session.leased.get(category, 0) - units
-                    session.grants.pop(category, None)
-            self._append(session, attempt.record(allowed=False))
+            counts = take_back(attempt, started_ms).holds(now)
+            self._write(attempt.session, taken_back(attempt, counts))
 
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int, cutoff_ms: int
@@ -280,14 +294,10 @@ class MemoryCounters:
         """Give back unspent leased calls of the category's last lease, exactly as it was
         granted, once."""
         with self._lock:
-            found = self._sessions.get(session)
-            category = lease.category
-            if found is None or not lease_return(lease, unused, cutoff_ms).holds(found.snapshot()):
+            now = self._snapshot(session)
+            if now is None or not lease_return(lease, unused, cutoff_ms).holds(now):
                 return None
-            del found.grants[category]
-            found.counts[category] -= unused
-            found.leased[category] -= unused
-            return found.snapshot()
+            return self._write(session, lease_returned(lease, unused)).snapshot()
 
     def get(self, session: SessionKey) -> SessionSnapshot | None:
         """The session as stored, or None."""
@@ -304,38 +314,27 @@ class MemoryCounters:
             RecordChanged: the session changed since `seen`.
         """
         now_ms, idle_ms = change.now_ms, change.idle_ms
+        category, new_limit, until_ms = change.category, change.new_limit, change.until_ms
         with self._lock:
-            found = self._sessions.get(session)
+            now = self._snapshot(session)
             if seen is None or seen.is_idle(now_ms, idle_ms):
                 # Idle expiry holds while suspended too: the raise applies to the counters
                 # that start now (a suspended session stays suspended, with no expiry).
-                fresh_ok = (
-                    found is None
+                rule = (
+                    session_unseen()
                     if seen is None
-                    else found is not None
-                    and idle_restart(seen.last_seen_ms, seen.suspended).holds(found.snapshot())
+                    else idle_restart(seen.last_seen_ms, seen.suspended)
                 )
-                if not fresh_ok:
+                if not rule.holds(now):
                     raise RecordChanged("raising a limit")
-                if found is None:
-                    found = _Session(now_ms, now_ms, None)
-                    self._sessions[session] = found
-                found.zero()
-                found.raised = {}
-                found.raised_until = {}
-                found.started_ms = found.last_seen_ms = now_ms
-                suspended = found.suspended_reason is not None
-                found.expires_ms = None if suspended else now_ms + idle_ms
+                expires = None if now is not None and now.suspended else now_ms + idle_ms
+                write = raised(category, new_limit, until_ms, now_ms, expires)
             else:
-                rule = session_raise(change.category, change.new_limit, now_ms, now_ms - idle_ms)
-                if found is None or not rule.holds(found.snapshot()):
+                rule = session_raise(category, new_limit, now_ms, now_ms - idle_ms)
+                if not rule.holds(now):
                     raise RecordChanged("raising a limit")
-            found.raised[change.category] = change.new_limit
-            if change.until_ms is None:
-                found.raised_until.pop(change.category, None)
-            else:
-                found.raised_until[change.category] = change.until_ms
-            return found.snapshot()
+                write = raised(category, new_limit, until_ms)
+            return self._write(session, write).snapshot()
 
     def lower(self, session: SessionKey, category: str) -> SessionSnapshot:
         """Drop a category's raise and its expiry.
@@ -344,20 +343,14 @@ class MemoryCounters:
             RecordNotFound: the session does not exist.
         """
         with self._lock:
-            found = self._sessions.get(session)
-            if found is None:
+            if session not in self._sessions:
                 raise RecordNotFound("lowering a limit")
-            found.raised.pop(category, None)
-            found.raised_until.pop(category, None)
-            return found.snapshot()
+            return self._write(session, lowered(category)).snapshot()
 
     def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
         """Suspend a session, creating it if unseen."""
         with self._lock:
-            found = self._sessions.setdefault(session, _Session(now_ms, now_ms, None))
-            found.suspended_reason = reason
-            found.expires_ms = None
-            return found.snapshot()
+            return self._write(session, suspended(reason, now_ms)).snapshot()
 
     def resume(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Lift a suspension.
@@ -366,12 +359,9 @@ class MemoryCounters:
             RecordNotFound: the session does not exist.
         """
         with self._lock:
-            found = self._sessions.get(session)
-            if found is None:
+            if session not in self._sessions:
                 raise RecordNotFound("resuming a session")
-            found.suspended_reason = None
-            found.expires_ms = now_ms + idle_ms
-            return found.snapshot()
+            return self._write(session, resumed(now_ms + idle_ms)).snapshot()
 
     def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Zero every counter; raises, suspension and last calls stay.
@@ -380,11 +370,9 @@ class MemoryCounters:
             RecordNotFound: the session does not exist.
         """
         with self._lock:
-            found = self._sessions.get(session)
-            if found is None:
+            now = self._snapshot(session)
+            if now is None:
                 raise RecordNotFound("resetting a session")
-            found.zero()
-            found.started_ms = found.last_seen_ms = reset_start(found.snapshot(), now_ms)
-            if found.suspended_reason is None:
-                found.expires_ms = found.started_ms + idle_ms
-            return found.snapshot()
+            start = reset_start(now, now_ms)
+            write = reset(start, None if now.suspended else start + idle_ms)
+            return self._write(session, write).snapshot()

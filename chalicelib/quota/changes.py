@@ -1,0 +1,282 @@
+"""What each write does to a session's record, written once, as a value.
+
+A write is a precondition (`quota.rules`) and a `Change`. The memory backend applies the
+change under its lock (`storage/memory/counters.py`); the DynamoDB adapter renders it into
+an UpdateExpression (`storage/dynamodb/changes.py`). Neither says what a write changes on
+its own, so the two backends cannot drift apart on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chalicelib.quota.core import Attempt, CallRecord, LeaseId
+
+
+class Slot(StrEnum):
+    """A map of a session's record, keyed by category (by call key for `REPEATS`)."""
+
+    COUNTS = "counts"  # calls counted in this generation
+    LEASED = "leased"  # of those, calls counted by leases
+    GRANTS = "grants"  # the category's last lease, as granted
+    REFUSED = "refused"  # refusals recorded in this generation
+    FIRST_REFUSALS = "first_refusals"  # (limit, check id) of the first refusal at a limit
+    RAISED = "raised"  # an administrator's raised limit
+    RAISED_UNTIL = "raised_until"  # when that raise lapses
+    REPEATS = "repeats"  # the loop breaker's counts, by call key and window
+
+
+class Field(StrEnum):
+    """A single value of a session's record."""
+
+    LAST_SEEN = "last_seen"  # the last attempt: the idle clock
+    STARTED = "started"  # when this generation of counters started
+    EXPIRES = "expires"  # when the store may delete the record (absent: never)
+    SUSPENDED = "suspended"  # why it is suspended (absent: it is not)
+    PRINCIPAL = "principal"
+    SERVER = "server"
+    CLIENT = "client"
+
+
+class Calls(StrEnum):
+    """What happens to the session's last calls."""
+
+    KEEP = "keep"  # nothing recorded
+    APPEND = "append"  # the record joins the list (a repeated refusal folds into the last)
+    RESTART = "restart"  # the list starts again with the record
+    REPLACE = "replace"  # the record takes the place of this call's counted record
+
+
+# What a new generation of counters starts without, and what idle expiry also drops.
+GENERATION = frozenset({Slot.COUNTS, Slot.LEASED, Slot.GRANTS, Slot.REFUSED, Slot.FIRST_REFUSALS})
+RAISES = frozenset({Slot.RAISED, Slot.RAISED_UNTIL})
+# The maps whose entries are counts, added to (the others are put).
+COUNTING = frozenset({Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.REPEATS})
+
+# A value as the record keeps it: a number, a string, a (limit, check id) mark, a client.
+Value = object
+
+
+@dataclass(frozen=True)
+class Change:
+    """A write to one session's record. Applied in this order: `clear`, `drop`, `add`,
+    `put`, `set`, `unset`, `start`, then the record."""
+
+    # Every entry of these maps goes, except the entries this change puts or drops; a
+    # change never adds to a map it clears.
+    clear: frozenset[Slot] = frozenset()
+    drop: tuple[tuple[Slot, str], ...] = ()
+    # Numbers added to map entries (a missing entry counts 0).
+    add: tuple[tuple[Slot, str, int], ...] = ()
+    put: tuple[tuple[Slot, str, Value], ...] = ()
+    set: tuple[tuple[Field, Value], ...] = ()
+    unset: frozenset[Field] = frozenset()
+    # `STARTED` and `LAST_SEEN` take this value where the record has none (a new
+    # session), unless `set` sets them.
+    start: int | None = None
+    record: CallRecord | None = None
+    calls: Calls = Calls.KEEP
+
+    def __post_init__(self) -> None:
+        assert all(slot in COUNTING for slot, _, _ in self.add), "add to a map of no counts"
+        assert not any(slot in self.clear for slot, _, _ in self.add), "add to a cleared map"
+
+    def kept(self, slot: Slot) -> frozenset[str]:
+        """The keys of `slot` a `clear` leaves to this change: those it puts or drops."""
+        keys = {key for s, key, _ in self.put if s is slot}
+        keys |= {key for s, key in self.drop if s is slot}
+        return frozenset(keys)
+
+
+def _seen(attempt: Attempt) -> tuple[tuple[Field, Value], ...]:
+    """An attempt refreshes the idle clock and the expiry, and names who made it."""
+    fields: list[tuple[Field, Value]] = [
+        (Field.LAST_SEEN, attempt.now_ms),
+        (Field.EXPIRES, attempt.resets_at_ms),
+    ]
+    if attempt.principal is not None:
+        fields.append((Field.PRINCIPAL, attempt.principal))
+    if attempt.server is not None:
+        fields.append((Field.SERVER, attempt.server))
+    if attempt.client is not None:
+        fields.append((Field.CLIENT, attempt.client))
+    return tuple(fields)
+
+
+def _counting(attempt: Attempt) -> tuple[tuple[Slot, str, int], ...]:
+    """The numbers a counted call adds: its units, its lease, its loop-breaker key."""
+    category = attempt.category
+    adds = [(Slot.COUNTS, category, attempt.units)]
+    if attempt.leased:
+        adds.append((Slot.LEASED, category, attempt.units))
+    if attempt.repeat_key is not None:
+        adds.append((Slot.REPEATS, attempt.repeat_key, 1))
+    return tuple(adds)
+
+
+def _grant(attempt: Attempt) -> tuple[tuple[Slot, str, Value], ...]:
+    return ((Slot.GRANTS, attempt.category, attempt.lease_grant),) if attempt.leased else ()
+
+
+def counted(attempt: Attempt, ended_repeats: tuple[str, ...] = ()) -> Change:
+    """A call counted in its session (`rules.session_consume`). The loop breaker's counts
+    of windows that have ended, as the caller knows them, go in the same write."""
+    return Change(
+        drop=tuple((Slot.REPEATS, key) for key in ended_repeats if key != attempt.repeat_key),
+        add=_counting(attempt),
+        put=_grant(attempt),
+        set=_seen(attempt),
+        start=attempt.now_ms,
+        record=attempt.record(allowed=True),
+        calls=Calls.APPEND,
+    )
+
+
+def restarted(attempt: Attempt) -> Change:
+    """Idle-expired counters start again with this call counted (`rules.idle_restart`):
+    as if the store had deleted the record, but for a suspension."""
+    category = attempt.category
+    put: list[tuple[Slot, str, Value]] = [(Slot.COUNTS, category, attempt.units)]
+    if attempt.leased:
+        put += [(Slot.LEASED, category, attempt.units), *_grant(attempt)]
+    repeat = () if attempt.repeat_key is None else ((Slot.REPEATS, attempt.repeat_key, 1),)
+    return Change(
+        clear=GENERATION | RAISES,
+        add=repeat,
+        put=tuple(put),
+        set=((Field.STARTED, attempt.now_ms), *_seen(attempt)),
+        record=attempt.record(allowed=True),
+        calls=Calls.RESTART,
+    )
+
+
+def restarted_suspended(attempt: Attempt) -> Change:
+    """A suspended session's first attempt after idle expiry, refused: its counters start
+    again with the refusal as their first record; it stays suspended, with no expiry."""
+    return Change(
+        clear=GENERATION | RAISES,
+        set=((Field.STARTED, attempt.now_ms), (Field.LAST_SEEN, attempt.now_ms)),
+        record=attempt.record(allowed=False),
+        calls=Calls.RESTART,
+    )
+
+
+def refused(attempt: Attempt, first_at: int | None = None) -> Change:
+    """A refusal recorded (`rules.refusal_record`, `rules.refusal_noted`): counted as a
+    refusal, the first at `first_at` if given."""
+    put: tuple[tuple[Slot, str, Value], ...] = ()
+    if first_at is not None:
+        put = ((Slot.FIRST_REFUSALS, attempt.category, (first_at, attempt.check_id)),)
+    return Change(
+        add=((Slot.REFUSED, attempt.category, 1),),
+        put=put,
+        set=_seen(attempt),
+        record=attempt.record(allowed=False),
+        calls=Calls.APPEND,
+    )
+
+
+def refused_suspended(attempt: Attempt) -> Change:
+    """A refusal of a suspended session recorded (`rules.suspended_refusal`): the idle
+    clock moves; it keeps no expiry."""
+    return Change(
+        set=((Field.LAST_SEEN, attempt.now_ms),),
+        record=attempt.record(allowed=False),
+        calls=Calls.APPEND,
+    )
+
+
+def replayed(attempt: Attempt) -> Change:
+    """A replayed call id recorded: not counted; it refreshes the idle clock."""
+    return Change(
+        set=_seen(attempt),
+        record=attempt.record(allowed=True, replay=True),
+        calls=Calls.APPEND,
+    )
+
+
+def taken_back(attempt: Attempt, counts: bool = True) -> Change:
+    """A counted call that a wider budget refused comes off the count (`rules.take_back`;
+    `counts=False` after a reset: only its record changes) and shows as refused."""
+    category = attempt.category
+    add: list[tuple[Slot, str, int]] = []
+    drop: tuple[tuple[Slot, str], ...] = ()
+    if counts:
+        add.append((Slot.COUNTS, category, -attempt.units))
+        if attempt.leased:
+            add.append((Slot.LEASED, category, -attempt.units))
+            drop = ((Slot.GRANTS, category),)
+    return Change(
+        drop=drop,
+        add=tuple(add),
+        record=attempt.record(allowed=False),
+        calls=Calls.REPLACE,
+    )
+
+
+def lease_returned(lease: LeaseId, unused: int) -> Change:
+    """Unspent calls of a lease come back, once: its grant goes (`rules.lease_return`)."""
+    category = lease.category
+    return Change(
+        drop=((Slot.GRANTS, category),),
+        add=((Slot.COUNTS, category, -unused), (Slot.LEASED, category, -unused)),
+    )
+
+
+def raised(
+    category: str,
+    new_limit: int,
+    until_ms: int | None,
+    fresh_at: int | None = None,
+    expires_ms: int | None = None,
+) -> Change:
+    """An administrator's raise (`rules.session_raise`). `fresh_at`: the session was
+    unseen or idle-expired, so its counters start then, with only this raise; a fresh
+    session expires at `expires_ms` (None: it is suspended and keeps no expiry)."""
+    until: tuple[tuple[Slot, str, Value], ...] = ()
+    if until_ms is not None:
+        until = ((Slot.RAISED_UNTIL, category, until_ms),)
+    drop = () if until_ms is not None else ((Slot.RAISED_UNTIL, category),)
+    if fresh_at is None:
+        return Change(drop=drop, put=((Slot.RAISED, category, new_limit), *until))
+    fields: list[tuple[Field, Value]] = [
+        (Field.STARTED, fresh_at),
+        (Field.LAST_SEEN, fresh_at),
+    ]
+    if expires_ms is not None:
+        fields.append((Field.EXPIRES, expires_ms))
+    return Change(
+        clear=GENERATION | RAISES,
+        drop=drop,
+        put=((Slot.RAISED, category, new_limit), *until),
+        set=tuple(fields),
+    )
+
+
+def lowered(category: str) -> Change:
+    """An administrator's lower: the category's raise and its expiry go."""
+    return Change(drop=((Slot.RAISED, category), (Slot.RAISED_UNTIL, category)))
+
+
+def suspended(reason: str, now_ms: int) -> Change:
+    """A suspension (of a session seen or not): it keeps no expiry."""
+    return Change(set=((Field.SUSPENDED, reason),), unset=frozenset({Field.EXPIRES}), start=now_ms)
+
+
+def resumed(expires_ms: int) -> Change:
+    """A suspension lifted. The idle clock stays where the last attempt left it; the
+    expiry (only clean-up) is set from now, never earlier than the idle clock says."""
+    return Change(set=((Field.EXPIRES, expires_ms),), unset=frozenset({Field.SUSPENDED}))
+
+
+def reset(start_ms: int, expires_ms: int | None) -> Change:
+    """An administrator's reset: a new generation of counters starts at `start_ms`;
+    raises, a suspension and the last calls stay (`rules.counters_reset`). A suspended
+    session keeps no expiry (`expires_ms` None)."""
+    fields: list[tuple[Field, Value]] = [(Field.STARTED, start_ms), (Field.LAST_SEEN, start_ms)]
+    if expires_ms is not None:
+        fields.append((Field.EXPIRES, expires_ms))
+    return Change(clear=GENERATION, set=tuple(fields))
