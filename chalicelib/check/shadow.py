@@ -9,14 +9,11 @@ against the policy's limit (and any raise or grant), with the refusal's own word
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import Attempt, RefusalReason, Scope
 from chalicelib.quota.policy import MAX_LIMIT
-
-if TYPE_CHECKING:
-    from chalicelib.api.schemas import RefusalError
 
 SHADOW_CEILING = MAX_LIMIT  # what a shadowed category's store condition counts up to
 
@@ -71,8 +68,7 @@ def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
     return None
 
 
-def shadow_json(would: Refused) -> RefusalError:
-    """The answer's `shadow` field: what the refusal would have said."""
+def shadow_message(would: Refused) -> str:
+    """What the refusal would have said, as the answer's `shadow` says it: the tool ran."""
     said = would.message.replace(" was NOT run:", " would NOT have run under enforcement:", 1)
-    message = f"Shadow mode: the tool ran. {said}"
-    return {"code": str(would.reason), "scope": str(would.scope), "message": message}
+    return f"Shadow mode: the tool ran. {said}"
