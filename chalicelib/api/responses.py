@@ -15,7 +15,7 @@ from chalicelib.observability import logger
 
 if TYPE_CHECKING:
     from chalicelib import clock, errors
-    from chalicelib.api.schemas import Body, Decision
+    from chalicelib.api.schemas import Body, Decision, RefusalError
     from chalicelib.check import shadow
     from chalicelib.links import pages
     from chalicelib.quota import answers
@@ -97,6 +97,12 @@ def rate_limit_headers(decision: answers.Decision) -> Headers:
     return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(remaining)}
 
 
+def refusal_error(refusal: answers.Refused, message: str) -> RefusalError:
+    """The one shape of a refusal in an answer: a refused check's `error`, and an allowed
+    one's `shadow` (what shadow mode's refusal would have said, in `message`)."""
+    return {"code": str(refusal.reason), "scope": str(refusal.scope), "message": message}
+
+
 def decision_response(decision: answers.Decision) -> Response:
     """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
     body: Decision = {
@@ -133,13 +139,9 @@ def decision_response(decision: answers.Decision) -> Response:
                 "lease_max": lease.lease_max,
             }
         if decision.shadow is not None:
-            body["shadow"] = shadow.shadow_json(decision.shadow)
+            body["shadow"] = refusal_error(decision.shadow, shadow.shadow_message(decision.shadow))
         return json_response(body, 200, headers)
-    body["error"] = {
-        "code": str(decision.reason),
-        "scope": str(decision.scope),
-        "message": decision.message,
-    }
+    body["error"] = refusal_error(decision, decision.message)
     if decision.principal is not None:
         body["principal"] = decision.principal
     if decision.suspended:

@@ -19,29 +19,31 @@ if TYPE_CHECKING:
 
 def with_repeat(attempt: Attempt, category: Category, args_digest: str | None) -> Attempt:
     """The attempt with its loop breaker's key and limit, if the category sets `repeat`
-    and the client sent the arguments' digest. Not in shadow mode (which refuses nothing)
-    nor for a lease (reads only, several calls at once)."""
+    and the client sent the arguments' digest; not for a lease (reads only, several calls
+    at once). In shadow mode the store counts repeats up to the ceiling it counts calls
+    to (`base_limit`), so it refuses none; `shadow.would_refuse` judges the count."""
     repeat = category.repeat
-    if repeat is None or args_digest is None or attempt.leased or attempt.shadow_limit:
+    if repeat is None or args_digest is None or attempt.leased:
         return attempt
     window_ms = repeat.window_seconds * 1000
     return replace(
         attempt,
         repeat_key=repeat_key(attempt.tool, args_digest, window_ms, attempt.now_ms),
-        repeat_limit=repeat.limit,
+        repeat_limit=repeat.limit if attempt.shadow_limit is None else attempt.base_limit,
         repeat_window_ms=window_ms,
     )
 
 
-def repeated(refusal: Refused, attempt: Attempt) -> Refused:
+def repeated(refusal: Refused, attempt: Attempt, limit: int | None = None) -> Refused:
     """A session refusal as the loop breaker's: its code, its message, and a Retry-After
-    at the end of the window (waiting there is the only thing that changes the answer)."""
+    at the end of the window (waiting there is the only thing that changes the answer).
+    `limit`: the breaker's limit when the attempt's is not it (shadow mode's ceiling)."""
     assert attempt.repeat_key is not None
     return replace(
         refusal,
         reason=RefusalReason.REPEATED_CALL,
         first_exhaustion=False,
         resets_at_ms=repeat_window_end(attempt.repeat_key),
-        repeat_limit=attempt.repeat_limit,
+        repeat_limit=attempt.repeat_limit if limit is None else limit,
         repeat_window_ms=attempt.repeat_window_ms,
     )

@@ -164,7 +164,7 @@ class CheckService:
         wider = self._wider
         steps = wider.steps(attempt, category) if wider else []
         if allowed.duplicate or not steps or wider is None:
-            return self._shadowed(attempt, allowed)
+            return self._shadowed(attempt, allowed, snapshot)
         try:
             taken, refusal = wider.take_all(attempt, steps)
         except StorageError:
@@ -181,7 +181,7 @@ class CheckService:
                 compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
                 raise
             scopes = tuple(use_of(s, b) for s, b in taken)
-            return self._shadowed(attempt, replace(allowed, scopes=scopes))
+            return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
         compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
@@ -380,9 +380,11 @@ class CheckService:
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
-    def _shadowed(self, attempt: Attempt, allowed: Allowed) -> Allowed:
-        """The allowed answer, with the refusal shadow mode let pass, if any (reported)."""
-        would = would_refuse(attempt, allowed)
+    def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:
+        """The allowed answer, with the refusal shadow mode let pass, if any (reported).
+        `seen`: the session as counting the call left it."""
+        repeat = self._policy.categories[attempt.category].repeat
+        would = would_refuse(attempt, allowed, seen, repeat)
         if would is None:
             return allowed
         self._shadow_listener.on_shadow(attempt.tenant, attempt, would)

@@ -1,22 +1,22 @@
 """Shadow mode: under `"enforce": false` (the whole policy, or one category) a call over a
 limit runs, and its answer says which refusal an enforcing policy would have given.
 
-The store counts such a category up to `SHADOW_CEILING` instead of its limit, so counting
-goes on past the limit with the same conditional writes; the answer is then judged here
-against the policy's limit (and any raise or grant), with the refusal's own words.
+The store counts such a category up to `SHADOW_CEILING` instead of its limit (and the loop
+breaker's repeats likewise), so counting goes on past the limit with the same conditional
+writes; the answer is then judged here against the policy's limits (and any raise or
+grant), with the refusal's own words.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from chalicelib.check.repeats import repeated
 from chalicelib.quota.answers import Allowed, Refused
-from chalicelib.quota.core import Attempt, RefusalReason, Scope
-from chalicelib.quota.policy import MAX_LIMIT
-
-if TYPE_CHECKING:
-    from chalicelib.api.schemas import RefusalError
+from chalicelib.quota.core import Attempt, RefusalReason, Scope, SessionSnapshot
+from chalicelib.quota.facts import RepeatsUnder
+from chalicelib.quota.policy import MAX_LIMIT, RepeatLimit
 
 SHADOW_CEILING = MAX_LIMIT  # what a shadowed category's store condition counts up to
 
@@ -35,9 +35,13 @@ class QuietShadow:
         return None
 
 
-def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
+def would_refuse(
+    attempt: Attempt, allowed: Allowed, seen: SessionSnapshot, repeat: RepeatLimit | None
+) -> Refused | None:
     """The refusal an enforcing policy would have given this counted call, judged at the
-    session first, then at each wider scope; None if it fits everywhere. A lease would
+    session first (the loop breaker before the limit, as the session's rule explains a
+    refusal), then at each wider scope; None if it fits everywhere. `seen` is the session
+    as counting this call left it, `repeat` the category's loop breaker. A lease would
     have been cut to what remains, so it counts as refused only when nothing remained."""
     if attempt.shadow_limit is None or allowed.duplicate:
         return None
@@ -55,6 +59,12 @@ def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
         principal=attempt.principal,
         units=need,
     )
+    key = attempt.repeat_key
+    if key is not None and repeat is not None:
+        # The breaker's own clause, on the count as it stood before this call was counted.
+        earlier = replace(seen, repeats={**seen.repeats, key: seen.repeats.get(key, 0) - 1})
+        if not RepeatsUnder(key, repeat.limit).holds(earlier):
+            return repeated(refusal, attempt, repeat.limit)
     if refusal.used + need > allowed.limit:
         return refusal
     for use in allowed.scopes:
@@ -71,8 +81,7 @@ def would_refuse(attempt: Attempt, allowed: Allowed) -> Refused | None:
     return None
 
 
-def shadow_json(would: Refused) -> RefusalError:
-    """The answer's `shadow` field: what the refusal would have said."""
+def shadow_message(would: Refused) -> str:
+    """What the refusal would have said, as the answer's `shadow` says it: the tool ran."""
     said = would.message.replace(" was NOT run:", " would NOT have run under enforcement:", 1)
-    message = f"Shadow mode: the tool ran. {said}"
-    return {"code": str(would.reason), "scope": str(would.scope), "message": message}
+    return f"Shadow mode: the tool ran. {said}"

@@ -146,3 +146,102 @@ def test_each_shadow_refusal_is_counted_per_category(
     out = capsys.readouterr().out
     assert '"ShadowRefusals":[1.0]' in out and '"category":"write"' in out
     assert "ChecksBlocked" not in out
+
+
+# -- shadow mode and the loop breaker -------------------------------------------------------
+
+DIGEST = "9f" * 32
+REPEAT = 2  # the loop breaker's limit in `shadow_loops`: 2 same writes per 10 minutes
+WOULD_REPEAT = (
+    "Shadow mode: the tool ran. The tool 'delete_tag' would NOT have run under enforcement: "
+    "it was already called with the same arguments 2 times in the last 10 minutes. "
+    "Repeating it will not help: stop and tell the user."
+)
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def shadow_loops(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock
+) -> Iterator[Api]:
+    """Writes in shadow mode with a loop breaker and budgets too roomy to refuse first."""
+    policy = shadow_policy(None, False)
+    policy["categories"]["write"].update(
+        {
+            "limit": 20,
+            "principal": {"limit": 100, "window": "24h"},
+            "tenant": {"limit": 200, "window": "1h"},
+            "repeat": {"limit": REPEAT, "window": "10m"},
+        }
+    )
+    path = tmp_path / "shadow-loops.json"
+    path.write_text(json.dumps(policy))
+    with running_api(clock, request.param, policy=str(path)) as api:
+        yield api
+
+
+def same_write(api: Api, session: str = "loop", digest: str = DIGEST) -> Any:
+    return api.check(
+        session_id=session,
+        tool="delete_tag",
+        principal="bot",
+        server="articles",
+        args_digest=digest,
+    )
+
+
+def test_a_repeat_past_the_loop_breaker_runs_and_is_a_shadow_refusal(
+    shadow_loops: Api, clock: FixedClock
+) -> None:
+    answers = []
+    for _ in range(REPEAT + 2 * N):  # twice the refusals that would suspend the principal
+        answers.append(same_write(shadow_loops))
+        clock.advance(1)
+    assert [a.status_code for a in answers] == [200] * len(answers)
+    assert all("Retry-After" not in a.headers for a in answers)
+    data = [body(a) for a in answers]
+    assert [d["used"] for d in data] == list(range(1, len(answers) + 1))  # every one counted
+    assert all(d["allowed"] is True for d in data)
+    assert all("shadow" not in d for d in data[:REPEAT])
+    for d in data[REPEAT:]:
+        assert d["shadow"] == {"code": "repeated_call", "scope": "session", "message": WOULD_REPEAT}
+    events = shadow_events(shadow_loops)
+    assert len(events) == 2 * N
+    assert {e["detail"]["code"] for e in events} == {"repeated_call"}
+    assert {(e["detail"]["tool"], e["detail"]["session_id"]) for e in events} == {
+        ("delete_tag", "loop")
+    }
+    [group] = body(shadow_loops.get("/v1/shadow"))["groups"]
+    assert (group["server"], group["principal"], group["tool"]) == ("articles", "bot", "delete_tag")
+    assert (group["refusals"], group["sessions"], group["scopes"]) == (2 * N, 1, ["session"])
+
+
+def test_shadowed_repeats_never_refuse_suspend_nor_escalate(shadow_loops: Api) -> None:
+    for _ in range(REPEAT + 2 * N):
+        assert same_write(shadow_loops).status_code == 200
+    assert body(shadow_loops.get("/v1/principals/bot"))["state"] == "active"
+    session = body(shadow_loops.get("/v1/sessions/loop"))
+    assert session["state"] == "active"
+    assert all(c["allowed"] for c in session["last_calls"])
+    assert body(shadow_loops.get("/v1/audit?type=repeated_call"))["events"] == []
+    assert shadow_loops.sent() == []
+    assert same_write(shadow_loops).status_code == 200  # and the loop still runs
+
+
+def test_other_arguments_and_a_new_window_are_no_shadow_repeat(
+    shadow_loops: Api, clock: FixedClock
+) -> None:
+    for _ in range(REPEAT + 1):
+        same_write(shadow_loops)
+    assert "shadow" not in body(same_write(shadow_loops, digest="a" * 64))
+    clock.advance(600)  # the next 10-minute window
+    assert "shadow" not in body(same_write(shadow_loops))
+
+
+def test_a_repeat_is_told_before_the_limit_in_shadow_mode_too(shadow_loops: Api) -> None:
+    digests = ["00", "00"] + [f"{i:02x}" for i in range(1, 19)]  # 20 calls, none repeated
+    data = [body(same_write(shadow_loops, digest=d * 32)) for d in digests]
+    assert all("shadow" not in d for d in data)  # up to the limit, and the breaker's
+    over = body(same_write(shadow_loops, digest="00" * 32))  # over both: a repeat first
+    assert over["used"] == 21 and over["shadow"]["code"] == "repeated_call"
+    other = body(same_write(shadow_loops, digest="ff" * 32))  # over the limit only
+    assert other["shadow"]["code"] == "quota_exceeded"
