@@ -197,13 +197,14 @@ def session_list(client: AdminClient, state: str | None, since: str | None) -> O
     sessions = _list(data, "sessions")
     if not sessions:
         return Output(data, "No session was blocked or suspended in that time.")
-    headers = ("SESSION", "STATE", "PRINCIPAL", "SERVER", "LAST CALL")
+    headers = ("SESSION", "STATE", "PRINCIPAL", "SERVER", "CLIENT", "LAST CALL")
     rows = [
         (
             s.get("session_id"),
             s.get("listing_state") or s.get("state"),
             s.get("principal"),
             s.get("server"),
+            render.client_name(s.get("client")),
             s.get("last_call_at") or s.get("last_seen_at"),
         )
         for s in sessions

@@ -112,12 +112,18 @@ def change(before: Any, after: Any) -> str:
     return f"{cell(before)} -> {cell(after)}"
 
 
+def client_name(client: Any) -> str | None:
+    """The MCP client in a listing's column: "name version", None when neither is known."""
+    if not isinstance(client, Mapping):
+        return None
+    return " ".join(str(client[k]) for k in ("name", "version") if client.get(k)) or None
+
+
 def client_text(client: Any) -> str | None:
     """The MCP client as every view words it: "name version, OAuth client id"."""
     if not isinstance(client, Mapping):
         return None
-    named = " ".join(str(client[k]) for k in ("name", "version") if client.get(k))
-    oauth = client.get("oauth_client_id")
+    named, oauth = client_name(client), client.get("oauth_client_id")
     return ", ".join(p for p in (named, oauth and f"OAuth client {oauth}") if p) or None
 
 

@@ -95,6 +95,9 @@ function bar(used, limit) {
   return node;
 }
 
+// The listing's compact column, as the CLI's: "name version" ("" when neither is known).
+function clientName(c) { return c ? [c.name, c.version].filter(Boolean).join(" ") : ""; }
+
 function sessionLink(id) { return el("a", { href: `#/session/${encodeURIComponent(id)}`, text: id }); }
 function principalLink(p) {
   return p ? el("a", { href: `#/principal/${encodeURIComponent(p)}`, text: p }) : "-";
@@ -145,7 +148,8 @@ async function overview() {
   }
   const rows = sessions.map((s) => [
     sessionLink(s.session_id), stateBadge(s.listing_state), principalLink(s.principal),
-    s.server || "-", `${s.trouble.kind}${s.trouble.category ? ` (${s.trouble.category})` : ""}`,
+    s.server || "-", clientName(s.client) || "-",
+    `${s.trouble.kind}${s.trouble.category ? ` (${s.trouble.category})` : ""}`,
     fmt(s.trouble.at), fmt(s.last_call_at),
   ]);
   show(
@@ -158,7 +162,7 @@ async function overview() {
         el("div", {}, el("b", { text: String(count("expired")) }), "expired"),
         el("div", {}, el("b", { text: String(principals.size) }), "principals")),
       sessions.length === 0 ? el("p", { class: "muted", text: "No session was blocked or suspended in the last 24 hours." })
-        : table(["Session", "State", "Principal", "Server", "Event", "When", "Last call"], rows)),
+        : table(["Session", "State", "Principal", "Server", "Client", "Event", "When", "Last call"], rows)),
     el("section", {}, el("h2", { text: "By server and principal" }),
       table(["Server", "Principal", "Sessions in trouble"],
         [...groups.entries()].sort((a, b) => b[1] - a[1]).map(([key, n]) => {
@@ -258,8 +262,7 @@ async function auditTable(sessionId, params) {
 // As the CLI and the email word it: "name version, OAuth client id".
 function clientText(c) {
   if (!c) return "(not given)";
-  const named = [c.name, c.version].filter(Boolean).join(" ");
-  return [named, c.oauth_client_id && `OAuth client ${c.oauth_client_id}`].filter(Boolean).join(", ");
+  return [clientName(c), c.oauth_client_id && `OAuth client ${c.oauth_client_id}`].filter(Boolean).join(", ");
 }
 
 async function sessionPage(id, message, chosen) {

@@ -44,11 +44,16 @@ def test_a_session_no_client_named_shows_none(either: Api) -> None:
     assert body(either.get("/v1/sessions/s-who"))["client"] is None
 
 
-def test_the_listing_shows_the_client(either: Api) -> None:
+def test_the_listing_shows_the_server_and_client_of_each_session(either: Api) -> None:
     for _ in range(16):  # the default policy's 15 writes, then a refusal: a trouble mark
         either.check(None, **WRITE, client=CLIENT)
+        either.check(None, session_id="s-anon", tool="delete_tag")
     listed = body(either.get("/v1/sessions"))["sessions"]
-    assert [(s["session_id"], s["client"]) for s in listed] == [("s-who", CLIENT)]
+    # The CLI's and the console's column read these fields; neither derives them again.
+    assert {s["session_id"]: (s["server"], s["client"]) for s in listed} == {
+        "s-who": ("inventory", CLIENT),
+        "s-anon": (None, None),
+    }
 
 
 @pytest.mark.parametrize(

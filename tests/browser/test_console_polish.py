@@ -57,15 +57,20 @@ CLIENT = {"name": "claude-code", "version": "1.0.71"}
 
 
 def run_away(
-    stack: Stack, session: str, server: str = "inventory", principal: str = "ops-bot"
+    stack: Stack,
+    session: str,
+    server: str = "inventory",
+    principal: str = "ops-bot",
+    client: dict[str, str] | None = CLIENT,
 ) -> None:
-    body = {
+    body: dict[str, object] = {
         "session_id": session,
         "tool": "delete_tag",
         "principal": principal,
         "server": server,
-        "client": CLIENT,
     }
+    if client is not None:
+        body["client"] = client
     statuses = [call(f"{stack.url}/v1/check", "POST", body).status for _ in range(17)]
     assert statuses == [200] * 15 + [429] * 2
 
@@ -180,6 +185,21 @@ def test_the_overview_groups_sessions_by_server_and_principal(
     row = group.get_by_role("row").filter(has_text="invoicing")
     expect(row).to_contain_text("ops-bot")
     expect(row.get_by_role("cell").last).to_have_text("2")
+    watched.assert_clean()
+
+
+def test_the_overview_names_each_sessions_server_and_client(stack: Stack, watched: Watched) -> None:
+    named = {**CLIENT, "oauth_client_id": "agent-app"}
+    run_away(stack, "polish-client", server="billing", principal="client-bot", client=named)
+    run_away(stack, "polish-no-client", server="billing", principal="client-bot", client=None)
+    sign_in(watched.page, stack)
+    rows = watched.page.get_by_role("row")
+    named_row = rows.filter(has=watched.page.get_by_role("link", name="polish-client", exact=True))
+    expect(named_row.locator('td[data-label="Server"]')).to_have_text("billing")
+    # Name and version only: the OAuth client id is on the session's own page.
+    expect(named_row.locator('td[data-label="Client"]')).to_have_text("claude-code 1.0.71")
+    blank = rows.filter(has=watched.page.get_by_role("link", name="polish-no-client"))
+    expect(blank.locator('td[data-label="Client"]')).to_have_text("-")
     watched.assert_clean()
 
 

@@ -331,3 +331,30 @@ def test_show_names_the_server_and_the_mcp_client(cli: Cli, api: FakeAdminApi) -
     lines = run.out.splitlines()
     assert "Server:     inventory" in lines
     assert "Client:     claude-code 1.0.71, OAuth client agent-app" in lines
+
+
+def test_list_names_each_sessions_server_and_mcp_client(cli: Cli, api: FakeAdminApi) -> None:
+    client = {"name": "claude-code", "version": "1.0.71", "oauth_client_id": "agent-app"}
+    listed = [
+        {**session_view("sess-1", server="inventory", client=client), "listing_state": "blocked"},
+        {**session_view("sess-2", server=None, client=None), "listing_state": "suspended"},
+    ]
+    api.reply("GET", "/v1/sessions", 200, {"sessions": listed, "next": None})
+
+    run = cli.admin(api, "session", "list")
+
+    assert run.code == 0, run.err
+    header, first, second = run.out.splitlines()
+    column = header.index("CLIENT")
+    assert header.index("SERVER") < column < header.index("LAST CALL")
+    # Name and version only: the OAuth client id is on the session's own page.
+    assert first[column:].split("  ")[0] == "claude-code 1.0.71"
+    assert "agent-app" not in first
+    assert second.split() == [
+        "sess-2",
+        "suspended",
+        "alice@example.com",
+        "-",
+        "-",
+        "2026-12-02T11:59:00Z",
+    ]
