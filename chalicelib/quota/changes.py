@@ -1,8 +1,8 @@
-"""What each write does to a session's record, written once, as a value.
+"""What each write does to a session's or a budget's record, written once, as a value.
 
 A write is a precondition (`quota.rules`) and a `Change`. The memory backend applies the
-change under its lock (`storage/memory/counters.py`); the DynamoDB adapter renders it into
-an UpdateExpression (`storage/dynamodb/changes.py`). Neither says what a write changes on
+change under its lock (`storage/memory/`); the DynamoDB adapter renders it into an
+UpdateExpression (`storage/dynamodb/changes.py`). Neither says what a write changes on
 its own, so the two backends cannot drift apart on it.
 """
 
@@ -13,11 +13,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chalicelib.quota.core import Attempt, CallRecord, LeaseId
+    from chalicelib.quota.core import Attempt, CallRecord, LeaseId, Spend
 
 
 class Slot(StrEnum):
-    """A map of a session's record, keyed by category (by call key for `REPEATS`)."""
+    """A map of a record, keyed by category (by call key for `REPEATS`)."""
 
     COUNTS = "counts"  # calls counted in this generation
     LEASED = "leased"  # of those, calls counted by leases
@@ -27,10 +27,12 @@ class Slot(StrEnum):
     RAISED = "raised"  # an administrator's raised limit
     RAISED_UNTIL = "raised_until"  # when that raise lapses
     REPEATS = "repeats"  # the loop breaker's counts, by call key and window
+    WINDOWS = "windows"  # a budget's: the window its count is of (its start, epoch ms)
+    MARKS = "marks"  # a budget's: (window, limit) of the first refusal seen there
 
 
 class Field(StrEnum):
-    """A single value of a session's record."""
+    """A single value of a record (a budget has the last four)."""
 
     LAST_SEEN = "last_seen"  # the last attempt: the idle clock
     STARTED = "started"  # when this generation of counters started
@@ -39,6 +41,8 @@ class Field(StrEnum):
     PRINCIPAL = "principal"
     SERVER = "server"
     CLIENT = "client"
+    STREAK = "streak"  # a principal's refusals in a row
+    LAST_REFUSAL = "last_refusal"  # when the principal was last refused
 
 
 class Calls(StrEnum):
@@ -56,21 +60,26 @@ RAISES = frozenset({Slot.RAISED, Slot.RAISED_UNTIL})
 # The maps whose entries are counts, added to (the others are put).
 COUNTING = frozenset({Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.REPEATS})
 
+DAY_MS = 86_400_000
+# A budget is kept a day past its window (clean-up only: the window is in its condition).
+BUDGET_KEPT_MS = DAY_MS
+
 # A value as the record keeps it: a number, a string, a (limit, check id) mark, a client.
 Value = object
 
 
 @dataclass(frozen=True)
 class Change:
-    """A write to one session's record. Applied in this order: `clear`, `drop`, `add`,
-    `put`, `set`, `unset`, `start`, then the record."""
+    """A write to one record. Applied in this order: `clear`, `drop`, `add`, `put`,
+    `bump`, `set`, `unset`, `start`, then the call's record (sessions only)."""
 
     # Every entry of these maps goes, except the entries this change puts or drops; a
     # change never adds to a map it clears.
     clear: frozenset[Slot] = frozenset()
     drop: tuple[tuple[Slot, str], ...] = ()
-    # Numbers added to map entries (a missing entry counts 0).
+    # Numbers added to map entries and to fields (a missing one counts 0).
     add: tuple[tuple[Slot, str, int], ...] = ()
+    bump: tuple[tuple[Field, int], ...] = ()
     put: tuple[tuple[Slot, str, Value], ...] = ()
     set: tuple[tuple[Field, Value], ...] = ()
     unset: frozenset[Field] = frozenset()
@@ -280,3 +289,56 @@ def reset(start_ms: int, expires_ms: int | None) -> Change:
     if expires_ms is not None:
         fields.append((Field.EXPIRES, expires_ms))
     return Change(clear=GENERATION, set=tuple(fields))
+
+
+# -- a budget's record (a principal's, the tenant's) -------------------------------------
+
+
+def budget_taken(spend: Spend, fresh: bool) -> Change:
+    """Calls counted in a budget (`rules.budget_take`): in the window it counts, or, the
+    first take of a later window (`fresh`), starting its count again."""
+    category, kept = spend.category, ((Field.EXPIRES, spend.window_end_ms + BUDGET_KEPT_MS),)
+    if not fresh:
+        return Change(add=((Slot.COUNTS, category, spend.units),), set=kept)
+    return Change(
+        put=((Slot.COUNTS, category, spend.units), (Slot.WINDOWS, category, spend.window_start_ms)),
+        set=kept,
+    )
+
+
+def budget_given_back(spend: Spend) -> Change:
+    """Calls a wider refusal undid go back to their window (`rules.budget_give_back`)."""
+    return Change(add=((Slot.COUNTS, spend.category, -spend.units),))
+
+
+def budget_marked(spend: Spend) -> Change:
+    """A refusal at this window and limit seen: later ones there are not the first."""
+    return Change(put=((Slot.MARKS, spend.category, (spend.window_start_ms, spend.limit)),))
+
+
+def streak_noted(now_ms: int, refusals: int, goes_on: bool, spend: Spend | None) -> Change:
+    """Refusals counted in the principal's streak: added to it (`rules.streak_goes_on`)
+    or starting it again; its own refusal marked too if `spend`."""
+    mark = budget_marked(spend).put if spend is not None else ()
+    last = (Field.LAST_REFUSAL, now_ms)
+    if goes_on:
+        return Change(put=mark, bump=((Field.STREAK, refusals),), set=(last,))
+    return Change(put=mark, set=((Field.STREAK, refusals), last))
+
+
+STREAK_ENDED = Change(set=((Field.STREAK, 0),))  # an allowed call, a resume, a raise
+
+
+def budget_raised(category: str, new_limit: int) -> Change:
+    """An administrator's raise of a budget (`rules.budget_raise`); the streak ends."""
+    return Change(put=((Slot.RAISED, category, new_limit),), set=((Field.STREAK, 0),))
+
+
+def budget_suspended(reason: str) -> Change:
+    """A principal suspended (by an administrator or escalation): it keeps no expiry."""
+    return Change(set=((Field.SUSPENDED, reason),), unset=frozenset({Field.EXPIRES}))
+
+
+BUDGET_RESUMED = Change(set=((Field.STREAK, 0),), unset=frozenset({Field.SUSPENDED}))
+# An administrator's reset: every window's count goes, and the streak; raises stay.
+BUDGET_RESET = Change(clear=frozenset({Slot.COUNTS, Slot.WINDOWS}), set=((Field.STREAK, 0),))

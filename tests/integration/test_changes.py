@@ -1,23 +1,31 @@
 """The core's changes (`quota.changes`) mean the same on every backend: random sequences of
 changes, applied by the memory backend and rendered into UpdateItems on moto and dynalite,
-leave the same session record. What a write changes is written once, in the core; this
-proves the two translations of it agree."""
+leave the same record (a session's, a budget's). What a write changes is written once, in
+the core; this proves the two translations of it agree."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chalicelib.quota.changes import COUNTING, Change, Field, Slot
-from chalicelib.quota.core import ClientInfo, SessionKey, SessionSnapshot
+from chalicelib.quota.core import ClientInfo
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.changes import render_change
-from chalicelib.storage.dynamodb.codec import key_of, snapshot_from_item, ttl
-from chalicelib.storage.dynamodb.layout import EXPIRES, PK
+from chalicelib.storage.dynamodb.budgets import BUDGET
+from chalicelib.storage.dynamodb.budgets import snapshot_from_item as budget_snapshot
+from chalicelib.storage.dynamodb.changes import SESSION, Layout, render_change
+from chalicelib.storage.dynamodb.codec import snapshot_from_item as session_snapshot
+from chalicelib.storage.dynamodb.codec import ttl
+from chalicelib.storage.dynamodb.layout import PK
+from chalicelib.storage.memory import budgets as budget_store
+from chalicelib.storage.memory import counters as session_store
+from chalicelib.storage.memory.budgets import _Budget
+from chalicelib.storage.memory.changes import apply
 from chalicelib.storage.memory.counters import _Session
 from tests.support import Backend
 
@@ -25,7 +33,42 @@ CATEGORIES = ("read", "write", "admin")
 REPEAT_KEYS = ("delete_tag|ab|600000", "delete_tag|cd|1200000")
 T0 = 1_700_000_000_000
 
-_MAP_SLOTS = [slot for slot in Slot if slot is not Slot.REPEATS]
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of record: its maps and fields, in memory and on DynamoDB."""
+
+    name: str
+    layout: Layout
+    new: Callable[[int | None], Any]  # a fresh memory record, given the change's start
+    maps: Mapping[Slot, str]
+    fields: Mapping[Field, str]
+    decode: Callable[[Mapping[str, Any]], Any]  # DynamoDB item -> snapshot
+    clocks: frozenset[Field]  # fields a record always has
+
+
+def _new_session(start: int | None) -> _Session:
+    return _Session(start or 0, start or 0, None)
+
+
+SESSION_KIND = Kind(
+    "session",
+    SESSION,
+    _new_session,
+    session_store._MAPS,
+    session_store._FIELDS,
+    lambda item: replace(session_snapshot(item), calls=()),  # the calls are the adapters'
+    frozenset({Field.LAST_SEEN, Field.STARTED}),
+)
+BUDGET_KIND = Kind(
+    "budget",
+    BUDGET,
+    lambda _start: _Budget(),
+    budget_store._MAPS,
+    budget_store._FIELDS,
+    budget_snapshot,
+    frozenset(),
+)
 
 
 def _keys(slot: Slot) -> tuple[str, ...]:
@@ -37,6 +80,8 @@ def _slot_value(slot: Slot) -> st.SearchStrategy[Any]:
         return st.sampled_from(["1700000000000.5", "1700000001000.3"])
     if slot is Slot.FIRST_REFUSALS:
         return st.tuples(st.integers(1, 300), st.sampled_from(["c1", "c2"]))
+    if slot is Slot.MARKS:
+        return st.tuples(st.integers(T0, T0 + 9), st.integers(1, 300))
     return st.integers(0, 500)
 
 
@@ -47,21 +92,27 @@ def _field_value(field: Field) -> st.SearchStrategy[Any]:
             name=st.sampled_from(["claude-code", "cursor"]),
             version=st.sampled_from([None, "1.0"]),
         )
-    if field in (Field.LAST_SEEN, Field.STARTED, Field.EXPIRES):
+    if field in (Field.LAST_SEEN, Field.STARTED, Field.EXPIRES, Field.LAST_REFUSAL):
         return st.integers(T0, T0 + 10_000_000)
+    if field is Field.STREAK:
+        return st.integers(0, 50)
     return st.sampled_from(["alice", "inventory", "loop ran away"])
 
 
 @st.composite
-def changes(draw: st.DrawFn) -> Change:
+def changes(draw: st.DrawFn, kind: Kind) -> Change:
     """A valid change: each map entry written once, nothing added to a cleared map."""
-    clear = frozenset(draw(st.sets(st.sampled_from(_MAP_SLOTS), max_size=2)))
+    slots = list(kind.maps)
+    fields = list(kind.fields)
+    clear = frozenset(
+        draw(st.sets(st.sampled_from([s for s in slots if s is not Slot.REPEATS]), max_size=2))
+    )
     used: set[tuple[Slot, str]] = set()
 
     def entries(max_size: int) -> list[tuple[Slot, str]]:
         picked = draw(
             st.lists(
-                st.sampled_from([(s, k) for s in Slot for k in _keys(s)]),
+                st.sampled_from([(s, k) for s in slots for k in _keys(s)]),
                 max_size=max_size,
                 unique=True,
             )
@@ -75,61 +126,70 @@ def changes(draw: st.DrawFn) -> Change:
     ]
     puts = [(s, k, draw(_slot_value(s))) for s, k in entries(3)]
     drops = entries(2)
-    fields = draw(st.sets(st.sampled_from(list(Field)), max_size=4))
-    unset = frozenset(draw(st.sets(st.sampled_from(list(Field)), max_size=2)) - fields)
-    unset -= {Field.LAST_SEEN, Field.STARTED}  # a record always has its clocks
+    counting_fields = [f for f in fields if f is Field.STREAK]
+    bump = draw(st.sets(st.sampled_from(counting_fields), max_size=1)) if counting_fields else set()
+    chosen = draw(st.sets(st.sampled_from(fields), max_size=4)) - bump
+    unset = frozenset(draw(st.sets(st.sampled_from(fields), max_size=2))) - chosen - bump
     return Change(
         clear=clear,
         drop=tuple(drops),
         add=tuple(adds),
         put=tuple(puts),
-        set=tuple((f, draw(_field_value(f))) for f in sorted(fields)),
-        unset=unset,
-        start=draw(st.one_of(st.none(), st.integers(T0, T0 + 1000))),
+        bump=tuple((f, draw(st.integers(1, 5))) for f in sorted(bump)),
+        set=tuple((f, draw(_field_value(f))) for f in sorted(chosen)),
+        unset=unset - kind.clocks,
+        start=draw(st.one_of(st.none(), st.integers(T0, T0 + 1000))) if kind.clocks else None,
     )
 
 
-def _apply_memory(record: _Session | None, change: Change) -> _Session:
-    if record is None:
-        start = change.start if change.start is not None else 0
-        record = _Session(start, start, None)
-    record.apply(change)
-    return record
-
-
-def _comparable(snapshot: SessionSnapshot) -> SessionSnapshot:
-    # The last calls are the adapters' (they fold and trim alike; other suites show it).
-    return replace(snapshot, calls=())
-
-
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(first=changes(), rest=st.lists(changes(), max_size=3))
-def test_memory_and_dynamodb_apply_a_change_alike(
-    backend: Backend, first: Change, rest: list[Change]
-) -> None:
-    first = replace(first, start=T0)  # a new record starts its clocks
-    key = key_of(SessionKey("demo", f"s-{uuid.uuid4().hex[:8]}"))
-    table = backend.settings.counters_table
-    memory: _Session | None = None
-    for change in [first, *rest]:
-        memory = _apply_memory(memory, change)
-        update = render_change(change, CATEGORIES)
+def _check(backend: Backend, kind: Kind, steps: list[Change]) -> None:
+    key = {PK: {"S": f"demo b-{uuid.uuid4().hex[:8]}"}}
+    record = kind.new(steps[0].start)
+    for change in steps:
+        apply(record, change, kind.maps, kind.fields)
+        update = render_change(change, CATEGORIES, None, kind.layout)
+        if not update.expression:
+            continue  # nothing to write (no adapter sends one)
         item = updates.update(
             backend.client,
-            table,
-            {PK: {"S": key}},
+            backend.settings.counters_table,
+            key,
             update.expression,
             "",
             update.names,
             update.values,
             "applying a change",
         )
-        assert _comparable(snapshot_from_item(item)) == _comparable(memory.snapshot())
-        stored_expiry = int(item[EXPIRES]["N"]) if EXPIRES in item else None
-        expected = ttl(memory.expires_ms) if memory.expires_ms is not None else None
-        assert stored_expiry == expected
+        assert kind.decode(item) == _memory_snapshot(kind, record)
+        expiry = kind.layout.fields[Field.EXPIRES][1]
+        stored = int(item[expiry]["N"]) if expiry in item else None
+        assert stored == (ttl(record.expires_ms) if record.expires_ms is not None else None)
+
+
+def _memory_snapshot(kind: Kind, record: Any) -> Any:
+    snapshot = record.snapshot()
+    return replace(snapshot, calls=()) if kind is SESSION_KIND else snapshot
+
+
+_SETTINGS = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@_SETTINGS
+@given(first=changes(SESSION_KIND), rest=st.lists(changes(SESSION_KIND), max_size=3))
+def test_a_session_change_means_the_same_in_memory_and_on_dynamodb(
+    backend: Backend, first: Change, rest: list[Change]
+) -> None:
+    _check(backend, SESSION_KIND, [replace(first, start=T0), *rest])  # a new record's clocks
+
+
+@_SETTINGS
+@given(steps=st.lists(changes(BUDGET_KIND), min_size=1, max_size=4))
+def test_a_budget_change_means_the_same_in_memory_and_on_dynamodb(
+    backend: Backend, steps: list[Change]
+) -> None:
+    _check(backend, BUDGET_KIND, steps)

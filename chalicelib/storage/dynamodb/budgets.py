@@ -23,6 +23,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from chalicelib.quota.changes import (
+    BUDGET_RESET,
+    BUDGET_RESUMED,
+    STREAK_ENDED,
+    Change,
+    Field,
+    Slot,
+    budget_given_back,
+    budget_marked,
+    budget_raised,
+    budget_suspended,
+    budget_taken,
+    streak_noted,
+)
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
 from chalicelib.quota.facts import BudgetExists, Condition, CountsNoLaterWindow, CountsWindow
 from chalicelib.quota.rules import (
@@ -33,9 +47,10 @@ from chalicelib.quota.rules import (
     streak_goes_on,
 )
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.conditions import Form, render, with_rule
+from chalicelib.storage.dynamodb.changes import Layout, merged, render_change
+from chalicelib.storage.dynamodb.conditions import Form, Rendered, render
 from chalicelib.storage.dynamodb.layout import BUDGET_COUNT_PREFIX, BUDGET_WINDOW_PREFIX
-from chalicelib.storage.dynamodb.updates import ConditionFailed, n, s
+from chalicelib.storage.dynamodb.updates import ConditionFailed, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 
 if TYPE_CHECKING:
@@ -51,35 +66,39 @@ STREAK = "rf"
 LAST_REFUSAL = "rl"
 SUSPENDED = "suspended"
 EXPIRES = "expires_at"
-_KEEP_AFTER_WINDOW_S = 86_400
 
-_NAMES = {"#pk": PK, "#rf": STREAK, "#sus": SUSPENDED, "#exp": EXPIRES}
+_NAMES = {"#pk": PK}
+BUDGET = Layout(
+    prefixes={
+        Slot.COUNTS: ("#n", COUNT_PREFIX),
+        Slot.WINDOWS: ("#w", WINDOW_PREFIX),
+        Slot.RAISED: ("#r", RAISED_PREFIX),
+        Slot.MARKS: ("#z", NOTIFIED_PREFIX),
+    },
+    fields={
+        Field.STREAK: ("#rf", STREAK),
+        Field.LAST_REFUSAL: ("#rl", LAST_REFUSAL),
+        Field.SUSPENDED: ("#sus", SUSPENDED),
+        Field.EXPIRES: ("#exp", EXPIRES),
+    },
+)
 # A take's condition is the core's rule (`quota.rules.budget_take`), rendered in one of
 # two forms: in the window the item counts, or in a later one, which starts the count
 # again. Several calls at once (a lease) under a raise: a second try tied to the raise.
 THIS_WINDOW = frozenset({CountsNoLaterWindow})  # the form that leaves out a new window
 NEW_WINDOW = frozenset({CountsWindow})
-TAKE_UPDATE = "SET #n = #n + :units, #exp = :exp"
-# The first take of a later window starts the count again.
-TAKE_FRESH_UPDATE = "SET #n = :units, #w = :ws, #exp = :exp"
-GIVE_BACK_UPDATE = "SET #n = #n - :units"
-NOTE_REFUSAL_UPDATE = "SET #z = :mark"
-END_STREAK_UPDATE = "SET #rf = :zero"
-STREAK_UPDATE = "SET #rl = :now{mark} ADD #rf :refusals"  # {mark}: `, #z = :mark`, or nothing
-STREAK_RESTART = "SET #rl = :now, #rf = :refusals{mark}"
-MARK_TOO = ", #z = :mark"
-RAISE_UPDATE = "SET #r = :new, #rf = :zero"
-SUSPEND_UPDATE = "SET #sus = :why REMOVE #exp"
-_EXISTS = render(BudgetExists()).expression
-RESUME_UPDATE = "SET #rf = :zero REMOVE #sus"
+_EXISTS = BudgetExists()
 
 
 def _key(key: BudgetKey) -> dict[str, Any]:
     return {PK: s(f"{key.tenant} {key.scope.value} {key.subject}")}
 
 
-def _count_names(category: str) -> dict[str, str]:
-    return {"#n": COUNT_PREFIX + category, "#w": WINDOW_PREFIX + category}
+def _first(old: Mapping[str, Any], spend: Spend) -> bool:
+    """Whether the item as it was before a write held no mark of this refusal's window
+    and limit: this refusal is the first there."""
+    mark = old.get(NOTIFIED_PREFIX + spend.category, {}).get("S")
+    return bool(mark != f"{spend.window_start_ms}|{spend.limit}")
 
 
 def _window_of(item: Mapping[str, Any] | None, category: str) -> int | None:
@@ -123,33 +142,39 @@ class BudgetStore:
         # from it: which of the two take forms to try first. A hint, never a decision.
         self._windows: dict[tuple[BudgetKey, str], int] = {}
 
-    def _update(
+    def _write(
         self,
         key: BudgetKey,
-        expression: str,
-        condition: str,
-        names: Mapping[str, str],
-        values: Mapping[str, Any],
+        change: Change,
+        rule: Condition | None,
         doing: str,
         returns: str = "ALL_NEW",
         old_on_failure: bool = False,
+        form: Form | None = None,
+        cleared: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
     ) -> dict[str, Any]:
+        """One UpdateItem: the core's change, on the core's rule if any. `cleared`: the
+        categories the item holds, and attributes of an older layout, for a `clear`.
+
+        Raises:
+            ConditionFailed: the rule failed.
+            StorageError: the store failed.
+        """
+        categories, removing = cleared
+        update = render_change(change, categories, None, BUDGET, removing)
+        rendered = render(rule, form) if rule is not None else Rendered("")
         return updates.update(
             self._client,
             self._table,
             _key(key),
-            expression,
-            condition,
-            {**_NAMES, **names},
-            values,
+            update.expression,
+            rendered.expression,
+            merged(_NAMES, update.names, rendered.names),
+            merged(update.values, rendered.values),
             doing,
             returns,
             old_on_failure,
         )
-
-    def _old(self, failed: ConditionFailed, key: BudgetKey, doing: str) -> BudgetSnapshot | None:
-        item = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
-        return snapshot_from_item(item) if item else None
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count `spend.units` calls if not suspended and they fit under the limit in the
@@ -160,13 +185,6 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        names = {**_count_names(spend.category), "#r": RAISED_PREFIX + spend.category}
-        values = {
-            ":ws": n(spend.window_start_ms),
-            ":units": n(spend.units),
-            ":limit": n(spend.limit - spend.units + 1),
-            ":exp": n(spend.window_end_ms // 1000 + _KEEP_AFTER_WINDOW_S),
-        }
         doing = f"counting a call against the {key.scope.value} budget"
         fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
         seen: BudgetSnapshot | None = None
@@ -174,9 +192,10 @@ class BudgetStore:
         for _ in range(3):
             try:
                 if fresh:
-                    item = self._fresh(key, rule, names, values, doing)
+                    change = budget_taken(spend, fresh=True)
+                    item = self._write(key, change, rule, doing, "ALL_NEW", True, Form(NEW_WINDOW))
                 else:
-                    item = self._same(key, spend, rule, names, values, doing)
+                    item = self._same(key, spend, rule, doing)
             except ConditionFailed as failed:
                 old = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
                 seen = snapshot_from_item(old) if old else None
@@ -190,73 +209,22 @@ class BudgetStore:
             return Taken(snapshot_from_item(item))
         return NotTaken(seen)
 
-    def _same(
-        self,
-        key: BudgetKey,
-        spend: Spend,
-        rule: Condition,
-        names: dict[str, str],
-        values: dict[str, Any],
-        doing: str,
-    ) -> dict[str, Any]:
+    def _same(self, key: BudgetKey, spend: Spend, rule: Condition, doing: str) -> dict[str, Any]:
         """A take in the window the item counts (a lease under a raise: a second try).
 
         Raises:
             ConditionFailed: spent, suspended, or the item counts another window.
         """
-        rendered = render(rule, Form(THIS_WINDOW))
+        change = budget_taken(spend, fresh=False)
         try:
-            return self._update(
-                key,
-                TAKE_UPDATE,
-                rendered.expression,
-                {**names, **rendered.names},
-                {**values, **rendered.values},
-                doing,
-                old_on_failure=True,
-            )
+            return self._write(key, change, rule, doing, "ALL_NEW", True, Form(THIS_WINDOW))
         except ConditionFailed as failed:
             seen = snapshot_from_item(failed.old_item) if failed.old_item else None
             raised = seen.raised.get(spend.category, 0) if seen else 0
             if spend.units == 1 or raised <= spend.limit:
                 raise
-            tied = render(rule, Form(THIS_WINDOW, raise_as_read=raised))
-            return self._update(
-                key,
-                TAKE_UPDATE,
-                tied.expression,
-                {**names, **tied.names},
-                {**values, **tied.values},
-                doing,
-                "ALL_NEW",
-                True,
-            )
-
-    def _fresh(
-        self,
-        key: BudgetKey,
-        rule: Condition,
-        names: dict[str, str],
-        values: dict[str, Any],
-        doing: str,
-    ) -> dict[str, Any]:
-        """The first take of a window, starting the count again.
-
-        Raises:
-            ConditionFailed: suspended, a take of this window came first, or the calls do
-                not fit even in an empty window.
-        """
-        rendered = render(rule, Form(NEW_WINDOW))
-        return self._update(
-            key,
-            TAKE_FRESH_UPDATE,
-            rendered.expression,
-            {**names, **rendered.names},
-            {**values, **rendered.values},
-            doing,
-            "ALL_NEW",
-            True,
-        )
+            tied = Form(THIS_WINDOW, raise_as_read=raised)
+            return self._write(key, change, rule, doing, "ALL_NEW", True, tied)
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
         """Undo `spend.units` calls of this window; nothing if it was reset meanwhile.
@@ -264,13 +232,9 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        rule = budget_give_back(spend)
-        condition, names, values = with_rule(
-            rule, _count_names(spend.category), {":units": n(spend.units)}
-        )
         doing = f"giving back calls to the {key.scope.value} budget"
         try:
-            self._update(key, GIVE_BACK_UPDATE, condition, names, values, doing, "NONE")
+            self._write(key, budget_given_back(spend), budget_give_back(spend), doing, "NONE")
         except ConditionFailed:
             return
 
@@ -280,13 +244,10 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        mark = f"{spend.window_start_ms}|{spend.limit}"
-        names = {"#z": NOTIFIED_PREFIX + spend.category}
-        values = {":mark": s(mark)}
         doing = f"recording a refusal of the {key.scope.value} budget"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
-        old = self._update(key, NOTE_REFUSAL_UPDATE, "", names, values, doing, "ALL_OLD")
-        return bool(old.get(NOTIFIED_PREFIX + spend.category, {}).get("S") != mark)
+        old = self._write(key, budget_marked(spend), None, doing, "ALL_OLD")
+        return _first(old, spend)
 
     def note_streak(
         self,
@@ -297,44 +258,25 @@ class BudgetStore:
         refusals: int = 1,
     ) -> tuple[int, bool]:
         """Count `refusals` (one, or those a client held) in the principal's streak,
-        marking this budget's own refusal
-        too if `spend` is given; the streak starts again after an allowed call of the
-        refused session. Returns the streak and whether the refusal is the first at
-        `spend`'s window and limit.
+        marking this budget's own refusal too if `spend` is given; the streak starts
+        again after an allowed call of the refused session. Returns the streak and
+        whether the refusal is the first at `spend`'s window and limit.
 
         Raises:
             StorageError: the store failed.
         """
-        names = {"#rl": LAST_REFUSAL}
-        values = {":now": n(now_ms), ":refusals": n(refusals)}
-        mark, marking = "", ""
-        if spend is not None:
-            mark = f"{spend.window_start_ms}|{spend.limit}"
-            names["#z"] = NOTIFIED_PREFIX + spend.category
-            values[":mark"] = s(mark)
-            marking = MARK_TOO
         doing = f"counting a refusal in the {key.scope.value}'s streak"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         try:
-            goes_on, with_names, with_values = with_rule(
-                streak_goes_on(allowed_since_ms), names, values
-            )
-            old = self._update(
-                key,
-                STREAK_UPDATE.format(mark=marking),
-                goes_on,
-                with_names,
-                with_values,
-                doing,
-                "ALL_OLD",
-            )
+            goes_on = streak_noted(now_ms, refusals, True, spend)
+            rule = streak_goes_on(allowed_since_ms)
+            old = self._write(key, goes_on, rule, doing, "ALL_OLD")
             streak = int(old.get(STREAK, {"N": "0"})["N"]) + refusals
         except ConditionFailed:
-            restart = STREAK_RESTART.format(mark=marking)
-            old = self._update(key, restart, "", names, values, doing, "ALL_OLD")
+            again = streak_noted(now_ms, refusals, False, spend)
+            old = self._write(key, again, None, doing, "ALL_OLD")
             streak = refusals
-        first = spend is not None and old.get(names.get("#z", ""), {}).get("S") != mark
-        return streak, first
+        return streak, spend is not None and _first(old, spend)
 
     def end_streak(self, key: BudgetKey, now_ms: int) -> None:
         """A call of this principal was allowed at every scope: its streak ends.
@@ -342,10 +284,9 @@ class BudgetStore:
         Raises:
             StorageError: the store failed.
         """
-        condition, names, values = with_rule(streak_ends(now_ms), {}, {":zero": n(0)})
         doing = f"ending the {key.scope.value}'s streak of refusals"
         try:
-            self._update(key, END_STREAK_UPDATE, condition, names, values, doing, "NONE")
+            self._write(key, STREAK_ENDED, streak_ends(now_ms), doing, "NONE")
         except ConditionFailed:
             return  # refused again since: that refusal's streak stands
 
@@ -367,14 +308,11 @@ class BudgetStore:
             StorageError: the store failed.
         """
         doing = f"raising the {key.scope.value} budget"
-        raise_condition, names, values = with_rule(
-            budget_raise(category, new_limit), {}, {":new": n(new_limit), ":zero": n(0)}
-        )
+        change, rule = budget_raised(category, new_limit), budget_raise(category, new_limit)
         try:
-            item = self._update(key, RAISE_UPDATE, raise_condition, names, values, doing)
+            return snapshot_from_item(self._write(key, change, rule, doing))
         except ConditionFailed as exc:
             raise RecordChanged(doing) from exc
-        return snapshot_from_item(item)
 
     def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
         """Suspend; returns the budget and whether it was newly suspended.
@@ -383,7 +321,7 @@ class BudgetStore:
             StorageError: the store failed.
         """
         doing = f"suspending the {key.scope.value} budget"
-        old = self._update(key, SUSPEND_UPDATE, "", {}, {":why": s(reason)}, doing, "ALL_OLD")
+        old = self._write(key, budget_suspended(reason), None, doing, "ALL_OLD")
         now = {k: v for k, v in old.items() if k != EXPIRES}
         now[SUSPENDED] = s(reason)
         return snapshot_from_item(now), SUSPENDED not in old
@@ -397,10 +335,9 @@ class BudgetStore:
         """
         doing = f"resuming the {key.scope.value} budget"
         try:
-            item = self._update(key, RESUME_UPDATE, _EXISTS, {}, {":zero": n(0)}, doing)
+            return snapshot_from_item(self._write(key, BUDGET_RESUMED, _EXISTS, doing))
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
-        return snapshot_from_item(item)
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
         """Zero the counters of every window; raises and suspension stay.
@@ -413,14 +350,13 @@ class BudgetStore:
         item = updates.get(self._client, self._table, _key(key), doing)
         if item is None:
             raise RecordNotFound(doing)
-        prefixes = (COUNT_PREFIX, WINDOW_PREFIX, OLD_COUNT_PREFIX)
-        counts = [name for name in item if name.startswith(prefixes)]
-        names = {f"#c{i}": name for i, name in enumerate(counts)}
-        remove = f" REMOVE {', '.join(names)}" if names else ""
+        # The item names the categories it counts (and counts of an older layout).
+        prefixes = (COUNT_PREFIX, WINDOW_PREFIX)
+        held = {name.split("_", 1)[1] for name in item if name.startswith(prefixes)}
+        old = tuple(sorted(name for name in item if name.startswith(OLD_COUNT_PREFIX)))
+        cleared = (tuple(sorted(held)), old)
         try:
-            item = self._update(
-                key, f"SET #rf = :zero{remove}", _EXISTS, names, {":zero": n(0)}, doing
-            )
+            written = self._write(key, BUDGET_RESET, _EXISTS, doing, cleared=cleared)
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
-        return snapshot_from_item(item)
+        return snapshot_from_item(written)

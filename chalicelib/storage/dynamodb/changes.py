@@ -20,35 +20,37 @@ from chalicelib.storage.dynamodb import layout
 from chalicelib.storage.dynamodb.codec import SEP, encode_client, ttl
 from chalicelib.storage.dynamodb.updates import n, s
 
-PREFIXES = {
-    Slot.COUNTS: layout.COUNT_PREFIX,
-    Slot.LEASED: layout.LEASED_PREFIX,
-    Slot.GRANTS: layout.GRANT_PREFIX,
-    Slot.REFUSED: layout.REFUSED_PREFIX,
-    Slot.FIRST_REFUSALS: layout.NOTIFIED_PREFIX,
-    Slot.RAISED: layout.RAISED_PREFIX,
-    Slot.RAISED_UNTIL: layout.RAISED_UNTIL_PREFIX,
-    Slot.REPEATS: layout.REPEAT_PREFIX,
-}
-_SLOT_NAMES = {
-    Slot.COUNTS: "#n",
-    Slot.LEASED: "#l",
-    Slot.GRANTS: "#g",
-    Slot.REFUSED: "#b",
-    Slot.FIRST_REFUSALS: "#z",
-    Slot.RAISED: "#r",
-    Slot.RAISED_UNTIL: "#rx",
-    Slot.REPEATS: "#q",
-}
-_FIELDS = {
-    Field.LAST_SEEN: ("#ls", layout.LAST_SEEN),
-    Field.STARTED: ("#started", layout.STARTED),
-    Field.EXPIRES: ("#exp", layout.EXPIRES),
-    Field.SUSPENDED: ("#sus", layout.SUSPENDED),
-    Field.PRINCIPAL: ("#pr", layout.PRINCIPAL),
-    Field.SERVER: ("#srv", layout.SERVER),
-    Field.CLIENT: ("#cli", layout.CLIENT),
-}
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a kind of record keeps each map and field: an attribute prefix per map (and
+    the fixed placeholder of its first entry), and an attribute per field."""
+
+    prefixes: Mapping[Slot, tuple[str, str]]  # slot -> (placeholder, attribute prefix)
+    fields: Mapping[Field, tuple[str, str]]  # field -> (placeholder, attribute)
+
+
+SESSION = Layout(
+    prefixes={
+        Slot.COUNTS: ("#n", layout.COUNT_PREFIX),
+        Slot.LEASED: ("#l", layout.LEASED_PREFIX),
+        Slot.GRANTS: ("#g", layout.GRANT_PREFIX),
+        Slot.REFUSED: ("#b", layout.REFUSED_PREFIX),
+        Slot.FIRST_REFUSALS: ("#z", layout.NOTIFIED_PREFIX),
+        Slot.RAISED: ("#r", layout.RAISED_PREFIX),
+        Slot.RAISED_UNTIL: ("#rx", layout.RAISED_UNTIL_PREFIX),
+        Slot.REPEATS: ("#q", layout.REPEAT_PREFIX),
+    },
+    fields={
+        Field.LAST_SEEN: ("#ls", layout.LAST_SEEN),
+        Field.STARTED: ("#started", layout.STARTED),
+        Field.EXPIRES: ("#exp", layout.EXPIRES),
+        Field.SUSPENDED: ("#sus", layout.SUSPENDED),
+        Field.PRINCIPAL: ("#pr", layout.PRINCIPAL),
+        Field.SERVER: ("#srv", layout.SERVER),
+        Field.CLIENT: ("#cli", layout.CLIENT),
+    },
+)
 # The last calls: appended to, rewritten whole (shifted by one), or started again.
 APPEND_CALL = (
     "#calls = list_append(if_not_exists(#calls, :empty), :rec), "
@@ -68,14 +70,21 @@ class Update:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def render_change(change: Change, categories: Iterable[str], calls: str | None = None) -> Update:
-    """The change as one UpdateExpression; `calls`: the last calls' SET fragment, if the
-    change records a call. `categories` are the policy's, whose entries a `clear` drops."""
+def render_change(
+    change: Change,
+    categories: Iterable[str],
+    calls: str | None = None,
+    kind: Layout = SESSION,
+    removing: Iterable[str] = (),
+) -> Update:
+    """The change as one UpdateExpression on a record of `kind`; `calls`: the last calls'
+    SET fragment, if the change records a call. `categories`: those whose entries a
+    `clear` drops; `removing`: attributes the adapter drops too (old layouts)."""
     out = Update("")
     sets: list[str] = []
     adds: list[str] = []
     removes: list[str] = []
-    entry = _Entries(out)
+    entry = _Entries(out, kind)
     for slot, key, number in change.add:
         name = entry.name(slot, key)
         adds.append(f"{name} {entry.value(name, n(number))}")
@@ -83,11 +92,13 @@ def render_change(change: Change, categories: Iterable[str], calls: str | None =
         name = entry.name(slot, key)
         sets.append(f"{name} = {entry.value(name, _slot_value(slot, value))}")
     removes += [entry.name(slot, key) for slot, key in change.drop]
-    _fields(change, entry, sets, removes)
+    _fields(change, entry, sets, adds, removes)
     for slot in sorted(change.clear):
         assert slot is not Slot.REPEATS, "the loop breaker's keys are not per category"
         kept = change.kept(slot)
-        removes += [entry.cleared(PREFIXES[slot] + c) for c in categories if c not in kept]
+        prefix = kind.prefixes[slot][1]
+        removes += [entry.cleared(prefix + c) for c in categories if c not in kept]
+    removes += [entry.cleared(attribute) for attribute in removing]
     if calls is not None:
         out.names.update(CALL_NAMES)
         sets.append(calls)
@@ -100,8 +111,13 @@ def render_change(change: Change, categories: Iterable[str], calls: str | None =
     return out
 
 
-def _fields(change: Change, entry: _Entries, sets: list[str], removes: list[str]) -> None:
-    """The fields a change sets, removes, or starts where the record has none."""
+def _fields(
+    change: Change, entry: _Entries, sets: list[str], adds: list[str], removes: list[str]
+) -> None:
+    """The fields a change adds to, sets, removes, or starts where the record has none."""
+    for name, number in change.bump:
+        placeholder = entry.field(name)
+        adds.append(f"{placeholder} {entry.value(placeholder, n(number))}")
     for name, value in change.set:
         placeholder = entry.field(name)
         sets.append(f"{placeholder} = {entry.value(placeholder, _field_value(name, value))}")
@@ -128,26 +144,28 @@ class _Entries:
     """Placeholders for map entries: the first key of a map takes the map's fixed name
     (`#n`), any other a numbered one (`#n1`); cleared entries `#x0`, `#x1`, ..."""
 
-    def __init__(self, out: Update) -> None:
+    def __init__(self, out: Update, kind: Layout) -> None:
         self.out = out
+        self._kind = kind
         self._by_attribute: dict[str, str] = {}
         self._per_slot: dict[Slot, int] = {}
         self._extra = 0
 
     def name(self, slot: Slot, key: str) -> str:
-        attribute = PREFIXES[slot] + key
+        base, prefix = self._kind.prefixes[slot]
+        attribute = prefix + key
         found = self._by_attribute.get(attribute)
         if found is not None:
             return found
         taken = self._per_slot.get(slot, 0)
         self._per_slot[slot] = taken + 1
-        name = _SLOT_NAMES[slot] if taken == 0 else f"{_SLOT_NAMES[slot]}{taken}"
+        name = base if taken == 0 else f"{base}{taken}"
         self._by_attribute[attribute] = name
         self.out.names[name] = attribute
         return name
 
     def field(self, name: Field) -> str:
-        placeholder, attribute = _FIELDS[name]
+        placeholder, attribute = self._kind.fields[name]
         self.out.names[placeholder] = attribute
         return placeholder
 
@@ -167,10 +185,8 @@ def _slot_value(slot: Slot, value: object) -> dict[str, Any]:
     if slot is Slot.GRANTS:
         assert isinstance(value, str)
         return s(value)
-    if slot is Slot.FIRST_REFUSALS:
-        assert isinstance(value, tuple)
-        limit, check_id = value
-        return s(f"{limit}{SEP}{check_id}")
+    if isinstance(value, tuple):  # a refusal's mark: "<limit>|<check id>", "<window>|<limit>"
+        return s(SEP.join(str(part) for part in value))
     assert isinstance(value, int)
     return n(value)
 
@@ -182,8 +198,7 @@ def _field_value(name: Field, value: object) -> dict[str, Any]:
     if name is Field.EXPIRES:
         assert isinstance(value, int)
         return n(ttl(value))
-    if name in (Field.LAST_SEEN, Field.STARTED):
-        assert isinstance(value, int)
+    if isinstance(value, int):
         return n(value)
     assert isinstance(value, str)
     return s(value)

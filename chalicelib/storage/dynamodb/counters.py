@@ -47,7 +47,6 @@ from chalicelib.storage.dynamodb.changes import (
     APPEND_CALL,
     RESTART_CALLS,
     REWRITE_CALLS,
-    merged,
 )
 from chalicelib.storage.dynamodb.codec import (
     SEP,
@@ -98,14 +97,13 @@ class CounterStore(RefusalWrites):
             update = self._change(change, REWRITE_CALLS, tail.values(new))
             rendered = render(rule, Form(KNOWN, raised))
             try:
-                item = self._update(
+                item = self._write(
                     key,
-                    update.expression,
-                    f"{rendered.expression} AND {tail.condition()}",
-                    merged(update.names, rendered.names),
-                    merged(update.values, rendered.values),
+                    update,
+                    rendered,
                     doing,
                     old_on_failure=True,
+                    also=tail.condition(),
                 )
             except _ConditionFailed as failed:
                 old = self._old(failed, key, doing)
@@ -121,12 +119,10 @@ class CounterStore(RefusalWrites):
         update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN if tail is not None else frozenset(), raised))
         try:
-            item = self._update(
+            item = self._write(
                 key,
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 doing,
                 old_on_failure=True,
             )
@@ -158,12 +154,10 @@ class CounterStore(RefusalWrites):
         update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN, raise_as_read=raise_))
         try:
-            item = self._update(
+            item = self._write(
                 key,
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 doing,
                 old_on_failure=True,
             )
@@ -184,12 +178,10 @@ class CounterStore(RefusalWrites):
         update = self._change(change, RESTART_CALLS)
         rendered = render(rule)
         try:
-            item = self._update(
+            item = self._write(
                 key,
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 doing,
             )
         except _ConditionFailed:
@@ -244,14 +236,13 @@ class CounterStore(RefusalWrites):
             new = tail.replacing_last(encode_call(record), entry)
             update = self._change(change, REWRITE_CALLS, tail.values(new))
             try:
-                self._update(
+                self._write(
                     key,
-                    update.expression,
-                    f"{rendered.expression} AND {tail.condition()}",
-                    merged(update.names, rendered.names),
-                    merged(update.values, rendered.values),
+                    update,
+                    rendered,
                     doing,
                     "NONE",
+                    also=tail.condition(),
                 )
             except _ConditionFailed:
                 pass  # another writer came between, or the session was reset: append
@@ -261,12 +252,10 @@ class CounterStore(RefusalWrites):
         self._tails.put(key, None)
         update = self._change(change, APPEND_CALL, {":cidl": {"L": [_s(entry)]}})
         try:
-            item = self._update(
+            item = self._write(
                 key,
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 doing,
             )
         except _ConditionFailed:
@@ -276,12 +265,10 @@ class CounterStore(RefusalWrites):
             )
             exists = render(SessionExists())
             try:
-                item = self._update(
+                item = self._write(
                     key,
-                    update.expression,
-                    exists.expression,
-                    merged(update.names, exists.names),
-                    update.values,
+                    update,
+                    exists,
                     doing,
                 )
             except _ConditionFailed:
@@ -301,12 +288,10 @@ class CounterStore(RefusalWrites):
         update = self._change(lease_returned(lease, unused), None)
         rendered = render(lease_return(lease, unused, cutoff_ms))
         try:
-            item = self._update(
+            item = self._write(
                 key_of(session),
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 "returning the unspent calls of a lease",
             )
         except _ConditionFailed:

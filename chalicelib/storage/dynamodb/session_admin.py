@@ -23,7 +23,6 @@ from chalicelib.quota.rules import (
     session_raise,
     session_unseen,
 )
-from chalicelib.storage.dynamodb.changes import merged
 from chalicelib.storage.dynamodb.codec import (
     key_of,
     snapshot_from_item,
@@ -53,16 +52,8 @@ class AdminWrites(SessionItems):
             _ConditionFailed: `rule` failed.
             StorageError: the store failed.
         """
-        update = self._change(change, None)
         rendered = render(rule) if rule is not None else Rendered("")
-        return self._admin_update(
-            session,
-            update.expression,
-            rendered.expression,
-            merged(update.names, rendered.names),
-            merged(update.values, rendered.values),
-            doing,
-        )
+        return self._admin_update(session, self._change(change, None), rendered, doing)
 
     def raise_limit(
         self, session: SessionKey, change: LimitChange, seen: SessionSnapshot | None

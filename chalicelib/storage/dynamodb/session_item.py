@@ -15,13 +15,14 @@ from chalicelib.quota.core import (
     SessionSnapshot,
 )
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.changes import Update, render_change
+from chalicelib.storage.dynamodb.changes import Update, merged, render_change
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
     key_of,
     snapshot_from_item,
     stored_id,
 )
+from chalicelib.storage.dynamodb.conditions import Rendered
 from chalicelib.storage.dynamodb.expressions import (
     BASE_NAMES,
     TRIM_CONDITION,
@@ -93,6 +94,30 @@ class SessionItems:
             old_on_failure,
         )
 
+    def _write(
+        self,
+        key: str,
+        update: Update,
+        rule: Rendered,
+        doing: str,
+        returns: str = "ALL_NEW",
+        old_on_failure: bool = False,
+        also: str = "",
+    ) -> dict[str, Any]:
+        """One UpdateItem: a change rendered, on its rule rendered (and `also`: that the
+        lists still end as this container knows them).
+
+        Raises:
+            _ConditionFailed: the condition failed.
+            StorageError: the store failed.
+        """
+        condition = f"{rule.expression} AND {also}" if also else rule.expression
+        names = merged(update.names, rule.names)
+        values = merged(update.values, rule.values)
+        return self._update(
+            key, update.expression, condition, names, values, doing, returns, old_on_failure
+        )
+
     def _item(self, key: str, doing: str) -> dict[str, Any] | None:
         """Read an item (strongly consistent), or None.
 
@@ -160,17 +185,10 @@ class SessionItems:
             self._tails.put(key, None)
 
     def _admin_update(
-        self,
-        session: SessionKey,
-        update: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        doing: str,
+        self, session: SessionKey, update: Update, rule: Rendered, doing: str
     ) -> SessionSnapshot:
         """Raises: _ConditionFailed, StorageError."""
-        names = {**BASE_NAMES, **names}
         key = key_of(session)
-        item = self._update(key, update, condition, names, values, doing, old_on_failure=True)
+        item = self._write(key, update, rule, doing, old_on_failure=True)
         self._tails.learn(key, item)
         return snapshot_from_item(item)

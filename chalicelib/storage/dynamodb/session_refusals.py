@@ -17,7 +17,7 @@ from chalicelib.quota.rules import (
     still_spent,
     suspended_refusal,
 )
-from chalicelib.storage.dynamodb.changes import APPEND_CALL, REWRITE_CALLS, merged
+from chalicelib.storage.dynamodb.changes import APPEND_CALL, REWRITE_CALLS
 from chalicelib.storage.dynamodb.codec import (
     holds_entry,
     key_of,
@@ -78,26 +78,25 @@ class RefusalWrites(AdminWrites):
                 change = refused(attempt, limit if first else None)
                 rule = refusal_noted(record, seen.started_ms, limit, first)
             rendered = render(rule)
-            condition = rendered.expression
+            also = ""
             # The failed check just read the lists: write them with this refusal folded
             # in. Late rounds (other writers kept changing them) append instead.
             tail = self._tails.get(key) if round_ < ADMIN_ROUNDS // 2 else None
             new = tail.adding(record, self._keep) if tail is not None else None
             if tail is not None and new is not None:
                 update = self._change(change, REWRITE_CALLS, tail.values(new))
-                condition = f"{condition} AND {tail.condition()}"
+                also = tail.condition()
             else:
                 update = self._change(change, APPEND_CALL)
             try:
-                old = self._update(
+                old = self._write(
                     key,
-                    update.expression,
-                    condition,
-                    merged(update.names, rendered.names),
-                    merged(update.values, rendered.values),
+                    update,
+                    rendered,
                     doing,
                     "ALL_OLD",
                     old_on_failure=True,
+                    also=also,
                 )
             except _ConditionFailed as failed:
                 now = self._old(failed, key, doing)
@@ -146,14 +145,13 @@ class RefusalWrites(AdminWrites):
         )
         update = self._change(refused(attempt), REWRITE_CALLS, tail.values(new))
         try:
-            self._update(
+            self._write(
                 key,
-                update.expression,
-                f"{rendered.expression} AND {tail.condition()}",
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 "recording a refused call",
                 "NONE",
+                also=tail.condition(),
             )
         except _ConditionFailed:
             self._tails.put(key, None)
@@ -175,12 +173,10 @@ class RefusalWrites(AdminWrites):
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:
-            old = self._update(
+            old = self._write(
                 key,
-                update.expression,
-                rendered.expression,
-                merged(update.names, rendered.names),
-                merged(update.values, rendered.values),
+                update,
+                rendered,
                 doing,
                 "ALL_OLD",
                 old_on_failure=True,

@@ -1,10 +1,24 @@
-"""In-memory principal and tenant budgets."""
+"""In-memory principal and tenant budgets: the core's rules and changes under one lock."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 
+from chalicelib.quota.changes import (
+    BUDGET_RESET,
+    BUDGET_RESUMED,
+    STREAK_ENDED,
+    Change,
+    Field,
+    Slot,
+    budget_given_back,
+    budget_marked,
+    budget_raised,
+    budget_suspended,
+    budget_taken,
+    streak_noted,
+)
 from chalicelib.quota.core import (
     BudgetKey,
     BudgetSnapshot,
@@ -17,6 +31,7 @@ from chalicelib.quota.rules import (
     streak_ends,
     streak_goes_on,
 )
+from chalicelib.storage.memory.changes import apply
 from chalicelib.storage.ports import (
     NotTaken,
     RecordChanged,
@@ -24,22 +39,39 @@ from chalicelib.storage.ports import (
     Taken,
 )
 
+_MAPS = {
+    Slot.COUNTS: "counts",
+    Slot.WINDOWS: "windows",
+    Slot.RAISED: "raised",
+    Slot.MARKS: "marks",
+}
+_FIELDS = {
+    Field.STREAK: "streak",
+    Field.LAST_REFUSAL: "last_refusal_ms",
+    Field.SUSPENDED: "suspended_reason",
+    Field.EXPIRES: "expires_ms",
+}
+
 
 @dataclass
 class _Budget:
-    counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # in the window `windows` names
+    windows: dict[str, int] = field(default_factory=dict)
     raised: dict[str, int] = field(default_factory=dict)
-    notified: dict[str, tuple[int, int]] = field(default_factory=dict)
-    streak: int = 0
-    last_refusal_ms: int = 0
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    streak: int | None = None
+    last_refusal_ms: int | None = None
     suspended_reason: str | None = None
+    expires_ms: int | None = None
 
     def snapshot(self) -> BudgetSnapshot:
         counts: dict[int, dict[str, int]] = {}
-        for (category, start), count in self.counts.items():
-            counts.setdefault(start, {})[category] = count
-        last = self.last_refusal_ms or None  # 0: never refused
-        return BudgetSnapshot(counts, dict(self.raised), self.suspended_reason, self.streak, last)
+        for category, count in self.counts.items():
+            if category in self.windows:
+                counts.setdefault(self.windows[category], {})[category] = count
+        return BudgetSnapshot(
+            counts, dict(self.raised), self.suspended_reason, self.streak or 0, self.last_refusal_ms
+        )
 
 
 class MemoryBudgets:
@@ -49,35 +81,41 @@ class MemoryBudgets:
         self._budgets: dict[BudgetKey, _Budget] = {}
         self._lock = threading.Lock()
 
+    def _write(self, key: BudgetKey, change: Change) -> _Budget:
+        budget = self._budgets.setdefault(key, _Budget())
+        apply(budget, change, _MAPS, _FIELDS)
+        return budget
+
+    def _snapshot(self, key: BudgetKey) -> BudgetSnapshot | None:
+        budget = self._budgets.get(key)
+        return budget.snapshot() if budget is not None else None
+
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count the calls if the core's rule (`rules.budget_take`) holds."""
         with self._lock:
-            budget = self._budgets.setdefault(key, _Budget())
-            slot = (spend.category, spend.window_start_ms)
-            if not budget_take(spend).holds(budget.snapshot()):
-                return NotTaken(budget.snapshot())
-            used = budget.counts.get(slot, 0)
-            # As the DynamoDB item: one window counted per category, the current one.
-            for other in [s for s in budget.counts if s[0] == spend.category and s != slot]:
-                del budget.counts[other]
-            budget.counts[slot] = used + spend.units
-            return Taken(budget.snapshot())
+            seen = self._snapshot(key)
+            if not budget_take(spend).holds(seen):
+                return NotTaken(seen)
+            budget = self._budgets.get(key)
+            fresh = budget is None or budget.windows.get(spend.category) != spend.window_start_ms
+            return Taken(self._write(key, budget_taken(spend, fresh)).snapshot())
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
         """Undo one take of this window."""
         with self._lock:
-            budget = self._budgets.get(key)
-            slot = (spend.category, spend.window_start_ms)
-            if budget is not None and budget_give_back(spend).holds(budget.snapshot()):
-                budget.counts[slot] -= spend.units
+            if budget_give_back(spend).holds(self._snapshot(key)):
+                self._write(key, budget_given_back(spend))
+
+    def _first(self, key: BudgetKey, spend: Spend | None) -> bool:
+        budget = self._budgets.get(key)
+        mark = budget.marks.get(spend.category) if budget is not None and spend else None
+        return spend is not None and mark != (spend.window_start_ms, spend.limit)
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
         """Whether this is the first refusal at this window and limit."""
-        mark = (spend.window_start_ms, spend.limit)
         with self._lock:
-            budget = self._budgets.setdefault(key, _Budget())
-            first = budget.notified.get(spend.category) != mark
-            budget.notified[spend.category] = mark
+            first = self._first(key, spend)
+            self._write(key, budget_marked(spend))
             return first
 
     def note_streak(
@@ -90,26 +128,23 @@ class MemoryBudgets:
     ) -> tuple[int, bool]:
         """Count a refusal in the principal's streak (it starts again after an allowed
         call of the refused session), marking this budget's own refusal if `spend`."""
-        first = spend is not None and self.note_refusal(key, spend)
         with self._lock:
-            budget = self._budgets.setdefault(key, _Budget())
-            goes_on = streak_goes_on(allowed_since_ms).holds(budget.snapshot())
-            budget.streak = budget.streak + refusals if goes_on else refusals
-            budget.last_refusal_ms = now_ms
-            return budget.streak, first
+            first = self._first(key, spend)
+            goes_on = streak_goes_on(allowed_since_ms).holds(self._snapshot(key))
+            budget = self._write(key, streak_noted(now_ms, refusals, goes_on, spend))
+            return budget.streak or 0, first
 
     def end_streak(self, key: BudgetKey, now_ms: int) -> None:
         """A call of this principal was allowed at every scope: its streak ends."""
         with self._lock:
-            budget = self._budgets.get(key)
-            if budget is not None and streak_ends(now_ms).holds(budget.snapshot()):
-                budget.streak = 0
+            seen = self._snapshot(key)
+            if seen is not None and streak_ends(now_ms).holds(seen):
+                self._write(key, STREAK_ENDED)
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:
         """The budget as stored, or None."""
         with self._lock:
-            budget = self._budgets.get(key)
-            return budget.snapshot() if budget else None
+            return self._snapshot(key)
 
     def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
         """Raise a category's limit, never below a raise set meanwhile.
@@ -118,20 +153,16 @@ class MemoryBudgets:
             RecordChanged: a higher raise was set meanwhile.
         """
         with self._lock:
-            budget = self._budgets.setdefault(key, _Budget())
-            if not budget_raise(category, new_limit).holds(budget.snapshot()):
+            if not budget_raise(category, new_limit).holds(self._snapshot(key)):
                 raise RecordChanged("raising a budget")
-            budget.raised[category] = new_limit
-            budget.streak = 0
-            return budget.snapshot()
+            return self._write(key, budget_raised(category, new_limit)).snapshot()
 
     def suspend(self, key: BudgetKey, reason: str) -> tuple[BudgetSnapshot, bool]:
         """Suspend; returns the budget and whether it was newly suspended."""
         with self._lock:
-            budget = self._budgets.setdefault(key, _Budget())
-            newly = budget.suspended_reason is None
-            budget.suspended_reason = reason
-            return budget.snapshot(), newly
+            seen = self._snapshot(key)
+            newly = seen is None or not seen.suspended
+            return self._write(key, budget_suspended(reason)).snapshot(), newly
 
     def resume(self, key: BudgetKey) -> BudgetSnapshot:
         """Lift a suspension and the refusal streak.
@@ -140,12 +171,9 @@ class MemoryBudgets:
             RecordNotFound: the budget does not exist.
         """
         with self._lock:
-            budget = self._budgets.get(key)
-            if budget is None:
+            if key not in self._budgets:
                 raise RecordNotFound("resuming a budget")
-            budget.suspended_reason = None
-            budget.streak = 0
-            return budget.snapshot()
+            return self._write(key, BUDGET_RESUMED).snapshot()
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
         """Zero the counters of every window.
@@ -154,9 +182,6 @@ class MemoryBudgets:
             RecordNotFound: the budget does not exist.
         """
         with self._lock:
-            budget = self._budgets.get(key)
-            if budget is None:
+            if key not in self._budgets:
                 raise RecordNotFound("resetting a budget")
-            budget.counts.clear()
-            budget.streak = 0
-            return budget.snapshot()
+            return self._write(key, BUDGET_RESET).snapshot()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from chalicelib.quota.changes import (
     Calls,
@@ -51,6 +50,7 @@ from chalicelib.quota.rules import (
     suspended_refusal,
     take_back,
 )
+from chalicelib.storage.memory.changes import apply
 from chalicelib.storage.ports import (
     Consumed,
     LimitChange,
@@ -123,22 +123,8 @@ class _Session:
         )
 
     def apply(self, change: Change) -> None:
-        """The core's change, entry by entry (the last calls are the store's: `record`)."""
-        maps: dict[Slot, dict[str, Any]] = {s: getattr(self, name) for s, name in _MAPS.items()}
-        for slot in change.clear:
-            kept = change.kept(slot)
-            for key in [key for key in maps[slot] if key not in kept]:
-                del maps[slot][key]
-        for slot, key in change.drop:
-            maps[slot].pop(key, None)
-        for slot, key, number in change.add:
-            maps[slot][key] = maps[slot].get(key, 0) + number
-        for slot, key, value in change.put:
-            maps[slot][key] = value
-        for name, value in change.set:
-            setattr(self, _FIELDS[name], value)
-        for name in change.unset:
-            setattr(self, _FIELDS[name], None)
+        """The core's change (the last calls are the store's: see `MemoryCounters`)."""
+        apply(self, change, _MAPS, _FIELDS)
 
 
 class MemoryCounters:
