@@ -42,6 +42,7 @@ from chalicelib.quota.core import (
     fold_repeats,
     with_call,
 )
+from chalicelib.quota.facts import within
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.rules import explain_refusal
 from chalicelib.storage.ports import (
@@ -149,7 +150,7 @@ class CheckService:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
                 return self._principal_suspended(attempt)
-        if attempt.units > attempt.base_limit:
+        if not within(0, attempt.units, attempt.base_limit):
             oversized = self._refuse_oversized(attempt)
             if oversized is not None:
                 return oversized
@@ -368,9 +369,8 @@ class CheckService:
         if seen is not None and live and seen.suspended:
             return None  # the usual way answers a suspension
         if seen is not None and live:
-            if attempt.units <= seen.limit_for(
-                attempt.category, attempt.base_limit, attempt.now_ms
-            ):
+            limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+            if within(0, attempt.units, limit):
                 return None
         else:
             seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)

@@ -15,7 +15,7 @@ from typing import Protocol
 from chalicelib.check.repeats import repeated
 from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import Attempt, RefusalReason, Scope, SessionSnapshot
-from chalicelib.quota.facts import RepeatsUnder
+from chalicelib.quota.facts import RepeatsUnder, within
 from chalicelib.quota.policy import MAX_LIMIT, RepeatLimit
 
 SHADOW_CEILING = MAX_LIMIT  # what a shadowed category's store condition counts up to
@@ -65,11 +65,11 @@ def would_refuse(
         earlier = replace(seen, repeats={**seen.repeats, key: seen.repeats.get(key, 0) - 1})
         if not RepeatsUnder(key, repeat.limit).holds(earlier):
             return repeated(refusal, attempt, repeat.limit)
-    if refusal.used + need > allowed.limit:
+    if not within(refusal.used, need, allowed.limit):
         return refusal
     for use in allowed.scopes:
         before = use.used - attempt.units
-        if before + need > use.limit:
+        if not within(before, need, use.limit):
             return replace(
                 refusal,
                 used=before,

@@ -132,6 +132,12 @@ def facts(condition: Condition) -> Iterator[Condition]:
         yield condition
 
 
+def within(used: int, units: int, limit: int) -> bool:
+    """The one arithmetic of every limit: `units` more calls on `used` stay within `limit`
+    (the facts below, and shadow mode's judgement of a call that ran, use it)."""
+    return used + units <= limit
+
+
 # -- facts about a session ---------------------------------------------------------------
 
 
@@ -223,9 +229,11 @@ class Fits:
 
     def holds(self, record: SessionSnapshot | None) -> bool:
         if record is None:
-            return self.units <= self.base_limit
+            return within(0, self.units, self.base_limit)
         used = record.counts.get(self.category, 0)
-        return used + self.units <= record.limit_for(self.category, self.base_limit, self.now_ms)
+        return within(
+            used, self.units, record.limit_for(self.category, self.base_limit, self.now_ms)
+        )
 
     def remaining(self, record: SessionSnapshot) -> int:
         """How many of the units still fit (0: none)."""
@@ -395,9 +403,9 @@ class BudgetFits:
 
     def holds(self, record: BudgetSnapshot | None) -> bool:
         if record is None:
-            return self.units <= self.limit
+            return within(0, self.units, self.limit)
         used = record.used(self.category, self.window_start_ms)
-        return used + self.units <= record.limit_for(self.category, self.limit)
+        return within(used, self.units, record.limit_for(self.category, self.limit))
 
 
 @dataclass(frozen=True)
