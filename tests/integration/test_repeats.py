@@ -4,6 +4,7 @@ its repeat clause is one valid DynamoDB write, and answers as the rule says."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from chalicelib.check.requests import CheckRequest
@@ -11,7 +12,8 @@ from chalicelib.check.service import CheckService
 from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import RefusalReason, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
-from tests.support import FixedClock, Stores
+from chalicelib.storage.dynamodb.counters import CounterStore
+from tests.support import Backend, FixedClock, Stores
 
 IDLE = 3600
 POLICY = parse_policy(json.loads((POLICY_DIR / "default.json").read_text()))
@@ -87,3 +89,26 @@ def test_a_repeat_leaves_the_first_exhaustion_to_the_limit(
         assert isinstance(service.check("demo", delete(f"{i:02x}" * 32)), Allowed)
     spent = refused(service.check("demo", delete("e" * 64)))
     assert spent.reason is RefusalReason.QUOTA_EXCEEDED and spent.first_exhaustion
+
+
+def test_an_allowed_call_after_its_window_ended_is_still_one_request(
+    backend: Backend, clock: FixedClock
+) -> None:
+    """The loop breaker's counts of ended windows leave in the next count's own write: an
+    allowed call stays one UpdateItem, and the item keeps only the live window's keys."""
+    sent: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        sent[model.name] += 1
+
+    backend.client.meta.events.register("before-call.dynamodb", count)
+    counters = CounterStore(backend.client, backend.settings.counters_table, POLICY.categories)
+    service = CheckService(POLICY, counters, clock, IDLE)
+    assert isinstance(service.check("demo", delete()), Allowed)  # the container sees it
+    sent.clear()
+    for window in range(6):
+        clock.advance(600)
+        assert isinstance(service.check("demo", delete(OTHER if window % 2 else DIGEST)), Allowed)
+    assert sent == {"UpdateItem": 6}
+    seen = counters.get(S1)
+    assert seen is not None and list(seen.repeats.values()) == [1]
