@@ -1,19 +1,21 @@
-"""The core's rules (`quota.rules`) as DynamoDB ConditionExpressions: one renderer per
+"""The core's rules (`quota.rules`) as DynamoDB ConditionExpressions: one rendering per
 fact, every attribute and value aliased. This translates; it decides nothing.
 
 Each fact renders the same fixed fragment with fixed placeholders (`#ls >= :cutoff`), so
-the expressions stay few and the same from call to call. Where DynamoDB cannot say a fact
-in one form (a condition allows no arithmetic), the adapter passes a `Form`: which case
-of an `Or` this request covers (the other case is another request), and the value a raise
-was read at. A rendered condition always implies the rule it renders: at worst it fails
-where the rule holds (the record changed since it was read), and the adapter tries again.
+the expressions stay few and the same from call to call: most facts are one row of
+`_FRAGMENTS`; `CountAtLeast`, `Fits` and `BudgetFits` are functions. Where DynamoDB
+cannot say a fact in one form (a condition allows no arithmetic), the adapter passes a
+`Form`: which case of an `Or` this request covers (the other case is another request),
+and the value a raise was read at. A rendered condition always implies the rule it
+renders: at worst it fails where the rule holds (the record changed since it was read),
+and the adapter tries again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar
 
 from chalicelib.quota.core import call_id_key
 from chalicelib.quota.facts import (
@@ -53,6 +55,8 @@ from chalicelib.quota.facts import (
 from chalicelib.storage.dynamodb import layout
 from chalicelib.storage.dynamodb.codec import SEP, stored_id
 from chalicelib.storage.dynamodb.updates import n, s
+
+F = TypeVar("F")
 
 # A comparison with a missing attribute is false, so `NOT #rx <= :now` also holds for a
 # raise without an expiry. (The same test spelt `attribute_not_exists(#rx) OR #rx > :now`
@@ -144,12 +148,9 @@ def _render_not(part: Condition, form: Form, out: Rendered) -> str:
     if isinstance(part, Fits) and part.units == 1:
         _fits(part, Form(raised=True), out)
         return STILL_SPENT
-    if isinstance(part, SessionExists | BudgetExists):
-        out.names["#pk"] = layout.PK
-        return "attribute_not_exists(#pk)"
-    if isinstance(part, SessionSuspended | BudgetSuspended):
-        out.names["#sus"] = layout.SUSPENDED
-        return "attribute_not_exists(#sus)"
+    negated = _NEGATED.get(type(part))
+    if negated is not None:
+        return negated(part, form, out)
     inner = _render(part, form, out)
     return f"NOT {inner}" if " AND " not in inner and " OR " not in inner else f"NOT ({inner})"
 
@@ -161,180 +162,138 @@ def _fact(fact: Condition, form: Form, out: Rendered) -> str:
     return renderer(fact, form, out)
 
 
-def _r_sessionexists(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#pk"] = layout.PK
-    return "attribute_exists(#pk)"
+@dataclass(frozen=True)
+class _Fragment(Generic[F]):
+    """A fact said the same way in every form: a fixed fragment, its names (each a fixed
+    attribute, or a prefix completed by the fact's `suffix`) and the values it reads."""
+
+    expression: str
+    names: Mapping[str, str]
+    values: Callable[[F], dict[str, Any]] = lambda fact: {}
+    suffix: Callable[[F], str] = lambda fact: ""
+
+    def __call__(self, fact: F, form: Form, out: Rendered) -> str:
+        suffix = self.suffix(fact)
+        out.names.update({alias: name + suffix for alias, name in self.names.items()})
+        out.values.update(self.values(fact))
+        return self.expression
 
 
-def _r_sessionsuspended(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#sus"] = layout.SUSPENDED
-    return "attribute_exists(#sus)"
+class _OfCategory(Protocol):
+    @property
+    def category(self) -> str: ...
 
 
-def _r_seensince(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ls"] = layout.LAST_SEEN
-    out.values[":cutoff"] = n(fact.cutoff_ms)
-    return "#ls >= :cutoff"
+def _category(fact: _OfCategory) -> str:
+    return fact.category
 
 
-def _r_lastseenat(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ls"] = layout.LAST_SEEN
-    out.values[":old_ls"] = n(fact.at_ms)
-    return "#ls = :old_ls"
+# Names a fixed attribute under the one alias it has in every expression.
+_LAST_SEEN = {"#ls": layout.LAST_SEEN}
+_STARTED = {"#started": layout.STARTED}
+_CALL_IDS = {"#ids": layout.CALL_IDS}
+_LAST_REFUSAL = {"#rl": layout.LAST_REFUSAL}
 
+_EXISTS = _Fragment[object]("attribute_exists(#pk)", {"#pk": layout.PK})
+_SUSPENDED = _Fragment[object]("attribute_exists(#sus)", {"#sus": layout.SUSPENDED})
+# The two window facts differ only in their fragment.
+_COUNTS_AT = _Fragment[CountsWindow | CountsNoLaterWindow](
+    "", {"#w": layout.BUDGET_WINDOW_PREFIX}, lambda f: {":ws": n(f.window_start_ms)}, _category
+)
+_COUNTED_AT_LEAST = _Fragment[CountAtLeast](
+    "#n >= :least", {"#n": layout.COUNT_PREFIX}, lambda f: {":least": n(f.least)}, _category
+)
+_LEASED_AT_LEAST = _Fragment[CountAtLeast](
+    "#l >= :lleast", {"#l": layout.LEASED_PREFIX}, lambda f: {":lleast": n(f.least)}, _category
+)
 
-def _r_samecounters(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#started"] = layout.STARTED
-    out.values[":started"] = n(fact.started_ms)
-    return "#started = :started"
-
-
-def _r_fits(fact: Any, form: Form, out: Rendered) -> str:
-    return _fits(fact, form, out)
-
-
-def _r_startedby(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#started"] = layout.STARTED
-    out.values[":now"] = n(fact.now_ms)
-    return "#started <= :now"
-
-
-def _r_startedbefore(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#started"] = layout.STARTED
-    out.values[":now"] = n(fact.ms)
-    return "#started < :now"
-
-
-def _r_seenbefore(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ls"] = layout.LAST_SEEN
-    out.values[":now"] = n(fact.ms)
-    return "#ls < :now"
-
-
-def _r_raisedabove(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#r"] = layout.RAISED_PREFIX + fact.category
-    out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
-    out.values[":new"] = n(fact.limit)
-    out.values[":now"] = n(fact.now_ms)
-    return f"#r > :new AND {RAISE_IN_FORCE}"
-
-
-def _r_budgetraisedabove(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#r"] = layout.RAISED_PREFIX + fact.category
-    out.values[":new"] = n(fact.limit)
-    return "#r > :new"
-
-
-def _r_checknotcounted(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ids"] = layout.CALL_IDS
-    out.values[":cid"] = s(layout.COUNTED_CHECK + fact.check_id)
-    return NOT_SEEN
-
-
-def _r_callidfree(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ids"] = layout.CALL_IDS
-    out.values[":cid"] = s(layout.COUNTED_CALL_ID + call_id_key(fact.call_id))
-    return NOT_SEEN
-
-
-def _r_repeatsunder(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#q"] = layout.REPEAT_PREFIX + fact.key
-    out.values[":qlimit"] = n(fact.limit)
-    return REPEATS_UNDER
-
-
-def _r_recorded(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#ids"] = layout.CALL_IDS
-    out.values[":own"] = s(stored_id(fact.record))
-    return "contains(#ids, :own)"
-
-
-def _r_firstrefusalat(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#z"] = layout.NOTIFIED_PREFIX + fact.category
-    out.values[":zlimit"] = s(f"{fact.limit}{SEP}")
-    return "begins_with(#z, :zlimit)"
-
-
-def _r_countatleast(fact: Any, form: Form, out: Rendered) -> str:
-    if fact.leased:
-        out.names["#l"] = layout.LEASED_PREFIX + fact.category
-        out.values[":lleast"] = n(fact.least)
-        return "#l >= :lleast"
-    out.names["#n"] = layout.COUNT_PREFIX + fact.category
-    out.values[":least"] = n(fact.least)
-    return "#n >= :least"
-
-
-def _r_lastgrantis(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#g"] = layout.GRANT_PREFIX + fact.category
-    out.values[":grant"] = s(fact.grant)
-    return "#g = :grant"
-
-
-def _r_budgetcountatleast(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#n"] = layout.BUDGET_COUNT_PREFIX + fact.category
-    out.names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
-    out.values[":least"] = n(fact.least)
-    return "#n >= :least"
-
-
-def _r_refusedbefore(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#rl"] = layout.LAST_REFUSAL
-    out.values[":since"] = n(fact.ms)
-    return "#rl < :since"
-
-
-def _r_refusedby(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#rl"] = layout.LAST_REFUSAL
-    out.values[":now"] = n(fact.ms)
-    return "#rl <= :now"
-
-
-def _r_countswindow(fact: Any, form: Form, out: Rendered) -> str:
-    out.names["#w"] = layout.BUDGET_WINDOW_PREFIX + fact.category
-    out.values[":ws"] = n(fact.window_start_ms)
-    return BUDGET_THIS_WINDOW if isinstance(fact, CountsWindow) else BUDGET_NO_LATER_WINDOW
-
-
-def _r_budgetfits(fact: Any, form: Form, out: Rendered) -> str:
-    return _budget_fits(fact, form, out)
-
-
-_RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
-    SessionExists: _r_sessionexists,
-    SessionSuspended: _r_sessionsuspended,
-    BudgetSuspended: _r_sessionsuspended,
-    SeenSince: _r_seensince,
-    LastSeenAt: _r_lastseenat,
-    SameCounters: _r_samecounters,
-    Fits: _r_fits,
-    StartedBy: _r_startedby,
-    RaisedAbove: _r_raisedabove,
-    BudgetRaisedAbove: _r_budgetraisedabove,
-    BudgetExists: _r_sessionexists,
-    StartedBefore: _r_startedbefore,
-    SeenBefore: _r_seenbefore,
-    CheckNotCounted: _r_checknotcounted,
-    CallIdFree: _r_callidfree,
-    Recorded: _r_recorded,
-    RepeatsUnder: _r_repeatsunder,
-    FirstRefusalAt: _r_firstrefusalat,
-    CountAtLeast: _r_countatleast,
-    LastGrantIs: _r_lastgrantis,
-    BudgetCountAtLeast: _r_budgetcountatleast,
-    RefusedBefore: _r_refusedbefore,
-    RefusedBy: _r_refusedby,
-    CountsWindow: _r_countswindow,
-    CountsNoLaterWindow: _r_countswindow,
-    BudgetFits: _r_budgetfits,
+_FRAGMENTS: dict[type, _Fragment[Any]] = {
+    SessionExists: _EXISTS,
+    BudgetExists: _EXISTS,
+    SessionSuspended: _SUSPENDED,
+    BudgetSuspended: _SUSPENDED,
+    SeenSince: _Fragment[SeenSince](
+        "#ls >= :cutoff", _LAST_SEEN, lambda f: {":cutoff": n(f.cutoff_ms)}
+    ),
+    LastSeenAt: _Fragment[LastSeenAt](
+        "#ls = :old_ls", _LAST_SEEN, lambda f: {":old_ls": n(f.at_ms)}
+    ),
+    SeenBefore: _Fragment[SeenBefore]("#ls < :now", _LAST_SEEN, lambda f: {":now": n(f.ms)}),
+    SameCounters: _Fragment[SameCounters](
+        "#started = :started", _STARTED, lambda f: {":started": n(f.started_ms)}
+    ),
+    StartedBy: _Fragment[StartedBy]("#started <= :now", _STARTED, lambda f: {":now": n(f.now_ms)}),
+    StartedBefore: _Fragment[StartedBefore](
+        "#started < :now", _STARTED, lambda f: {":now": n(f.ms)}
+    ),
+    RaisedAbove: _Fragment[RaisedAbove](
+        f"#r > :new AND {RAISE_IN_FORCE}",
+        {"#r": layout.RAISED_PREFIX, "#rx": layout.RAISED_UNTIL_PREFIX},
+        lambda f: {":new": n(f.limit), ":now": n(f.now_ms)},
+        _category,
+    ),
+    BudgetRaisedAbove: _Fragment[BudgetRaisedAbove](
+        "#r > :new", {"#r": layout.RAISED_PREFIX}, lambda f: {":new": n(f.limit)}, _category
+    ),
+    CheckNotCounted: _Fragment[CheckNotCounted](
+        NOT_SEEN, _CALL_IDS, lambda f: {":cid": s(layout.COUNTED_CHECK + f.check_id)}
+    ),
+    CallIdFree: _Fragment[CallIdFree](
+        NOT_SEEN, _CALL_IDS, lambda f: {":cid": s(layout.COUNTED_CALL_ID + call_id_key(f.call_id))}
+    ),
+    Recorded: _Fragment[Recorded](
+        "contains(#ids, :own)", _CALL_IDS, lambda f: {":own": s(stored_id(f.record))}
+    ),
+    RepeatsUnder: _Fragment[RepeatsUnder](
+        REPEATS_UNDER,
+        {"#q": layout.REPEAT_PREFIX},
+        lambda f: {":qlimit": n(f.limit)},
+        lambda f: f.key,
+    ),
+    FirstRefusalAt: _Fragment[FirstRefusalAt](
+        "begins_with(#z, :zlimit)",
+        {"#z": layout.NOTIFIED_PREFIX},
+        lambda f: {":zlimit": s(f"{f.limit}{SEP}")},
+        _category,
+    ),
+    LastGrantIs: _Fragment[LastGrantIs](
+        "#g = :grant", {"#g": layout.GRANT_PREFIX}, lambda f: {":grant": s(f.grant)}, _category
+    ),
+    CountsWindow: replace(_COUNTS_AT, expression=BUDGET_THIS_WINDOW),
+    CountsNoLaterWindow: replace(_COUNTS_AT, expression=BUDGET_NO_LATER_WINDOW),
+    # `#w` goes unused (requests send only the names they use); kept as it always was.
+    BudgetCountAtLeast: _Fragment[BudgetCountAtLeast](
+        "#n >= :least",
+        {"#n": layout.BUDGET_COUNT_PREFIX, "#w": layout.BUDGET_WINDOW_PREFIX},
+        lambda f: {":least": n(f.least)},
+        _category,
+    ),
+    RefusedBefore: _Fragment[RefusedBefore](
+        "#rl < :since", _LAST_REFUSAL, lambda f: {":since": n(f.ms)}
+    ),
+    RefusedBy: _Fragment[RefusedBy]("#rl <= :now", _LAST_REFUSAL, lambda f: {":now": n(f.ms)}),
 }
+
+
+# DynamoDB's own negations, rather than `NOT attribute_exists(...)`.
+_NOT_EXISTS = replace(_EXISTS, expression="attribute_not_exists(#pk)")
+_NOT_SUSPENDED = replace(_SUSPENDED, expression="attribute_not_exists(#sus)")
+_NEGATED: dict[type, _Fragment[object]] = {
+    SessionExists: _NOT_EXISTS,
+    BudgetExists: _NOT_EXISTS,
+    SessionSuspended: _NOT_SUSPENDED,
+    BudgetSuspended: _NOT_SUSPENDED,
+}
+
+
+def _count_at_least(fact: CountAtLeast, form: Form, out: Rendered) -> str:
+    return (_LEASED_AT_LEAST if fact.leased else _COUNTED_AT_LEAST)(fact, form, out)
 
 
 def _fits(fact: Fits, form: Form, out: Rendered) -> str:
     out.names["#n"] = layout.COUNT_PREFIX + fact.category
     if form.raise_as_read is not None:
-        out.names.update({"#r": layout.RAISED_PREFIX + fact.category})
-        out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
+        out.names.update(_raise_names(fact.category))
         out.values.update(
             {
                 ":r": n(form.raise_as_read),
@@ -345,11 +304,14 @@ def _fits(fact: Fits, form: Form, out: Rendered) -> str:
         return UNDER_RAISE_AS_READ
     out.values[":limit"] = n(fact.base_limit - fact.units + 1)
     if form.raised and fact.units == 1:
-        out.names["#r"] = layout.RAISED_PREFIX + fact.category
-        out.names["#rx"] = layout.RAISED_UNTIL_PREFIX + fact.category
+        out.names.update(_raise_names(fact.category))
         out.values[":now"] = n(fact.now_ms)
         return UNDER_RAISED
     return UNDER_BASE
+
+
+def _raise_names(category: str) -> dict[str, str]:
+    return {"#r": layout.RAISED_PREFIX + category, "#rx": layout.RAISED_UNTIL_PREFIX + category}
 
 
 def _budget_fits(fact: BudgetFits, form: Form, out: Rendered) -> str:
@@ -367,3 +329,11 @@ def _budget_fits(fact: BudgetFits, form: Form, out: Rendered) -> str:
         return BUDGET_UNDER_RAISE_AS_READ
     out.values[":limit"] = n(fact.limit - fact.units + 1)
     return BUDGET_UNDER_LIMIT if fact.units == 1 else BUDGET_UNITS_UNDER_LIMIT
+
+
+_RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
+    **_FRAGMENTS,
+    CountAtLeast: _count_at_least,
+    Fits: _fits,
+    BudgetFits: _budget_fits,
+}
