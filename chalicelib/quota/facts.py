@@ -6,7 +6,7 @@ the idle cutoff, a category's count plus the calls asked fits its limit, a call 
 in the record, a budget counts this window, ...) combined with `And`, `Or` and `Not`.
 `Named` tags a clause with the `Verdict` its failure means. The same value is evaluated
 on a snapshot (`holds`: the memory backend), explained (`explain`: the first named clause
-that fails) and rendered (the DynamoDB adapter, one renderer per fact).
+that fails) and rendered (the DynamoDB adapter, one fragment per fact).
 
 A fact evaluated on a missing record (`None`) answers what DynamoDB answers for a
 condition on an item that does not exist: comparisons are false, `attribute_not_exists`

@@ -11,13 +11,14 @@ are the adapter's: it passes the list's fragment (`APPEND_CALL`, `REWRITE_CALLS`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from chalicelib.quota.changes import Change, Field, Slot
 from chalicelib.quota.core import ClientInfo
 from chalicelib.storage.dynamodb import layout
 from chalicelib.storage.dynamodb.codec import SEP, encode_client, ttl
+from chalicelib.storage.dynamodb.conditions import Rendered
 from chalicelib.storage.dynamodb.updates import n, s
 
 
@@ -61,26 +62,17 @@ RESTART_CALLS = "#calls = :rec, #ids = :cidl"
 CALL_NAMES = {"#calls": layout.CALLS, "#ids": layout.CALL_IDS}
 
 
-@dataclass
-class Update:
-    """An UpdateExpression with its names and values."""
-
-    expression: str
-    names: dict[str, str] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
-
-
 def render_change(
     change: Change,
     categories: Iterable[str],
     calls: str | None = None,
     kind: Layout = SESSION,
     removing: Iterable[str] = (),
-) -> Update:
+) -> Rendered:
     """The change as one UpdateExpression on a record of `kind`; `calls`: the last calls'
     SET fragment, if the change records a call. `categories`: those whose entries a
     `clear` drops; `removing`: attributes the adapter drops too (old layouts)."""
-    out = Update("")
+    out = Rendered("")
     sets: list[str] = []
     adds: list[str] = []
     removes: list[str] = []
@@ -144,7 +136,7 @@ class _Entries:
     """Placeholders for map entries: the first key of a map takes the map's fixed name
     (`#n`), any other a numbered one (`#n1`); cleared entries `#x0`, `#x1`, ..."""
 
-    def __init__(self, out: Update, kind: Layout) -> None:
+    def __init__(self, out: Rendered, kind: Layout) -> None:
         self.out = out
         self._kind = kind
         self._by_attribute: dict[str, str] = {}

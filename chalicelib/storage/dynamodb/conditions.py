@@ -98,7 +98,8 @@ class Form:
 
 @dataclass
 class Rendered:
-    """A ConditionExpression with its names and values."""
+    """An expression (a ConditionExpression, or an UpdateExpression: `changes`) with its
+    names and values."""
 
     expression: str
     names: dict[str, str] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
 )
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.changes import Update, merged, render_change
+from chalicelib.storage.dynamodb.changes import merged, render_change
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
     key_of,
@@ -97,7 +97,7 @@ class SessionItems:
     def _write(
         self,
         key: str,
-        update: Update,
+        update: Rendered,
         rule: Rendered,
         doing: str,
         returns: str = "ALL_NEW",
@@ -135,7 +135,7 @@ class SessionItems:
 
     def _change(
         self, change: Change, calls: str | None, list_values: Mapping[str, Any] | None = None
-    ) -> Update:
+    ) -> Rendered:
         """The change rendered, with the values of its record in the last calls."""
         update = render_change(change, self._categories, calls)
         if change.record is not None:
@@ -185,7 +185,7 @@ class SessionItems:
             self._tails.put(key, None)
 
     def _admin_update(
-        self, session: SessionKey, update: Update, rule: Rendered, doing: str
+        self, session: SessionKey, update: Rendered, rule: Rendered, doing: str
     ) -> SessionSnapshot:
         """Raises: _ConditionFailed, StorageError."""
         key = key_of(session)
