@@ -219,6 +219,9 @@ class SessionSnapshot:
     client: ClientInfo | None = None  # the MCP client that last named itself in a check
     # The loop breaker's counts: calls by `repeat_key` (tool, digest prefix, window).
     repeats: Mapping[str, int] = field(default_factory=dict)
+    # Call ids (in `call_id_key` form) the store still holds as counted, whether or not
+    # `calls` shows them (a record folded away): what the store's condition reads.
+    held_call_ids: frozenset[str] = frozenset()
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -257,9 +260,12 @@ class SessionSnapshot:
         return any(r.check_id == check_id and r.allowed for r in self.calls)
 
     def holds_call_id(self, call_id: str) -> bool:
-        """Whether any call (not a replay) in the record carries this call id."""
+        """Whether any call (not a replay) in the record carries this call id, or the
+        store holds it as counted."""
         key = call_id_key(call_id)
-        return any(r.call_id == key and not r.replay for r in self.calls)
+        return key in self.held_call_ids or any(
+            r.call_id == key and not r.replay for r in self.calls
+        )
 
     def last_allowed_ms(self, besides: Attempt | None = None) -> int:
         """When the last call counted in this session (other than the attempt `besides`)

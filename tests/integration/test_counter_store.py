@@ -615,3 +615,35 @@ def test_refusals_by_a_wider_budget_do_not_grow_the_stored_session(
     # refusal streak; never a trim. (The principal's suspension and the tenant's grants
     # are read again each time their 30-second caches expire.)
     assert set(requests[1:]) == {4}
+
+
+def test_a_taken_back_call_id_folded_out_of_the_record_is_counted_anew(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Found by `make fuzz` on dynalite: a call taken back (a wider budget refused it)
+    whose refused record a later refusal folded away. The store still held its counted
+    entry while the record no longer showed it, so the rule held on the record and failed
+    in the store, round after round: the retry was a 503. What the store holds is what
+    the rule reads; the retry is counted anew."""
+    counters = stores.counters
+    service = checks(counters, clock)
+
+    def attempt(check_id: str, call_id: str | None, tool: str = "delete_tag") -> Attempt:
+        category = "write" if tool == "delete_tag" else "read"
+        return Attempt(S1, tool, category, 15, clock(), IDLE_MS, check_id, call_id=call_id)
+
+    first = attempt("k1", "c2")
+    counted = counters.consume(first)
+    assert isinstance(counted, Consumed)
+    clock.advance(1)
+    assert isinstance(counters.consume(attempt("k2", None, "search_articles")), Consumed)
+    counters.uncount(first, counted.snapshot.started_ms)  # the wider budget refused it
+    clock.advance(1)
+    seen = counters.get(S1)
+    assert seen is not None
+    assert counters.record_block(attempt("k3", "c3"), seen, 15, suspended=False) is not None
+    clock.advance(1)
+    retry = service.check("demo", write(call_id="c2"))
+    assert isinstance(retry, Allowed) and not retry.duplicate
+    stored = counters.get(S1)
+    assert stored is not None and stored.counts["write"] == 1

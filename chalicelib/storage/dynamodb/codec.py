@@ -174,6 +174,9 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         first_refusals=first_refusals,
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
+        held_call_ids=frozenset(
+            cid[len(COUNTED_CALL_ID) :] for cid in ids if cid.startswith(COUNTED_CALL_ID)
+        ),
     )
 
 
