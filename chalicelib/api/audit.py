@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, deps, query
+from chalicelib.api.context import deps, reader_and_query
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -23,9 +23,8 @@ audit = Blueprint(__name__)
 @handled
 def audit_trail() -> Response:
     """A page of the audit trail."""
-    request = audit.current_request
-    who = admin_caller(request)
-    parsed = admin_requests.parse_audit_query(query(request))
+    who, params = reader_and_query(audit.current_request)
+    parsed = admin_requests.parse_audit_query(params)
     return json_response(deps().admin.audit_page(who, parsed))
 
 
@@ -33,7 +32,6 @@ def audit_trail() -> Response:
 @handled
 def shadow_refusals() -> Response:
     """What shadow mode would have refused, by server, principal and tool."""
-    request = audit.current_request
-    who = admin_caller(request)
-    parsed = admin_requests.parse_audit_query(query(request))
+    who, params = reader_and_query(audit.current_request)
+    parsed = admin_requests.parse_audit_query(params)
     return json_response(deps().admin.shadow_view(who, parsed.since_ms))

@@ -140,6 +140,31 @@ def query(request: Request) -> dict[str, str]:
     return dict(request.query_params or {})
 
 
+def writer_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
+    """A changing admin route's admin (`admin_writer`) and its JSON body, in that order:
+    a refused token is answered before its body is read.
+
+    Raises:
+        errors.Unauthorized: the token is revoked, expired or unknown.
+        errors.Forbidden: the token is not an admin token.
+        ports.StorageError: the token store is unavailable.
+        errors.PayloadTooLarge: the body is over the size limit.
+        errors.InvalidRequest: the body is missing, not JSON, or not an object.
+    """
+    who = admin_writer(request)
+    return who, request_body(request)
+
+
+def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]:
+    """A reading admin route's admin (`admin_caller`) and its query parameters.
+
+    Raises:
+        errors.Forbidden: the token is not an admin token, or not valid.
+        ports.StorageError: the token store is still unavailable.
+    """
+    return admin_caller(request), query(request)
+
+
 def path_session(raw: str) -> str:
     """A session id from the URL path (percent-decoded, validated)."""
     return validation.session_id_param(unquote(raw))

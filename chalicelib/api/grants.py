@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, admin_writer, deps, request_body
+from chalicelib.api.context import admin_caller, admin_writer, deps, writer_and_body
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -23,10 +23,9 @@ grants = Blueprint(__name__)
 @handled
 def add_grant() -> Response:
     """Plan a raise for a principal in a time window."""
-    request = grants.current_request
-    who = admin_writer(request)
+    who, body = writer_and_body(grants.current_request)
     container = deps()
-    parsed = admin_requests.parse_grant(request_body(request), container.policy, container.clock())
+    parsed = admin_requests.parse_grant(body, container.policy, container.clock())
     return json_response(container.admin.add_grant(who, parsed), status=201)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, admin_writer, deps, path_principal, request_body
+from chalicelib.api.context import admin_caller, deps, path_principal, writer_and_body
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -34,9 +34,8 @@ def show_principal(principal: str) -> Response:
 @handled
 def raise_principal(principal: str) -> Response:
     """Raise one category's principal budget."""
-    request = principals.current_request
-    who = admin_writer(request)
-    parsed = admin_requests.parse_raise(request_body(request), deps().policy)
+    who, body = writer_and_body(principals.current_request)
+    parsed = admin_requests.parse_raise(body, deps().policy)
     return json_response(
         deps().budget_admin.raise_limit(who, path_principal(who, principal), parsed)
     )
@@ -46,9 +45,8 @@ def raise_principal(principal: str) -> Response:
 @handled
 def suspend_principal(principal: str) -> Response:
     """Refuse every call made for this principal, in every session."""
-    request = principals.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(principals.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.suspend(who, path_principal(who, principal), reason))
 
 
@@ -56,9 +54,8 @@ def suspend_principal(principal: str) -> Response:
 @handled
 def resume_principal(principal: str) -> Response:
     """Lift a principal's suspension, manual or automatic."""
-    request = principals.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(principals.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.resume(who, path_principal(who, principal), reason))
 
 
@@ -66,9 +63,8 @@ def resume_principal(principal: str) -> Response:
 @handled
 def reset_principal(principal: str) -> Response:
     """Zero a principal's counters in every window."""
-    request = principals.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(principals.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.reset(who, path_principal(who, principal), reason))
 
 

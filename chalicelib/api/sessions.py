@@ -10,12 +10,11 @@ from chalice.app import Blueprint, Response
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import (
     admin_caller,
-    admin_writer,
     deps,
     path_key,
     path_session,
-    query,
-    request_body,
+    reader_and_query,
+    writer_and_body,
 )
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
@@ -32,11 +31,9 @@ sessions = Blueprint(__name__)
 @handled
 def list_sessions() -> Response:
     """The sessions blocked or suspended since a time (default: the last 24 h)."""
-    request = sessions.current_request
-    who = admin_caller(request)
-    container = deps()
-    parsed = admin_requests.parse_sessions_query(query(request), container.clock())
-    return json_response(container.admin.list_sessions(who, parsed))
+    who, params = reader_and_query(sessions.current_request)
+    parsed = admin_requests.parse_sessions_query(params, deps().clock())
+    return json_response(deps().admin.list_sessions(who, parsed))
 
 
 @sessions.route("/v1/sessions/{session_id}", methods=["GET"], authorizer=bearer)
@@ -51,9 +48,8 @@ def show_session(session_id: str) -> Response:
 @handled
 def raise_session(session_id: str) -> Response:
     """Raise one category's limit for this session, at once."""
-    request = sessions.current_request
-    who = admin_writer(request)
-    parsed = admin_requests.parse_raise(request_body(request), deps().policy)
+    who, body = writer_and_body(sessions.current_request)
+    parsed = admin_requests.parse_raise(body, deps().policy)
     return json_response(deps().admin.raise_limit(who, path_session(session_id), parsed))
 
 
@@ -61,9 +57,8 @@ def raise_session(session_id: str) -> Response:
 @handled
 def lower_session(session_id: str) -> Response:
     """Bring a raised limit back down to the base."""
-    request = sessions.current_request
-    who = admin_writer(request)
-    parsed = admin_requests.parse_lower(request_body(request), deps().policy)
+    who, body = writer_and_body(sessions.current_request)
+    parsed = admin_requests.parse_lower(body, deps().policy)
     return json_response(deps().admin.lower(who, path_session(session_id), parsed))
 
 
@@ -71,9 +66,8 @@ def lower_session(session_id: str) -> Response:
 @handled
 def suspend_session(session_id: str) -> Response:
     """Kill switch: refuse every check of this session until resumed."""
-    request = sessions.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(sessions.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.suspend(who, path_session(session_id), reason))
 
 
@@ -81,9 +75,8 @@ def suspend_session(session_id: str) -> Response:
 @handled
 def resume_session(session_id: str) -> Response:
     """Lift a suspension."""
-    request = sessions.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(sessions.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.resume(who, path_session(session_id), reason))
 
 
@@ -91,7 +84,6 @@ def resume_session(session_id: str) -> Response:
 @handled
 def reset_session(session_id: str) -> Response:
     """Zero this session's counters."""
-    request = sessions.current_request
-    who = admin_writer(request)
-    reason = admin_requests.parse_reason(request_body(request))
+    who, body = writer_and_body(sessions.current_request)
+    reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.reset(who, path_session(session_id), reason))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, admin_writer, deps, request_body
+from chalicelib.api.context import admin_caller, admin_writer, deps, writer_and_body
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -23,11 +23,10 @@ tokens = Blueprint(__name__)
 @handled
 def create_token() -> Response:
     """A new token of the caller's tenant; the token itself is in this answer only."""
-    request = tokens.current_request
-    who = admin_writer(request)
-    parsed = admin_requests.parse_token(request_body(request))
-    body = deps().token_admin.create(who, parsed)
-    return json_response(body, status=201, headers={"Cache-Control": "no-store"})
+    who, body = writer_and_body(tokens.current_request)
+    parsed = admin_requests.parse_token(body)
+    created = deps().token_admin.create(who, parsed)
+    return json_response(created, status=201, headers={"Cache-Control": "no-store"})
 
 
 @tokens.route("/v1/tokens", methods=["GET"], authorizer=bearer)

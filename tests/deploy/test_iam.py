@@ -323,10 +323,32 @@ def view_sources() -> dict[str, str]:
     }
 
 
+# How a route names its admin: the two checks, or the helpers of chalicelib/api/context.py
+# that make them first (writer_and_body through admin_writer, reader_and_query through
+# admin_caller; the test below holds them to it).
+FRESH_ADMIN_CALLS = ("admin_writer(", "writer_and_body(")
+ADMIN_CALLS = (*FRESH_ADMIN_CALLS, "admin_caller(", "reader_and_query(")
+
+
+def test_the_route_helpers_check_the_admin_before_anything_else() -> None:
+    from chalicelib.api import context  # noqa: PLC0415
+
+    for helper, check in (
+        (context.writer_and_body, "admin_writer(request)"),
+        (context.reader_and_query, "admin_caller(request)"),
+    ):
+        body = [
+            line.strip()
+            for line in inspect.getsource(helper).split('"""')[-1].splitlines()
+            if line.strip()
+        ]
+        assert check in body[0], helper.__name__
+
+
 def test_every_token_admin_route_needs_an_admin() -> None:
     for name, source in view_sources().items():
         if "token_admin" in source:
-            assert "admin_caller(" in source or "admin_writer(" in source, name
+            assert any(call in source for call in ADMIN_CALLS), name
 
 
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -337,7 +359,8 @@ NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "perform_link"})
 
 def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> None:
     """A revoked admin token must stop changing things at once: each changing route
-    goes through `admin_writer()`, which reads the token store past every cache."""
+    goes through `admin_writer()` (itself or by `writer_and_body()`), which reads the
+    token store past every cache."""
     from app import app  # noqa: PLC0415
 
     changing = {
@@ -349,4 +372,4 @@ def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> Non
     sources = view_sources()
     assert changing - NOT_ADMIN_CHANGES
     for name in sorted(changing - NOT_ADMIN_CHANGES):
-        assert "admin_writer(" in sources[name], name
+        assert any(call in sources[name] for call in FRESH_ADMIN_CALLS), name
