@@ -13,19 +13,28 @@ did not run (under-admission, never over).
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
+from typing import Any, cast
 
+from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
-from chalicelib.check.repeats import repeated, with_repeat
+from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
-from chalicelib.check.shadow import SHADOW_CEILING, QuietShadow, ShadowListener, would_refuse
-from chalicelib.check.steps import Step, WiderBudgets, compensate, retried, use_of
+from chalicelib.check.shadow import QuietShadow, ShadowListener, would_refuse
+from chalicelib.check.steps import (
+    Outcome,
+    Step,
+    WiderBudgets,
+    compensate,
+    in_parallel,
+    retried,
+    use_of,
+)
 from chalicelib.check.verdicts import conflict, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
@@ -56,12 +65,6 @@ from chalicelib.storage.ports import (
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
 MAX_ROUNDS = 4
-
-
-def new_check_id() -> str:
-    """The service's own id of one check: 36 random bits, unique among a session's
-    last calls, which is all it must be."""
-    return secrets.token_urlsafe(6)[:6]
 
 
 class CheckService:
@@ -98,40 +101,7 @@ class CheckService:
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
-        category = self._policy.classify(
-            request.tool, request.category, request.read_only_hint
-        ).category
-        now_ms = self._clock()
-        base_limit = self._limits.base_limit(tenant, request.principal, category.name, now_ms)
-        # A lease reserves calls of one unit each: a weighed call is never leased.
-        leased = category.lease and request.lease is not None and request.units == 1
-        if not category.enforce:
-            base_limit, shadow_limit = SHADOW_CEILING, base_limit
-        else:
-            shadow_limit = None
-        # Never more than the base limit at once: the store's condition for a lease
-        # compares against `limit - units + 1`, which must stay positive.
-        units = min(request.lease or 1, category.lease_max, base_limit) if leased else 1
-        units = units if leased else request.units
-        attempt = Attempt(
-            session=SessionKey(tenant, request.session_id),
-            tool=request.tool,
-            category=category.name,
-            base_limit=base_limit,
-            units=units,
-            leased=leased,
-            asked=(request.asked or request.lease or 1) if leased else units,
-            now_ms=now_ms,
-            idle_ms=self._idle_ms,
-            check_id=new_check_id(),
-            principal=request.principal,
-            call_id=request.call_id,
-            server=request.server,
-            client=request.client,
-            shadow_limit=shadow_limit,
-            held=(request.refused_locally or {}).get(category.name, 0),
-        )
-        return with_repeat(attempt, category, request.args_digest)
+        return attempt_of(self._policy, self._limits, tenant, request, self._clock(), self._idle_ms)
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
         """Count the call against every budget that applies, or refuse it.
@@ -164,10 +134,15 @@ class CheckService:
         allowed, snapshot, attempt = counted
         wider = self._wider
         steps = wider.steps(attempt, category) if wider else []
+        # A write beside the answer (the trouble index, for a call that spends the session)
+        # goes with the wider budgets' round trip, not after it.
+        beside = [] if allowed.duplicate else self._beside(attempt, allowed)
         if allowed.duplicate or not steps or wider is None:
+            in_parallel(beside)
             return self._shadowed(attempt, allowed, snapshot)
         try:
-            taken, refusal = wider.take_all(attempt, steps)
+            jobs: list[Callable[[], Any]] = [partial(wider.take_all, attempt, steps), *beside]
+            taken, refusal = cast("Outcome", in_parallel(jobs)[0])
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
             compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
@@ -379,6 +354,11 @@ class CheckService:
         decision = self._escalation.after(attempt, seen.last_allowed_ms(), decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
+
+    def _beside(self, attempt: Attempt, allowed: Allowed) -> list[Callable[[], Any]]:
+        """Writes to make beside the wider budgets' for a call the session counted; each
+        handles its own failure (none here; `spent.MarksSpentSessions` adds one)."""
+        return []
 
     def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:
         """The allowed answer, with the refusal shadow mode let pass, if any (reported).

@@ -1,16 +1,18 @@
 """Puts a session in the trouble index when an allowed call takes the last unit of its
 budget in a category: from then on every view derives `blocked` for it, so the listing
-shows it too, without waiting for the first refused call."""
+shows it too, without waiting for the first refused call. The index write goes beside
+the wider budgets' (no round trip of its own before the answer)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.observability import logger
-from chalicelib.quota.answers import Allowed, Decision
+from chalicelib.quota.answers import Allowed
+from chalicelib.quota.core import Attempt
 from chalicelib.storage.ports import TroubleKind, TroubleMark
 
 
@@ -22,28 +24,25 @@ class MarksSpentSessions(CheckService):
         super().__init__(*args, **kwargs)
         self._mark = mark
 
-    def check(self, tenant: str, request: CheckRequest) -> Decision:
-        """As `CheckService.check`; never raises for the index write.
+    def _beside(self, attempt: Attempt, allowed: Allowed) -> list[Callable[[], Any]]:
+        if not spent(allowed):
+            return []
+        mark = TroubleMark(
+            attempt.tenant,
+            allowed.session_id,
+            TroubleKind.EXHAUSTED,
+            min(allowed.now_ms, self._clock()),  # its own clock: never ahead of now
+            allowed.category,
+            attempt.principal,
+        )
+        return [partial(self._write_mark, mark)]
 
-        Raises:
-            CallIdConflict: as `CheckService.check`.
-            StorageError: as `CheckService.check`.
-        """
-        decision = super().check(tenant, request)
-        if isinstance(decision, Allowed) and spent(decision):
-            mark = TroubleMark(
-                tenant,
-                decision.session_id,
-                TroubleKind.EXHAUSTED,
-                min(decision.now_ms, self._clock()),  # its own clock: never ahead of now
-                decision.category,
-                request.principal,
-            )
-            try:
-                self._mark(mark)
-            except Exception:
-                logger.exception("trouble index write failed; the session may miss the listing")
-        return decision
+    def _write_mark(self, mark: TroubleMark) -> None:
+        """The index write; never raises (the listing may miss the session, nothing else)."""
+        try:
+            self._mark(mark)
+        except Exception:
+            logger.exception("trouble index write failed; the session may miss the listing")
 
 
 def spent(decision: Allowed) -> bool:

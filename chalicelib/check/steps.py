@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 from chalicelib.check.shadow import SHADOW_CEILING
 from chalicelib.observability import count, logger
@@ -135,6 +135,13 @@ class Step:
     shadow_limit: int | None = None  # shadow mode: the limit a refusal would enforce
 
 
+# What the wider budgets did with a call: the steps that took (with their budgets), and
+# the first that refused (with the budget as it was), if any.
+Outcome: TypeAlias = tuple[
+    list[tuple[Step, BudgetSnapshot]], tuple[Step, BudgetSnapshot | None] | None
+]
+
+
 class WiderBudgets:
     """The steps of a check above its session, and what undoes them."""
 
@@ -170,9 +177,7 @@ class WiderBudgets:
             steps.append(Step(key, window, spend, None if category.enforce else shown))
         return steps
 
-    def take_all(
-        self, attempt: Attempt, steps: list[Step]
-    ) -> tuple[list[tuple[Step, BudgetSnapshot]], tuple[Step, BudgetSnapshot | None] | None]:
+    def take_all(self, attempt: Attempt, steps: list[Step]) -> Outcome:
         """Take from every wider budget at once: the steps that took, and the first that
         refused (with the budget as it was), if any.
 
