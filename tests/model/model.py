@@ -351,9 +351,9 @@ class State:
             sess.restart(st.now_ms)
         sess.last_seen_ms = st.now_ms
         if sess.suspended:
-            st._refused(sid, who, keep_call_id)
             refusal = frozenset({"session_suspended"})
-            return [*out, (Expected(429, codes=refusal, scopes=frozenset({"session"})), st)]
+            expected = Expected(429, codes=refusal, scopes=frozenset({"session"}))
+            return [*out, *((expected, s) for s in st._refused(sid, who, keep_call_id))]
         remaining = {"session": sess.limit(cat) - sess.counts.get(cat, 0)}
         if cat in PRINCIPAL_WINDOW:
             start = window_start(st.now_ms, PRINCIPAL_WINDOW[cat][1])
@@ -364,8 +364,8 @@ class State:
         granted = min(units, LEASE_MAX.get(cat, 1), *remaining.values())
         if granted < 1:
             spent = frozenset(s for s, left in remaining.items() if left <= 0)
-            st._refused(sid, who, keep_call_id)
-            return [(Expected(429, codes=frozenset({"quota_exceeded"}), scopes=spent), st)]
+            expected = Expected(429, codes=frozenset({"quota_exceeded"}), scopes=spent)
+            return [(expected, s) for s in st._refused(sid, who, keep_call_id)]
         sess.counts[cat] = sess.counts.get(cat, 0) + granted
         if sess.counts[cat] >= sess.limit(cat):
             sess.marked = sess.trouble = True  # the call that takes the last unit marks it
@@ -390,14 +390,27 @@ class State:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
         return [(Expected(200, granted=granted if leased else None), st)]
 
-    def _refused(self, sid: str, who: str, retried: bool = False) -> None:
+    def _refused(self, sid: str, who: str, retried: bool = False) -> list[State]:
         """A refusal of `who`'s call in session `sid`: the session's record and mark, the
-        principal's streak, and escalation."""
+        principal's streak, and escalation; this state, and another where the order is
+        open. The rules order the session's last allowed call and the principal's last
+        refusal by time; in one millisecond they leave it open (a check in the millisecond
+        of a reset is counted in the next one), so the run may go on or start again."""
+        p, sess = self.principal(who), self.sessions[sid]
+        tie = sess.last_allowed_ms == p.last_refusal_ms >= 0
+        other = self.copy() if tie else None
+        self._streak(sid, who, retried, sess.last_allowed_ms > p.last_refusal_ms)
+        if other is None:
+            return [self]
+        other._streak(sid, who, retried, True)
+        return [self, other]
+
+    def _streak(self, sid: str, who: str, retried: bool, again: bool) -> None:
         p = self.principal(who)
         sess = self.sessions[sid]
         sess.record(refusal=True, maybe=retried)
         sess.marked = sess.trouble = True
-        if sess.last_allowed_ms > p.last_refusal_ms:
+        if again:
             p.streak = 1  # the session went on after the last refusal: a new streak
         else:
             p.streak += 1
