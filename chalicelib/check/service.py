@@ -13,10 +13,9 @@ did not run (under-admission, never over).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any, cast
 
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
@@ -27,11 +26,9 @@ from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
 from chalicelib.check.shadow import QuietShadow, ShadowListener, would_refuse
 from chalicelib.check.steps import (
-    Outcome,
     Step,
     WiderBudgets,
     compensate,
-    in_parallel,
     retried,
     use_of,
 )
@@ -134,15 +131,11 @@ class CheckService:
         allowed, snapshot, attempt = counted
         wider = self._wider
         steps = wider.steps(attempt, category) if wider else []
-        # A write beside the answer (the trouble index, for a call that spends the session)
-        # goes with the wider budgets' round trip, not after it.
-        beside = [] if allowed.duplicate else self._beside(attempt, allowed)
         if allowed.duplicate or not steps or wider is None:
-            in_parallel(beside)
+            self._counted(attempt, allowed)
             return self._shadowed(attempt, allowed, snapshot)
         try:
-            jobs: list[Callable[[], Any]] = [partial(wider.take_all, attempt, steps), *beside]
-            taken, refusal = cast("Outcome", in_parallel(jobs)[0])
+            taken, refusal = wider.take_all(attempt, steps)
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
             compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
@@ -156,6 +149,7 @@ class CheckService:
                 compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
                 compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
                 raise
+            self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
         # Refused by a wider budget: what was taken goes back before any answer, over a
@@ -355,10 +349,9 @@ class CheckService:
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
-    def _beside(self, attempt: Attempt, allowed: Allowed) -> list[Callable[[], Any]]:
-        """Writes to make beside the wider budgets' for a call the session counted; each
-        handles its own failure (none here; `spent.MarksSpentSessions` adds one)."""
-        return []
+    def _counted(self, attempt: Attempt, allowed: Allowed) -> None:
+        """A call counted at every scope (none here; `spent.MarksSpentSessions` marks the
+        session that it spent). Never raises: the answer is given."""
 
     def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:
         """The allowed answer, with the refusal shadow mode let pass, if any (reported).

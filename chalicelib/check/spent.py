@@ -1,12 +1,12 @@
 """Puts a session in the trouble index when an allowed call takes the last unit of its
 budget in a category: from then on every view derives `blocked` for it, so the listing
-shows it too, without waiting for the first refused call. The index write goes beside
-the wider budgets' (no round trip of its own before the answer)."""
+shows it too, without waiting for the first refused call. The index write is made once
+the call is counted at every scope (a call answered 503, or refused by a wider budget,
+marks nothing of its own): a round trip of its own, once per session and category."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from chalicelib.check.service import CheckService
@@ -24,9 +24,9 @@ class MarksSpentSessions(CheckService):
         super().__init__(*args, **kwargs)
         self._mark = mark
 
-    def _beside(self, attempt: Attempt, allowed: Allowed) -> list[Callable[[], Any]]:
+    def _counted(self, attempt: Attempt, allowed: Allowed) -> None:
         if not spent(allowed):
-            return []
+            return
         mark = TroubleMark(
             attempt.tenant,
             allowed.session_id,
@@ -35,10 +35,6 @@ class MarksSpentSessions(CheckService):
             allowed.category,
             attempt.principal,
         )
-        return [partial(self._write_mark, mark)]
-
-    def _write_mark(self, mark: TroubleMark) -> None:
-        """The index write; never raises (the listing may miss the session, nothing else)."""
         try:
             self._mark(mark)
         except Exception:

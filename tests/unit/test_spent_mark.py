@@ -1,62 +1,64 @@
-"""The trouble-index write for a call that spends its session's budget goes beside the
-wider budgets' writes, not after them: an allowed write stays two round trips."""
+"""The call that spends its session's budget puts the session in the listing's index once
+it is counted at every scope, and only then: a call answered 503 marks nothing."""
 
 from __future__ import annotations
 
 import json
-import threading
+
+import pytest
 
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.spent import MarksSpentSessions
 from chalicelib.quota.answers import Allowed
 from chalicelib.quota.core import BudgetKey, Spend
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
+from chalicelib.storage.errors import StoreUnavailable
 from chalicelib.storage.memory.budgets import MemoryBudgets
 from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import NotTaken, Taken, TroubleKind, TroubleMark
 from tests.support import FixedClock
 
 POLICY = parse_policy(json.loads((POLICY_DIR / "default.json").read_text()))
-WAIT_S = 10  # generous: only a deadlock (the writes made one after the other) reaches it
+REQUEST = CheckRequest(session_id="s1", tool="delete_tag", principal="bot")
 
 
-class MeetingBudgets(MemoryBudgets):
-    """Budgets whose take, once armed, waits until the index write has started too."""
+class FailingBudgets(MemoryBudgets):
+    """Budgets that, once armed, are throttled."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.armed = False
-        self.took = threading.Event()
-        self.marking = threading.Event()
+    armed = False
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         if self.armed:
-            self.took.set()
-            assert self.marking.wait(WAIT_S), "the index write waited for the budgets"
+            raise StoreUnavailable("taking from a budget", throttled=True)
         return super().take(key, spend)
 
 
-def test_the_call_that_spends_the_session_marks_it_beside_the_wider_budgets() -> None:
-    budgets = MeetingBudgets()
-    marks: list[TroubleMark] = []
-
-    def mark(found: TroubleMark) -> None:
-        budgets.marking.set()
-        assert budgets.took.wait(WAIT_S), "the budgets waited for the index write"
-        marks.append(found)
-
+def _service(budgets: MemoryBudgets, marks: list[TroubleMark]) -> MarksSpentSessions:
     clock = FixedClock()
-    service = MarksSpentSessions(
-        POLICY, MemoryCounters(POLICY.categories), clock, 3600, budgets=budgets, mark=mark
-    )
-    request = CheckRequest(session_id="s1", tool="delete_tag", principal="bot")
+    counters = MemoryCounters(POLICY.categories)
+    service = MarksSpentSessions(POLICY, counters, clock, 3600, budgets=budgets, mark=marks.append)
     for _ in range(14):
-        assert isinstance(service.check("demo", request), Allowed)
+        assert isinstance(service.check("demo", REQUEST), Allowed)
         clock.advance(1)
+    return service
+
+
+def test_the_call_that_spends_the_session_marks_it_once_counted_everywhere() -> None:
+    marks: list[TroubleMark] = []
+    service = _service(MemoryBudgets(), marks)
     assert marks == []
-    budgets.armed = True
-    last = service.check("demo", request)
+    last = service.check("demo", REQUEST)
     assert isinstance(last, Allowed) and last.used == last.limit == 15
     assert [(m.session_id, m.kind, m.category) for m in marks] == [
         ("s1", TroubleKind.EXHAUSTED, "write")
     ]
+
+
+def test_a_spending_call_answered_503_marks_nothing() -> None:
+    marks: list[TroubleMark] = []
+    budgets = FailingBudgets()
+    service = _service(budgets, marks)
+    budgets.armed = True
+    with pytest.raises(StoreUnavailable):
+        service.check("demo", REQUEST)
+    assert marks == []
