@@ -22,19 +22,20 @@ if TYPE_CHECKING:
 CLI = "mcp-quota"
 
 
-def _result(allowed: bool, repeats: int) -> str:
-    """A call's outcome; a run of refusals of one tool shows as one line with a count
-    (its time is the last attempt's)."""
-    if allowed:
+def _result(call: CallRecord) -> str:
+    """A call's outcome; a replay (a retry of a call id already counted) is marked so, and
+    a run of refusals of one tool shows as one line with a count (its time is the last
+    attempt's)."""
+    if call.replay:
+        return "replay"
+    if call.allowed:
         return "allowed"
-    return f"refused \u00d7{repeats} in a row" if repeats > 1 else "refused"
+    return f"refused \u00d7{call.repeats} in a row" if call.repeats > 1 else "refused"
 
 
 def _calls_table(calls: tuple[CallRecord, ...]) -> str:
     rows = [("time (UTC)", "tool", "category", "result")]
-    rows += [
-        (iso_utc(c.at_ms)[11:19], c.tool, c.category, _result(c.allowed, c.repeats)) for c in calls
-    ]
+    rows += [(iso_utc(c.at_ms)[11:19], c.tool, c.category, _result(c)) for c in calls]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
