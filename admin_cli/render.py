@@ -212,8 +212,11 @@ def _categories(categories: Mapping[str, Any]) -> str:
 
 
 def _outcome(call: Mapping[str, Any]) -> str:
-    """Allowed or refused (the console's and the email's word); a run of refusals of one
-    tool is one row with a count."""
+    """Allowed, replay or refused (the console's and the email's words): a replay is a
+    client's retry of a call id already counted, answered `duplicate` and not counted
+    again; a run of refusals of one tool is one row with a count."""
+    if call.get("replay"):
+        return "replay"
     if call.get("allowed"):
         return "allowed"
     repeats = call.get("repeats")

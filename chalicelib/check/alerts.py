@@ -22,19 +22,20 @@ if TYPE_CHECKING:
 CLI = "mcp-quota"
 
 
-def _result(allowed: bool, repeats: int) -> str:
-    """A call's outcome; a run of refusals of one tool shows as one line with a count
-    (its time is the last attempt's)."""
-    if allowed:
+def _result(call: CallRecord) -> str:
+    """A call's outcome; a replay (a retry of a call id already counted) is marked so, and
+    a run of refusals of one tool shows as one line with a count (its time is the last
+    attempt's)."""
+    if call.replay:
+        return "replay"
+    if call.allowed:
         return "allowed"
-    return f"refused \u00d7{repeats} in a row" if repeats > 1 else "refused"
+    return f"refused \u00d7{call.repeats} in a row" if call.repeats > 1 else "refused"
 
 
 def _calls_table(calls: tuple[CallRecord, ...]) -> str:
     rows = [("time (UTC)", "tool", "category", "result")]
-    rows += [
-        (iso_utc(c.at_ms)[11:19], c.tool, c.category, _result(c.allowed, c.repeats)) for c in calls
-    ]
+    rows += [(iso_utc(c.at_ms)[11:19], c.tool, c.category, _result(c)) for c in calls]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -71,16 +72,44 @@ def _links_section(links: Sequence[EmailLink]) -> str:
     )
 
 
-def _commands(decision: Refused, quoted: str) -> str:
-    """The CLI commands that help, for the budget that refused."""
+def _scope_lines(decision: Refused, policy: Policy) -> str:
+    """What refused: the budget; for a principal suspension, the suspension first, and
+    then what refused the call that set it off."""
+    if not decision.escalated:
+        return f"    scope:      {decision.scope.value} (the budget that refused the call)"
+    if decision.reason is RefusalReason.REPEATED_CALL:
+        refused_by = "the loop breaker (the same call repeated)"
+    elif decision.reason is RefusalReason.SESSION_SUSPENDED:
+        refused_by = "the session's suspension"
+    elif decision.scope is Scope.SESSION:
+        refused_by = f"the session's '{decision.category}' budget"
+    else:
+        refused_by = f"the {decision.scope.value}'s '{decision.category}' budget"
+    return (
+        f"    suspended:  principal '{decision.principal}': its refused calls in a row "
+        f"reached suspend_after_refusals ({policy.suspend_after_refusals})\n"
+        f"    refused by: {refused_by} (the last of those calls)"
+    )
+
+
+def _commands(decision: Refused, quoted: str, policy: Policy) -> str:
+    """The CLI commands that help, for the budget that refused: for a suspended principal
+    its resume first, and a principal raise only where the category has a principal
+    budget (elsewhere the CLI refuses it)."""
     principal = "'" + str(decision.principal).replace("'", "'\\''") + "'"
+    category = policy.categories.get(decision.category)
     if decision.escalated or decision.scope is Scope.PRINCIPAL:
-        lines = [
-            f"    inspect:  {CLI} principal show {principal}",
-            f'    resume:   {CLI} principal resume {principal} --reason "..."',
-            f"    raise:    {CLI} principal raise {principal} --category {decision.category} "
-            '--add 50 --reason "..."',
-        ]
+        lines = []
+        if decision.escalated or decision.reason is RefusalReason.PRINCIPAL_SUSPENDED:
+            lines.append(f'    resume:   {CLI} principal resume {principal} --reason "..."')
+        lines.append(f"    inspect:  {CLI} principal show {principal}")
+        if category is not None and category.principal is not None:
+            lines.append(
+                f"    raise:    {CLI} principal raise {principal} --category "
+                f'{decision.category} --add 50 --reason "..."'
+            )
+        if decision.escalated:
+            lines.append(f"    session:  {CLI} session show {quoted}")
     elif decision.scope is Scope.TENANT:
         lines = [f"    inspect:  {CLI} tenant show"]
     else:
@@ -96,7 +125,11 @@ def _commands(decision: Refused, quoted: str) -> str:
 
 
 def exhaustion_email(
-    tenant: str, attempt: Attempt, decision: Refused, links: Sequence[EmailLink] = ()
+    tenant: str,
+    attempt: Attempt,
+    decision: Refused,
+    policy: Policy,
+    links: Sequence[EmailLink] = (),
 ) -> Notification:
     """The email an administrator gets when a budget (session, principal or the whole
     tenant) first runs out in a category, or when a principal is suspended for ignoring
@@ -136,7 +169,7 @@ def exhaustion_email(
     client:     {attempt.client.describe() if attempt.client else "(not given)"}
     first call: {_first_call(decision)}
     last call:  {iso_utc(decision.now_ms)}
-    scope:      {decision.scope.value} (the budget that refused the call)
+{_scope_lines(decision, policy)}
     category:   {decision.category} ({decision.used}/{decision.limit} calls used)
     blocked:    {decision.tool} at {iso_utc(decision.now_ms)}
     refills at: {_refills(decision)}
@@ -145,7 +178,7 @@ Last calls of the session:
 {_calls_table(decision.last_calls)}
 {_links_section(links)}
 What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
-{_commands(decision, quoted)}
+{_commands(decision, quoted, policy)}
 You get one message per exhaustion, however often the agent keeps trying.
 """
     event = "principal_suspended" if decision.escalated else "quota_exceeded"
@@ -272,9 +305,8 @@ class BlockReporter:
             return []
 
     def _notify(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        note = exhaustion_email(
-            tenant, attempt, decision, self._email_links(tenant, attempt, decision)
-        )
+        links = self._email_links(tenant, attempt, decision)
+        note = exhaustion_email(tenant, attempt, decision, self._policy, links)
         try:
             message_id = self._notifier.publish(note)
         except NotificationFailed as exc:

@@ -268,7 +268,7 @@ function clientText(c) {
 async function sessionPage(id, message, chosen) {
   const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   const audit = await auditTable(id, { limit: "100" });
-  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.allowed ? "allowed" : c.repeats > 1 ? `refused ×${c.repeats} in a row` : "refused"]);
+  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.replay ? "replay" : c.allowed ? "allowed" : c.repeats > 1 ? `refused ×${c.repeats} in a row` : "refused"]);
   show(
     el("h1", {}, "Session ", el("span", { class: "id", text: id })),
     message || null,

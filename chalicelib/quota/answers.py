@@ -4,10 +4,11 @@ the agent and its supervisor read. A refusal is a value, not an exception."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from chalicelib.clock import iso_utc
 from chalicelib.quota.calls import CallRecord
-from chalicelib.quota.core import RefusalReason, Scope, ScopeUse, spoken_duration
+from chalicelib.quota.core import RefusalReason, Scope, ScopeUse, spoken_window
 from chalicelib.quota.leases import Lease
 
 
@@ -94,11 +95,14 @@ class Refused(_Answer):
                 "until an administrator resumes it. Stop calling tools and tell the user."
             )
         if self.reason is RefusalReason.REPEATED_CALL:
+            # The loop breaker's windows are fixed and aligned to UTC, not sliding: name
+            # this one and its end (`resets_at_ms`), not "the last 10 minutes".
             return (
                 f"The tool '{self.tool}' was NOT run: it was already called with the same "
-                f"arguments {self.repeat_limit} times in the last "
-                f"{spoken_duration(self.repeat_window_ms)}. Repeating it will not help: "
-                "stop and tell the user."
+                f"arguments {self.repeat_limit} times in this "
+                f"{spoken_window(self.repeat_window_ms)} window, which ends at "
+                f"{_window_end(self.resets_at_ms, self.repeat_window_ms)}. Repeating it "
+                "will not help: stop and tell the user."
             )
         if self.suspended:
             return (
@@ -147,6 +151,16 @@ class Refused(_Answer):
             f"or not at all: ask for at most {left} at once, or stop and tell the user; the "
             f"budget refills at {resets}, or sooner if an administrator raises it."
         )
+
+
+def _window_end(end_ms: int, window_ms: int) -> str:
+    """When a window ends, as a message says it: "12:10 UTC" (seconds only if any), with
+    the day for windows of a day or more ("2026-12-03 00:00 UTC")."""
+    moment = datetime.fromtimestamp(end_ms / 1000, tz=UTC)
+    text = moment.strftime("%H:%M:%S" if moment.second else "%H:%M")
+    if window_ms >= 86_400_000:
+        text = f"{moment.year:04d}-{moment.strftime('%m-%d')} {text}"  # %Y does not pad
+    return f"{text} UTC"
 
 
 Decision = Allowed | Refused

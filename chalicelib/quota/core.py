@@ -94,14 +94,12 @@ def ended_repeats(keys: Iterable[str], now_ms: int) -> tuple[str, ...]:
     return tuple(sorted(key for key in keys if repeat_window_end(key) <= now_ms))
 
 
-def spoken_duration(ms: int) -> str:
-    """A window as a message says it: "10 minutes", "1 hour", "2 days"."""
+def spoken_window(ms: int) -> str:
+    """A window's length as a message names it: "10-minute", "1-hour", "2-day"."""
     for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
         if ms >= size and ms % size == 0:
-            count = ms // size
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    seconds = max(1, ms // 1000)
-    return f"{seconds} second{'s' if seconds != 1 else ''}"
+            return f"{ms // size}-{unit}"
+    return f"{max(1, ms // 1000)}-second"
 
 
 @dataclass(frozen=True)

@@ -72,3 +72,16 @@ def test_an_allowed_call_in_the_session_ends_the_streak(scoped: Api) -> None:
     assert principal_state(scoped, "bot") == "active"  # never 6 in a row
     assert [later(write) for _ in range(N)] == [429] * N
     assert principal_state(scoped, "bot") == "suspended"
+
+
+def test_the_suspension_email_names_the_suspension_and_suggests_resume(scoped: Api) -> None:
+    for _ in range(3 + N):  # the session's 3, then N refusals in it
+        scoped.clock.advance(1)
+        write(scoped, "s", "bot")
+    assert principal_state(scoped, "bot") == "suspended"
+    [email] = [sent[1] for sent in scoped.sent() if "SUSPENDED" in str(sent[1])]
+    assert "(the budget that refused the call)" not in email
+    assert "suspended:  principal 'bot'" in email
+    assert "refused by: the session's 'write' budget" in email
+    commands = email.split("What you can do", 1)[1].splitlines()[1]
+    assert commands.split()[:4] == ["resume:", "mcp-quota", "principal", "resume"]

@@ -15,7 +15,8 @@ from tests.support import FixedClock
 DIGEST = "9f" * 32
 MESSAGE = (
     "The tool 'delete_tag' was NOT run: it was already called with the same arguments 3 "
-    "times in the last 10 minutes. Repeating it will not help: stop and tell the user."
+    "times in this 10-minute window, which ends at 12:10 UTC. Repeating it will not help: "
+    "stop and tell the user."
 )
 
 

@@ -154,8 +154,8 @@ DIGEST = "9f" * 32
 REPEAT = 2  # the loop breaker's limit in `shadow_loops`: 2 same writes per 10 minutes
 WOULD_REPEAT = (
     "Shadow mode: the tool ran. The tool 'delete_tag' would NOT have run under enforcement: "
-    "it was already called with the same arguments 2 times in the last 10 minutes. "
-    "Repeating it will not help: stop and tell the user."
+    "it was already called with the same arguments 2 times in this 10-minute window, "
+    "which ends at 12:10 UTC. Repeating it will not help: stop and tell the user."
 )
 
 

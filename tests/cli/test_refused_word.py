@@ -44,3 +44,21 @@ def test_the_console_uses_the_same_words() -> None:
     script = CONSOLE_JS.read_text()
     assert "`refused \N{MULTIPLICATION SIGN}${c.repeats} in a row`" in script
     assert "REFUSED" not in script
+
+
+def test_a_replayed_call_reads_replay_not_a_second_run(cli: Cli, api: FakeAdminApi) -> None:
+    view = session_view()
+    first = view["last_calls"][0]
+    retries = [{**first, "at": f"2026-12-02T11:59:0{i}Z", "replay": True} for i in (1, 2, 3)]
+    view["last_calls"] = [first, *retries]
+    api.reply("GET", "/v1/sessions/sess-1", 200, view)
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    assert run.code == 0, run.err
+    rows = [line.split() for line in run.out.splitlines() if "delete_article" in line]
+    assert [row[3] for row in rows] == ["allowed", "replay", "replay", "replay"]
+
+
+def test_the_console_marks_replays_too() -> None:
+    assert 'c.replay ? "replay"' in CONSOLE_JS.read_text()

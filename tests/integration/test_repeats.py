@@ -43,7 +43,7 @@ def test_the_fourth_same_call_is_refused_and_not_counted(stores: Stores, clock: 
     fourth = refused(service.check("demo", delete()))
     assert fourth.reason is RefusalReason.REPEATED_CALL
     assert fourth.used == 3 and not fourth.first_exhaustion
-    assert "already called with the same arguments 3 times in the last 10 minutes" in (
+    assert "already called with the same arguments 3 times in this 10-minute window, " in (
         fourth.message
     )
     assert fourth.last_calls[-1].tool == "delete_tag" and not fourth.last_calls[-1].allowed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -115,9 +116,12 @@ async def test_a_loop_on_the_same_call_is_broken_and_the_tool_not_run(
         ]
         after = await stats(client)
     assert [r.is_error for r in results] == [False, False, False, True]
-    assert text_of(results[3]) == (
-        "The tool 'delete_tag' was NOT run: it was already called with the same arguments 3 "
-        "times in the last 10 minutes. Repeating it will not help: stop and tell the user."
+    # The service runs on the real clock: the window's end is whichever 10 minutes it is.
+    assert re.fullmatch(
+        r"The tool 'delete_tag' was NOT run: it was already called with the same arguments 3 "
+        r"times in this 10-minute window, which ends at \d\d:\d0 UTC\. Repeating it will not "
+        r"help: stop and tell the user\.",
+        text_of(results[3]),
     )
     assert results[3].structured_content is not None
     assert results[3].structured_content["kind"] == "repeated_call"

@@ -15,11 +15,13 @@ from chalicelib.quota.core import (
     fold_repeats,
     with_call,
 )
+from chalicelib.quota.policy import load_policy
 from chalicelib.quota.rules import admits, explain_refusal
 from chalicelib.storage.dynamodb.codec import decode_call, encode_call, stored_id
 from tests.support import T0
 
 HOUR = 3_600_000
+POLICY = load_policy("default.json")
 
 
 def attempt(call_id: str | None = None, now: int = T0) -> Attempt:
@@ -205,5 +207,24 @@ def test_the_email_shows_a_runaway_loop_as_one_line() -> None:
         reason=RefusalReason.QUOTA_EXCEEDED,
         last_calls=(CallRecord(T0 - 1000, "write", "delete_tag", True), loop),
     )
-    body = exhaustion_email("demo", attempt(), decision).body
+    body = exhaustion_email("demo", attempt(), decision, POLICY).body
     assert "delete_tag  write     refused \u00d7385 in a row" in body
+
+
+def test_the_email_marks_a_replayed_call() -> None:
+    first = CallRecord(T0 - 2000, "write", "delete_tag", True, call_id="c1", check_id="k1")
+    retry = CallRecord(T0 - 1000, "write", "delete_tag", True, call_id="c1", replay=True)
+    decision = Refused(
+        session_id="s1",
+        tool="delete_tag",
+        category="write",
+        used=15,
+        limit=15,
+        now_ms=T0,
+        resets_at_ms=T0 + HOUR,
+        reason=RefusalReason.QUOTA_EXCEEDED,
+        last_calls=(first, retry),
+    )
+    body = exhaustion_email("demo", attempt(), decision, POLICY).body
+    results = [line.split()[-1] for line in body.splitlines() if "delete_tag  write" in line]
+    assert results == ["allowed", "replay"]

@@ -110,6 +110,31 @@ def test_the_refusal_says_what_was_repeated_and_to_stop() -> None:
     assert refusal.reason is RefusalReason.REPEATED_CALL
     assert refusal.message == (
         "The tool 'delete_tag' was NOT run: it was already called with the same arguments "
-        "3 times in the last 10 minutes. Repeating it will not help: stop and tell the user."
+        "3 times in this 10-minute window, which ends at 12:10 UTC. Repeating it will not "
+        "help: stop and tell the user."
     )
     assert 0 < refusal.retry_after_seconds <= 600
+
+
+def test_the_refusal_names_the_fixed_window_not_the_last_minutes() -> None:
+    # Windows align to UTC: at 12:07 the window holds the calls since 12:00, not since
+    # 11:57, and it ends at 12:10 whatever the time of the first call.
+    now = T0 + 7 * 60_000
+    base = Refused(
+        "s1", "delete_tag", "write", 3, 15, now, now + HOUR, RefusalReason.QUOTA_EXCEEDED
+    )
+    message = repeated(base, attempt(now=now)).message
+    assert "3 times in this 10-minute window, which ends at 12:10 UTC." in message
+    assert "in the last" not in message
+
+
+def test_a_window_of_days_names_the_day_it_ends() -> None:
+    plain = Attempt(
+        SessionKey("demo", "s1"), "delete_tag", "write", 15, T0, HOUR, "chk1", None, None
+    )
+    category = parse_policy(_policy({"limit": 3, "window": "2d"})).categories["write"]
+    a = with_repeat(plain, category, DIGEST)
+    base = Refused("s1", "delete_tag", "write", 3, 15, T0, T0 + HOUR, RefusalReason.QUOTA_EXCEEDED)
+    assert "3 times in this 2-day window, which ends at 2026-12-03 00:00 UTC." in (
+        repeated(base, a).message
+    )

@@ -114,8 +114,9 @@ def test_a_shadowed_repeat_past_the_breaker_is_judged_as_its_refusal() -> None:
     assert (would.scope, would.used, would.limit, would.repeat_limit) == (Scope.SESSION, 3, 15, 3)
     assert shadow_message(would) == (
         "Shadow mode: the tool ran. The tool 'delete_tags' would NOT have run under "
-        "enforcement: it was already called with the same arguments 3 times in the last 10 "
-        "minutes. Repeating it will not help: stop and tell the user."
+        "enforcement: it was already called with the same arguments 3 times in this "
+        "10-minute window, which ends at 12:10 UTC. Repeating it will not help: stop and "
+        "tell the user."
     )
     assert would_refuse(a, allowed(4), counted(a, 4), None) is None  # no breaker: no repeat
     enforced = repeating(shadow=None)
