@@ -22,6 +22,8 @@ import botocore.session
 from botocore.config import Config
 
 from admin_cli.provision import create_tables
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import RefusalReason
 from chalicelib.settings import Settings
 from chalicelib.storage.dynamodb.audit import AuditStore
 from chalicelib.storage.dynamodb.budgets import BudgetStore
@@ -50,6 +52,23 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 DYNALITE = ROOT / "node_modules" / "dynalite" / "cli.js"
 T0 = 1_796_212_800_000  # 2026-12-02T12:00:00Z, epoch ms
+HOUR_MS = 3_600_000
+
+
+def spent_write(session_id: str = "s1", **fields: object) -> Refused:
+    """A write refused at its session's limit (15/15) at T0, resetting an hour later;
+    `fields` replace any of it."""
+    refused = Refused(
+        session_id=session_id,
+        tool="delete_tag",
+        category="write",
+        used=15,
+        limit=15,
+        now_ms=T0,
+        resets_at_ms=T0 + HOUR_MS,
+        reason=RefusalReason.QUOTA_EXCEEDED,
+    )
+    return replace(refused, **fields)  # type: ignore[arg-type]
 
 
 class FixedClock:

@@ -18,7 +18,7 @@ from chalicelib.quota.core import (
 from chalicelib.quota.policy import load_policy
 from chalicelib.quota.rules import admits, explain_refusal
 from chalicelib.storage.dynamodb.codec import decode_call, encode_call, stored_id
-from tests.support import T0
+from tests.support import T0, spent_write
 
 HOUR = 3_600_000
 POLICY = load_policy("default.json")
@@ -91,16 +91,7 @@ def test_a_raise_never_lowers_the_effective_limit() -> None:
 
 
 def test_blocked_message_says_what_happened_and_what_to_do() -> None:
-    decision = Refused(
-        session_id="agent-42",
-        tool="delete_tag",
-        category="write",
-        used=15,
-        limit=15,
-        now_ms=T0,
-        resets_at_ms=T0 + HOUR,
-        reason=RefusalReason.QUOTA_EXCEEDED,
-    )
+    decision = spent_write("agent-42")
     message = decision.message
     for needle in ("'write'", "15/15", "agent-42", "NOT run", "2026-12-02T13:00:00Z"):
         assert needle in message
@@ -214,17 +205,7 @@ def test_the_email_shows_a_runaway_loop_as_one_line() -> None:
 def test_the_email_marks_a_replayed_call() -> None:
     first = CallRecord(T0 - 2000, "write", "delete_tag", True, call_id="c1", check_id="k1")
     retry = CallRecord(T0 - 1000, "write", "delete_tag", True, call_id="c1", replay=True)
-    decision = Refused(
-        session_id="s1",
-        tool="delete_tag",
-        category="write",
-        used=15,
-        limit=15,
-        now_ms=T0,
-        resets_at_ms=T0 + HOUR,
-        reason=RefusalReason.QUOTA_EXCEEDED,
-        last_calls=(first, retry),
-    )
+    decision = spent_write(last_calls=(first, retry))
     body = exhaustion_email("demo", attempt(), decision, POLICY).body
     results = [line.split()[-1] for line in body.splitlines() if "delete_tag  write" in line]
     assert results == ["allowed", "replay"]

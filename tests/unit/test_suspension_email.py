@@ -10,9 +10,9 @@ from typing import Any
 
 from chalicelib.check.alerts import exhaustion_email
 from chalicelib.quota.answers import Refused
-from chalicelib.quota.core import Attempt, RefusalReason, Scope, SessionKey
+from chalicelib.quota.core import Attempt, Scope, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
-from tests.support import T0
+from tests.support import T0, spent_write
 
 HOUR = 3_600_000
 
@@ -31,19 +31,7 @@ def attempt() -> Attempt:
 
 def suspension() -> Refused:
     """The refusal that suspended the principal: its session's spent write budget."""
-    return Refused(
-        session_id="run-1",
-        tool="delete_tag",
-        category="write",
-        used=15,
-        limit=15,
-        now_ms=T0,
-        resets_at_ms=T0 + HOUR,
-        reason=RefusalReason.QUOTA_EXCEEDED,
-        scope=Scope.SESSION,
-        principal="bot",
-        escalated=True,
-    )
+    return spent_write("run-1", scope=Scope.SESSION, principal="bot", escalated=True)
 
 
 def commands(body: str) -> list[str]:
