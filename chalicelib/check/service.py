@@ -206,7 +206,7 @@ class CheckService:
             if verdict is Verdict.ALREADY_COUNTED:
                 return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
-                reset = self._store.reset_expired(attempt, snapshot.last_seen_ms)
+                reset = self._store.reset_expired(attempt, snapshot)
                 if reset is not None:
                     return self._allowed(attempt, reset.snapshot), reset.snapshot, attempt
                 continue
@@ -261,7 +261,7 @@ class CheckService:
     def _refused_suspended(self, attempt: Attempt, snapshot: SessionSnapshot) -> Refused | None:
         """A suspended session idle past the timeout: its counters start again with this
         refusal (idle expiry holds while suspended too). None if it changed meanwhile."""
-        restarted = self._store.restart_suspended(attempt, snapshot.last_seen_ms)
+        restarted = self._store.restart_suspended(attempt, snapshot)
         if restarted is None:
             return None
         limit = restarted.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chalicelib.quota.core import Attempt, CallRecord, LeaseId, Spend
+    from chalicelib.quota.core import Attempt, CallRecord, LeaseId, SessionSnapshot, Spend
 
 
 class Slot(StrEnum):
@@ -32,7 +32,8 @@ class Slot(StrEnum):
 
 
 class Field(StrEnum):
-    """A single value of a record (a budget has the last four)."""
+    """A single value of a record (a budget has the last two, `SUSPENDED` and
+    `EXPIRES`)."""
 
     LAST_SEEN = "last_seen"  # the last attempt: the idle clock
     STARTED = "started"  # when this generation of counters started
@@ -41,6 +42,9 @@ class Field(StrEnum):
     PRINCIPAL = "principal"
     SERVER = "server"
     CLIENT = "client"
+    # When the session's last allowed call was, once its last calls started again (the
+    # principal's streak reads it: an allowed call in the session ends a run of refusals).
+    ALLOWED_BEFORE = "allowed_before"
     STREAK = "streak"  # a principal's refusals in a row
     LAST_REFUSAL = "last_refusal"  # when the principal was last refused
 
@@ -144,9 +148,16 @@ def counted(attempt: Attempt, ended_repeats: tuple[str, ...] = ()) -> Change:
     )
 
 
-def restarted(attempt: Attempt) -> Change:
+def _allowed_before(seen: SessionSnapshot) -> tuple[tuple[Field, Value], ...]:
+    """The last calls start again: when the last allowed call was stays known."""
+    last = seen.last_allowed_ms()
+    return ((Field.ALLOWED_BEFORE, last),) if last else ()
+
+
+def restarted(attempt: Attempt, seen: SessionSnapshot) -> Change:
     """Idle-expired counters start again with this call counted (`rules.idle_restart`):
-    as if the store had deleted the record, but for a suspension."""
+    as if the store had deleted the record, but for a suspension and for when the last
+    allowed call was (`seen`: the session as read)."""
     category = attempt.category
     put: list[tuple[Slot, str, Value]] = [(Slot.COUNTS, category, attempt.units)]
     if attempt.leased:
@@ -156,18 +167,19 @@ def restarted(attempt: Attempt) -> Change:
         clear=GENERATION | RAISES,
         add=repeat,
         put=tuple(put),
-        set=((Field.STARTED, attempt.now_ms), *_seen(attempt)),
+        set=((Field.STARTED, attempt.now_ms), *_seen(attempt), *_allowed_before(seen)),
         record=attempt.record(allowed=True),
         calls=Calls.RESTART,
     )
 
 
-def restarted_suspended(attempt: Attempt) -> Change:
+def restarted_suspended(attempt: Attempt, seen: SessionSnapshot) -> Change:
     """A suspended session's first attempt after idle expiry, refused: its counters start
     again with the refusal as their first record; it stays suspended, with no expiry."""
+    started = ((Field.STARTED, attempt.now_ms), (Field.LAST_SEEN, attempt.now_ms))
     return Change(
         clear=GENERATION | RAISES,
-        set=((Field.STARTED, attempt.now_ms), (Field.LAST_SEEN, attempt.now_ms)),
+        set=(*started, *_allowed_before(seen)),
         record=attempt.record(allowed=False),
         calls=Calls.RESTART,
     )

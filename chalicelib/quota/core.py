@@ -220,6 +220,8 @@ class SessionSnapshot:
     # Call ids (in `call_id_key` form) the store still holds as counted, whether or not
     # `calls` shows them (a record folded away): what the store's condition reads.
     held_call_ids: frozenset[str] = frozenset()
+    # When the last allowed call of earlier last calls was (they started again since).
+    allowed_before_ms: int = 0
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -267,7 +269,8 @@ class SessionSnapshot:
 
     def last_allowed_ms(self, besides: Attempt | None = None) -> int:
         """When the last call counted in this session (other than the attempt `besides`)
-        was made, as far as the last calls show; 0 if none is there. A refusal in a
+        was made, as far as the last calls show (or, before them, `allowed_before_ms`); 0
+        if none is known. A refusal in a
         session with an allowed call since its principal's last refusal starts the
         principal's streak again. When the record holds only refusals, every one of them
         came after the last allowed call, so the streak goes on, as it should."""
@@ -280,7 +283,7 @@ class SessionSnapshot:
             and not (own is not None and own.check_id == r.check_id)
             and not (own is not None and own.call_id is not None and own.call_id == r.call_id)
         ]
-        return max(times, default=0)
+        return max(times, default=self.allowed_before_ms)
 
     def binds(self, call_id: str, tool: str, category: str, units: int = 1) -> bool:
         """Whether this call id, if counted here, was counted for this tool, category and

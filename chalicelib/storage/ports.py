@@ -85,19 +85,19 @@ class SessionChecks(SessionReads, Protocol):
             StorageError: the store failed.
         """
 
-    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+    def reset_expired(self, attempt: Attempt, seen: SessionSnapshot) -> Consumed | None:
         """Start idle-expired counters again with this call counted; None if another
-        attempt touched the session since `old_last_seen_ms` was read.
+        attempt touched the session since `seen` was read.
 
         Raises:
             StorageError: the store failed.
         """
 
-    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+    def restart_suspended(self, attempt: Attempt, seen: SessionSnapshot) -> SessionSnapshot | None:
         """Refuse a suspended session's first attempt after idle expiry: its counters
         start again (raises, refusals and leases go), with this refusal as their first
         record; it stays suspended. None if another attempt touched it since
-        `old_last_seen_ms` was read.
+        `seen` was read.
 
         Raises:
             StorageError: the store failed.

@@ -92,7 +92,13 @@ def _field_value(field: Field) -> st.SearchStrategy[Any]:
             name=st.sampled_from(["claude-code", "cursor"]),
             version=st.sampled_from([None, "1.0"]),
         )
-    if field in (Field.LAST_SEEN, Field.STARTED, Field.EXPIRES, Field.LAST_REFUSAL):
+    if field in (
+        Field.LAST_SEEN,
+        Field.STARTED,
+        Field.EXPIRES,
+        Field.LAST_REFUSAL,
+        Field.ALLOWED_BEFORE,
+    ):
         return st.integers(T0, T0 + 10_000_000)
     if field is Field.STREAK:
         return st.integers(0, 50)

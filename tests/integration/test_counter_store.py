@@ -15,6 +15,7 @@ from chalicelib.check.service import CheckService
 from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
     Attempt,
+    BudgetKey,
     ClientInfo,
     RefusalReason,
     Scope,
@@ -647,3 +648,25 @@ def test_a_taken_back_call_id_folded_out_of_the_record_is_counted_anew(
     assert isinstance(retry, Allowed) and not retry.duplicate
     stored = counters.get(S1)
     assert stored is not None and stored.counts["write"] == 1
+
+
+def test_an_allowed_call_before_an_idle_restart_still_ends_the_principals_run(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Found by `make fuzz`: a session suspended by an administrator went idle; another
+    principal's (refused) attempt started its counters and its last calls again, and with
+    them went the record of this principal's allowed call there. That refusal then counted as the run
+    going on, and the principal was suspended a refusal early. When the last allowed call
+    was is kept across the restart: the run starts again."""
+    service = CheckService(POLICY, stores.counters, clock, IDLE, budgets=stores.budgets)
+    for _ in range(15):
+        allowed(service.check("demo", write("s1", principal="bob")))
+    refused(service.check("demo", write("s1", principal="bob")))  # the run: 1
+    clock.advance(1)
+    allowed(service.check("demo", read("s2", principal="bob")))  # the run ends here
+    stores.counters.suspend(SessionKey("demo", "s2"), "looks odd", clock())
+    clock.advance(IDLE + 1)
+    refused(service.check("demo", write("s2", principal="alice")))  # restarts s2
+    refused(service.check("demo", write("s2", principal="bob")))  # a new run: 1
+    bob = stores.budgets.get(BudgetKey.principal("demo", "bob"))
+    assert bob is not None and bob.refusals_in_a_row == 1

@@ -50,6 +50,7 @@ SESSION = Layout(
         Field.PRINCIPAL: ("#pr", layout.PRINCIPAL),
         Field.SERVER: ("#srv", layout.SERVER),
         Field.CLIENT: ("#cli", layout.CLIENT),
+        Field.ALLOWED_BEFORE: ("#ab", layout.ALLOWED_BEFORE),
     },
 )
 # The last calls: appended to, rewritten whole (shifted by one), or started again.

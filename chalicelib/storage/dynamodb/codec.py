@@ -14,6 +14,7 @@ from chalicelib.quota.core import (
     fold_repeats,
 )
 from chalicelib.storage.dynamodb.layout import (
+    ALLOWED_BEFORE,
     BLOCKED,
     CALL_IDS,
     CALLS,
@@ -174,6 +175,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         first_refusals=first_refusals,
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
+        allowed_before_ms=int(item.get(ALLOWED_BEFORE, {"N": "0"})["N"]),
         held_call_ids=frozenset(
             cid[len(COUNTED_CALL_ID) :] for cid in ids if cid.startswith(COUNTED_CALL_ID)
         ),

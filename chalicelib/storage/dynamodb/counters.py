@@ -189,27 +189,27 @@ class CounterStore(RefusalWrites):
         self._tails.learn(key, item)
         return item
 
-    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+    def reset_expired(self, attempt: Attempt, seen: SessionSnapshot) -> Consumed | None:
         """Start idle-expired counters again with this call counted; None if another
         attempt touched the session first (the caller then simply tries again).
 
         Raises:
             StorageError: the store failed.
         """
-        rule = idle_restart(old_last_seen_ms, False)
-        item = self._restart(attempt, restarted(attempt), rule, "resetting idle counters")
+        rule = idle_restart(seen.last_seen_ms, False)
+        item = self._restart(attempt, restarted(attempt, seen), rule, "resetting idle counters")
         return Consumed(snapshot_from_item(item)) if item is not None else None
 
-    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+    def restart_suspended(self, attempt: Attempt, seen: SessionSnapshot) -> SessionSnapshot | None:
         """A suspended session's first attempt after idle expiry, refused: its counters
         start again, this refusal their first record. None if another attempt came first.
 
         Raises:
             StorageError: the store failed.
         """
-        rule = idle_restart(old_last_seen_ms, True)
+        rule = idle_restart(seen.last_seen_ms, True)
         doing = "restarting a suspended session's counters"
-        item = self._restart(attempt, restarted_suspended(attempt), rule, doing)
+        item = self._restart(attempt, restarted_suspended(attempt, seen), rule, doing)
         return snapshot_from_item(item) if item is not None else None
 
     def uncount(self, attempt: Attempt, started_ms: int) -> None:

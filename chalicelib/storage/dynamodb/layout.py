@@ -42,6 +42,7 @@ PRINCIPAL = "principal"
 SERVER = "srv"
 CLIENT = "cli"
 SUSPENDED = "suspended"
+ALLOWED_BEFORE = "ab"  # the last allowed call of earlier last calls, epoch ms
 COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
 RAISED_UNTIL_PREFIX = "rx_"

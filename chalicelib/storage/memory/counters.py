@@ -80,6 +80,7 @@ _FIELDS = {
     Field.PRINCIPAL: "principal",
     Field.SERVER: "server",
     Field.CLIENT: "client",
+    Field.ALLOWED_BEFORE: "allowed_before_ms",
 }
 
 
@@ -101,6 +102,7 @@ class _Session:
     grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
     client: ClientInfo | None = None
     repeats: dict[str, int] = field(default_factory=dict)  # the loop breaker's counts
+    allowed_before_ms: int = 0
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -120,6 +122,7 @@ class _Session:
             first_refusals={c: mark[0] for c, mark in self.notified.items()},
             client=self.client,
             repeats=dict(self.repeats),
+            allowed_before_ms=self.allowed_before_ms or 0,
         )
 
     def apply(self, change: Change) -> None:
@@ -199,21 +202,21 @@ class MemoryCounters:
             ended = ended_repeats(seen.repeats if seen else {}, attempt.now_ms)
             return Consumed(self._write(attempt.session, counted(attempt, ended)).snapshot())
 
-    def reset_expired(self, attempt: Attempt, old_last_seen_ms: int) -> Consumed | None:
+    def reset_expired(self, attempt: Attempt, seen: SessionSnapshot) -> Consumed | None:
         """Start idle-expired counters again with this call counted."""
         with self._lock:
-            seen = self._snapshot(attempt.session)
-            if seen is None or not idle_restart(old_last_seen_ms, False).holds(seen):
+            now = self._snapshot(attempt.session)
+            if now is None or not idle_restart(seen.last_seen_ms, False).holds(now):
                 return None
-            return Consumed(self._write(attempt.session, restarted(attempt)).snapshot())
+            return Consumed(self._write(attempt.session, restarted(attempt, seen)).snapshot())
 
-    def restart_suspended(self, attempt: Attempt, old_last_seen_ms: int) -> SessionSnapshot | None:
+    def restart_suspended(self, attempt: Attempt, seen: SessionSnapshot) -> SessionSnapshot | None:
         """A suspended session's first attempt after idle expiry: counters start again."""
         with self._lock:
-            seen = self._snapshot(attempt.session)
-            if seen is None or not idle_restart(old_last_seen_ms, True).holds(seen):
+            now = self._snapshot(attempt.session)
+            if now is None or not idle_restart(seen.last_seen_ms, True).holds(now):
                 return None
-            return self._write(attempt.session, restarted_suspended(attempt)).snapshot()
+            return self._write(attempt.session, restarted_suspended(attempt, seen)).snapshot()
 
     def record_block(
         self,
