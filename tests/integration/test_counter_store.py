@@ -655,9 +655,9 @@ def test_an_allowed_call_before_an_idle_restart_still_ends_the_principals_run(
 ) -> None:
     """Found by `make fuzz`: a session suspended by an administrator went idle; another
     principal's (refused) attempt started its counters and its last calls again, and with
-    them went the record of this principal's allowed call there. That refusal then counted as the run
-    going on, and the principal was suspended a refusal early. When the last allowed call
-    was is kept across the restart: the run starts again."""
+    them went the record of this principal's allowed call there. Its next refusal there
+    then counted as its run going on, and it was suspended a refusal early. When the last
+    allowed call was is now kept across the restart: the run starts again."""
     service = CheckService(POLICY, stores.counters, clock, IDLE, budgets=stores.budgets)
     for _ in range(15):
         allowed(service.check("demo", write("s1", principal="bob")))
