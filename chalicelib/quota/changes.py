@@ -323,9 +323,20 @@ def budget_given_back(spend: Spend) -> Change:
     return Change(add=((Slot.COUNTS, spend.category, -spend.units),))
 
 
+def budget_mark(spend: Spend) -> tuple[int, int]:
+    """What a budget keeps of its first refusal at a window and limit."""
+    return (spend.window_start_ms, spend.limit)
+
+
+def first_at(previous: tuple[int, int] | None, spend: Spend) -> bool:
+    """Whether a refusal is the first at its window and limit: the budget's mark, before
+    this refusal set it, named another (or none)."""
+    return previous != budget_mark(spend)
+
+
 def budget_marked(spend: Spend) -> Change:
     """A refusal at this window and limit seen: later ones there are not the first."""
-    return Change(put=((Slot.MARKS, spend.category, (spend.window_start_ms, spend.limit)),))
+    return Change(put=((Slot.MARKS, spend.category, budget_mark(spend)),))
 
 
 def streak_noted(now_ms: int, refusals: int, goes_on: bool, spend: Spend | None) -> Change:

@@ -187,17 +187,7 @@ def test_a_folded_record_survives_its_compact_encoding() -> None:
 
 def test_the_email_shows_a_runaway_loop_as_one_line() -> None:
     loop = CallRecord(T0, "write", "delete_tag", False, check_id="k1", repeats=385)
-    decision = Refused(
-        session_id="s1",
-        tool="delete_tag",
-        category="write",
-        used=15,
-        limit=15,
-        now_ms=T0,
-        resets_at_ms=T0 + HOUR,
-        reason=RefusalReason.QUOTA_EXCEEDED,
-        last_calls=(CallRecord(T0 - 1000, "write", "delete_tag", True), loop),
-    )
+    decision = spent_write(last_calls=(CallRecord(T0 - 1000, "write", "delete_tag", True), loop))
     body = exhaustion_email("demo", attempt(), decision, POLICY).body
     assert "delete_tag  write     refused \u00d7385 in a row" in body
 

@@ -35,6 +35,7 @@ from chalicelib.quota.changes import (
     budget_raised,
     budget_suspended,
     budget_taken,
+    first_at,
     streak_noted,
 )
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
@@ -97,8 +98,10 @@ def _key(key: BudgetKey) -> dict[str, Any]:
 def _first(old: Mapping[str, Any], spend: Spend) -> bool:
     """Whether the item as it was before a write held no mark of this refusal's window
     and limit: this refusal is the first there."""
-    mark = old.get(NOTIFIED_PREFIX + spend.category, {}).get("S")
-    return bool(mark != f"{spend.window_start_ms}|{spend.limit}")
+    stored = old.get(NOTIFIED_PREFIX + spend.category, {}).get("S", "")
+    window, _, limit = stored.partition("|")
+    previous = (int(window), int(limit)) if window.isdigit() and limit.isdigit() else None
+    return first_at(previous, spend)
 
 
 def _window_of(item: Mapping[str, Any] | None, category: str) -> int | None:

@@ -131,10 +131,10 @@ class AdminWrites(SessionItems):
         """
         doing = "resetting a session"
         key = key_of(session)
-        suspended_ = False
+        is_suspended = False
         for round_ in range(ADMIN_ROUNDS):
-            write = reset(now_ms, None if suspended_ else now_ms + idle_ms)
-            rule = counters_reset(now_ms, suspended_, round_ == 0)
+            write = reset(now_ms, None if is_suspended else now_ms + idle_ms)
+            rule = counters_reset(now_ms, is_suspended, round_ == 0)
             try:
                 return self._act(session, write, rule, doing)
             except _ConditionFailed as failed:
@@ -142,6 +142,6 @@ class AdminWrites(SessionItems):
             if old is None:
                 raise RecordNotFound(doing)
             seen = snapshot_from_item(old)
-            suspended_ = seen.suspended
+            is_suspended = seen.suspended
             now_ms = reset_start(seen, now_ms)
         raise RecordChanged(doing)

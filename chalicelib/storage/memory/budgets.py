@@ -17,6 +17,7 @@ from chalicelib.quota.changes import (
     budget_raised,
     budget_suspended,
     budget_taken,
+    first_at,
     streak_noted,
 )
 from chalicelib.quota.core import (
@@ -107,9 +108,10 @@ class MemoryBudgets:
                 self._write(key, budget_given_back(spend))
 
     def _first(self, key: BudgetKey, spend: Spend | None) -> bool:
+        if spend is None:
+            return False
         budget = self._budgets.get(key)
-        mark = budget.marks.get(spend.category) if budget is not None and spend else None
-        return spend is not None and mark != (spend.window_start_ms, spend.limit)
+        return first_at(budget.marks.get(spend.category) if budget else None, spend)
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
         """Whether this is the first refusal at this window and limit."""
