@@ -125,6 +125,18 @@ class CallIdConflict(Conflict):
     CODE = "call_id_conflict"
 
 
+class CallInProgress(Conflict):
+    """A copy of a call whose check is still counting it at the wider scopes: it is not
+    allowed (the original may yet be refused there); try again in a moment, when the
+    original has been admitted (the copy is then a duplicate) or refused (it is counted
+    anew)."""
+
+    CODE = "call_in_progress"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
 class StoreUnavailableError(QuotaServiceError):
     """The counter store is throttled or unreachable; the caller should retry later."""
 

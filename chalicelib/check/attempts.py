@@ -57,5 +57,6 @@ def attempt_of(
         client=request.client,
         shadow_limit=shadow_limit,
         held=(request.refused_locally or {}).get(category.name, 0),
+        args_digest=request.args_digest,
     )
     return with_repeat(attempt, category, request.args_digest)

@@ -21,6 +21,7 @@ from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
+from chalicelib.check.life import admit
 from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
@@ -32,7 +33,7 @@ from chalicelib.check.steps import (
     retried,
     use_of,
 )
-from chalicelib.check.verdicts import conflict, try_again_as
+from chalicelib.check.verdicts import call_id_fault, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
@@ -124,7 +125,7 @@ class CheckService:
         expected = self._refuse_expected(attempt)
         if expected is not None:
             return expected
-        counted = self._count_session(attempt)
+        counted = self._count_session(self._with_wider(attempt))
         if isinstance(counted, Refused):
             return counted
         # The attempt as counted: a lease at the end of the budget has fewer units.
@@ -149,6 +150,7 @@ class CheckService:
                 compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
                 compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
                 raise
+            admit(self._store, attempt, snapshot)
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
@@ -201,8 +203,9 @@ class CheckService:
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
-            if verdict is Verdict.CALL_ID_CONFLICT:
-                raise conflict(attempt, snapshot)
+            fault = call_id_fault(attempt, snapshot, verdict)
+            if fault is not None:
+                raise fault
             if verdict is Verdict.ALREADY_COUNTED:
                 return self._allowed(attempt, snapshot), snapshot, attempt
             if verdict is Verdict.EXPIRED:
@@ -226,6 +229,14 @@ class CheckService:
                 self._listener.on_block(attempt.tenant, attempt, decision)
                 return decision
         raise RecordChanged("counting a call")
+
+    def _with_wider(self, attempt: Attempt) -> Attempt:
+        """The attempt, marked if budgets above the session count it too: counted in its
+        session, the call then stays in progress until they have."""
+        category = self._policy.categories[attempt.category]
+        if self._wider is None or not self._wider.steps(attempt, category):
+            return attempt
+        return replace(attempt, wider=True)
 
     def _allowed(
         self, attempt: Attempt, snapshot: SessionSnapshot, duplicate: bool = False

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from chalicelib.errors import CallIdConflict
-from chalicelib.quota.core import Attempt, SessionSnapshot, Verdict
+from chalicelib.errors import CallIdConflict, CallInProgress, Conflict
+from chalicelib.quota.core import (
+    MAX_REPLAYS,
+    REPLAY_WINDOW_MS,
+    Attempt,
+    SessionSnapshot,
+    Verdict,
+)
 from chalicelib.quota.rules import partial_units
 
 
@@ -15,9 +21,40 @@ def conflict(attempt: Attempt, snapshot: SessionSnapshot) -> CallIdConflict:
     was = f" for the tool '{original.tool}' ({original.category})" if original else ""
     return CallIdConflict(
         f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} was already "
-        f"counted in session '{attempt.session_id}'{was}. A call id names one call; a "
-        "retry must repeat that call exactly, and a new call needs a new id."
+        f"counted in session '{attempt.session_id}'{was}. A call id names one call (its "
+        "tool, arguments and principal); a retry must repeat that call exactly, and a new "
+        "call needs a new id."
     )
+
+
+def used_up(attempt: Attempt) -> CallIdConflict:
+    return CallIdConflict(
+        f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} already ran in "
+        f"session '{attempt.session_id}' and its retries were answered (at most "
+        f"{MAX_REPLAYS}, within {REPLAY_WINDOW_MS // 1000} s of it). A call id names one "
+        "call; a new call needs a new id."
+    )
+
+
+def in_progress(attempt: Attempt) -> CallInProgress:
+    return CallInProgress(
+        f"The tool '{attempt.tool}' was NOT run yet: call id {attempt.call_id!r} is being "
+        f"counted by another request in session '{attempt.session_id}' that has not been "
+        "answered. Send the same call again after Retry-After: it is then answered as that "
+        "call's duplicate if it was allowed, or counted anew if it was refused."
+    )
+
+
+def call_id_fault(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Conflict | None:
+    """The 409 a verdict about the call id answers (another call's id, a call still in
+    progress), or None."""
+    if verdict is Verdict.CALL_ID_CONFLICT:
+        return conflict(attempt, snapshot)
+    if verdict is Verdict.IN_PROGRESS:
+        return in_progress(attempt)
+    if verdict is Verdict.CALL_ID_USED:
+        return used_up(attempt)
+    return None
 
 
 def try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:

@@ -4,21 +4,58 @@ client's call id is kept in, and the folding of a runaway loop's refusals."""
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
 from dataclasses import dataclass, replace
 
 from chalicelib.clock import iso_utc
 
 MAX_PLAIN_CALL_ID = 20
+HASHED = "~"  # what begins a hashed id, and so what no id kept verbatim may begin with
 
 
 def call_id_key(call_id: str) -> str:
     """The form a call id is kept and compared in: short ids (JSON-RPC ids are usually
-    small numbers) as they are, long ones as a 90-bit hash, to keep the session small."""
-    if len(call_id) <= MAX_PLAIN_CALL_ID:
+    small numbers) as they are, long ones as a 90-bit hash, to keep the session small.
+    An id that begins as a hashed one does is hashed too, so no id sent verbatim can
+    spell another id's hash: two ids share a kept form only if they are the same id."""
+    if len(call_id) <= MAX_PLAIN_CALL_ID and not call_id.startswith(HASHED):
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8")).digest()
-    return "~" + base64.urlsafe_b64encode(digest).decode("ascii")[:15]
+    return HASHED + base64.urlsafe_b64encode(digest).decode("ascii")[:15]
+
+
+def call_binding(
+    tool: str, category: str, units: int, args_digest: str | None, principal: str | None
+) -> str:
+    """What a call id binds, as one short digest: the tool, its category, the calls asked
+    at once, the arguments' digest (when sent) and the principal. The same id with any of
+    these different is another call, never a retry."""
+    parts = (tool, category, str(units), args_digest or "", principal or "")
+    text = "\x1f".join(parts).encode("utf-8")
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+class CallState(enum.StrEnum):
+    """Where a call counted under a client's call id stands in its life."""
+
+    # Counted in its session, not yet at every wider scope: a copy is never allowed.
+    IN_PROGRESS = "in_progress"
+    ADMITTED = "admitted"  # counted at every scope: a copy is a duplicate, a few times
+
+
+@dataclass(frozen=True)
+class CallLife:
+    """One call id's life in its session: which check counted it, what it binds, whether
+    it was admitted at every scope, and how many duplicates were answered from it. A
+    write conditioned on the exact life it read (`facts.CallLifeIs`) moves it on, so no
+    two copies take the same step."""
+
+    state: CallState
+    check_id: str  # the service's id of the check that counted it
+    binding: str  # `call_binding` of the call
+    until_ms: int  # in progress: by then the check that counted it has surely ended
+    replays: int = 0  # duplicates answered from it
 
 
 @dataclass(frozen=True)

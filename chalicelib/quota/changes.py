@@ -8,9 +8,11 @@ its own, so the two backends cannot drift apart on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
+
+from chalicelib.quota.calls import CallLife, CallState, call_id_key
 
 if TYPE_CHECKING:
     from chalicelib.quota.core import Attempt, CallRecord, LeaseId, SessionSnapshot, Spend
@@ -27,6 +29,7 @@ class Slot(StrEnum):
     RAISED = "raised"  # an administrator's raised limit
     RAISED_UNTIL = "raised_until"  # when that raise lapses
     REPEATS = "repeats"  # the loop breaker's counts, by call key and window
+    LIVES = "lives"  # the lives of calls counted under a client's call id, by kept id
     WINDOWS = "windows"  # a budget's: the window its count is of (its start, epoch ms)
     MARKS = "marks"  # a budget's: (window, limit) of the first refusal seen there
 
@@ -134,13 +137,28 @@ def _grant(attempt: Attempt) -> tuple[tuple[Slot, str, Value], ...]:
     return ((Slot.GRANTS, attempt.category, attempt.lease_grant),) if attempt.leased else ()
 
 
-def counted(attempt: Attempt, ended_repeats: tuple[str, ...] = ()) -> Change:
+def _life(attempt: Attempt) -> tuple[tuple[Slot, str, Value], ...]:
+    """The life a counted call starts for its call id (none without one)."""
+    life = attempt.life()
+    if life is None or attempt.call_id is None:
+        return ()
+    return ((Slot.LIVES, call_id_key(attempt.call_id), life),)
+
+
+def counted(
+    attempt: Attempt, ended_repeats: tuple[str, ...] = (), gone: tuple[str, ...] = ()
+) -> Change:
     """A call counted in its session (`rules.session_consume`). The loop breaker's counts
-    of windows that have ended, as the caller knows them, go in the same write."""
+    of windows that have ended, and the lives of call ids no longer in the last calls
+    (`gone`), as the caller knows them, go in the same write."""
+    own = None if attempt.call_id is None else call_id_key(attempt.call_id)
     return Change(
-        drop=tuple((Slot.REPEATS, key) for key in ended_repeats if key != attempt.repeat_key),
+        drop=(
+            *((Slot.REPEATS, key) for key in ended_repeats if key != attempt.repeat_key),
+            *((Slot.LIVES, key) for key in gone if key != own),
+        ),
         add=_counting(attempt),
-        put=_grant(attempt),
+        put=(*_grant(attempt), *_life(attempt)),
         set=_seen(attempt),
         start=attempt.now_ms,
         record=attempt.record(allowed=True),
@@ -163,10 +181,13 @@ def restarted(attempt: Attempt, seen: SessionSnapshot) -> Change:
     if attempt.leased:
         put += [(Slot.LEASED, category, attempt.units), *_grant(attempt)]
     repeat = () if attempt.repeat_key is None else ((Slot.REPEATS, attempt.repeat_key, 1),)
+    life = _life(attempt)
+    kept = {key for _, key, _ in life}
     return Change(
         clear=GENERATION | RAISES,
+        drop=tuple((Slot.LIVES, key) for key in sorted(seen.lives) if key not in kept),
         add=repeat,
-        put=tuple(put),
+        put=(*put, *life),
         set=((Field.STARTED, attempt.now_ms), *_seen(attempt), *_allowed_before(seen)),
         record=attempt.record(allowed=True),
         calls=Calls.RESTART,
@@ -179,6 +200,7 @@ def restarted_suspended(attempt: Attempt, seen: SessionSnapshot) -> Change:
     started = ((Field.STARTED, attempt.now_ms), (Field.LAST_SEEN, attempt.now_ms))
     return Change(
         clear=GENERATION | RAISES,
+        drop=tuple((Slot.LIVES, key) for key in sorted(seen.lives)),
         set=(*started, *_allowed_before(seen)),
         record=attempt.record(allowed=False),
         calls=Calls.RESTART,
@@ -210,9 +232,14 @@ def refused_suspended(attempt: Attempt) -> Change:
     )
 
 
-def replayed(attempt: Attempt) -> Change:
-    """A replayed call id recorded: not counted; it refreshes the idle clock."""
+def replayed(attempt: Attempt, life: CallLife | None = None) -> Change:
+    """A replayed call id recorded: not counted; it refreshes the idle clock, and counts
+    the duplicate in the call's life (`rules.replay_record`)."""
+    put: tuple[tuple[Slot, str, Value], ...] = ()
+    if life is not None and attempt.call_id is not None:
+        put = ((Slot.LIVES, call_id_key(attempt.call_id), replace(life, replays=life.replays + 1)),)
     return Change(
+        put=put,
         set=_seen(attempt),
         record=attempt.record(allowed=True, replay=True),
         calls=Calls.APPEND,
@@ -221,21 +248,30 @@ def replayed(attempt: Attempt) -> Change:
 
 def taken_back(attempt: Attempt, counts: bool = True) -> Change:
     """A counted call that a wider budget refused comes off the count (`rules.take_back`;
-    `counts=False` after a reset: only its record changes) and shows as refused."""
+    `counts=False` after a reset: only its record changes) and shows as refused; its call
+    id's life ends (the id is free again)."""
     category = attempt.category
     add: list[tuple[Slot, str, int]] = []
     drop: tuple[tuple[Slot, str], ...] = ()
+    if attempt.call_id is not None:
+        drop = ((Slot.LIVES, call_id_key(attempt.call_id)),)
     if counts:
         add.append((Slot.COUNTS, category, -attempt.units))
         if attempt.leased:
             add.append((Slot.LEASED, category, -attempt.units))
-            drop = ((Slot.GRANTS, category),)
+            drop = (*drop, (Slot.GRANTS, category))
     return Change(
         drop=drop,
         add=tuple(add),
         record=attempt.record(allowed=False),
         calls=Calls.REPLACE,
     )
+
+
+def admitted(key: str, life: CallLife) -> Change:
+    """A call counted in its session and then by every wider budget: admitted, so that a
+    copy of it is a duplicate (`rules.call_admitted`)."""
+    return Change(put=((Slot.LIVES, key, replace(life, state=CallState.ADMITTED)),))
 
 
 def lease_returned(lease: LeaseId, unused: int) -> Change:

@@ -14,6 +14,9 @@ from chalicelib.quota import calls, leases
 
 # Named here too, where every caller has always found them.
 CallRecord = calls.CallRecord
+CallLife = calls.CallLife
+CallState = calls.CallState
+call_binding = calls.call_binding
 call_id_key = calls.call_id_key
 with_call = calls.with_call
 fold_repeats = calls.fold_repeats
@@ -25,6 +28,10 @@ grant_of = leases.grant_of
 # reused later or more often is a new call: a loop cannot run uncounted on one id.
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
+# How long a call counted in its session may stay in progress: longer than any check
+# runs (the Lambda's timeout is 10 s). A copy that finds it in progress later knows its
+# check ended without admitting it (a crash), and counts the call anew.
+IN_PROGRESS_MS = 30_000
 # Hex digits of an arguments digest the loop breaker keeps: 48 bits tell a session's
 # calls of one tool apart, and keep the session item small.
 REPEAT_DIGEST_CHARS = 12
@@ -65,7 +72,15 @@ class Verdict(enum.Enum):
     SUSPENDED = "suspended"
     ALREADY_COUNTED = "already_counted"  # this very check was counted (an SDK retry)
     DUPLICATE = "duplicate"  # a client's retry: answer with the original decision
-    REUSED_CALL_ID = "reused_call_id"  # seen, but too late or too often to be a retry
+    # A copy of a call whose check is still counting it at the wider scopes: not allowed
+    # (it may yet be refused there); the client tries again in a moment.
+    IN_PROGRESS = "in_progress"
+    # Seen, but not as a call that stands (counted before a reset, or left in progress
+    # by a check that ended without admitting it): counted anew.
+    REUSED_CALL_ID = "reused_call_id"
+    # The call ran and had its duplicates (or is older than a retry comes): the id is
+    # used up; a new call needs a new id (409, counted nowhere).
+    CALL_ID_USED = "call_id_used"
     CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     REPEATED = "repeated"  # the tool was called with the same arguments too often
@@ -222,6 +237,8 @@ class SessionSnapshot:
     held_call_ids: frozenset[str] = frozenset()
     # When the last allowed call of earlier last calls was (they started again since).
     allowed_before_ms: int = 0
+    # The lives of the calls counted under a client's call id, by `call_id_key`.
+    lives: Mapping[str, CallLife] = field(default_factory=dict)
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -285,9 +302,20 @@ class SessionSnapshot:
         ]
         return max(times, default=self.allowed_before_ms)
 
-    def binds(self, call_id: str, tool: str, category: str, units: int = 1) -> bool:
-        """Whether this call id, if counted here, was counted for this tool, category and
-        number of calls asked: an id names one call, and is never a pass for another."""
+    def life_of(self, call_id: str) -> CallLife | None:
+        """The life of the call counted under this id in these counters, if its record
+        is still kept (a reset or an idle restart ends what an id binds)."""
+        if self.find_call(call_id) is None:
+            return None
+        return self.lives.get(call_id_key(call_id))
+
+    def binds(self, call_id: str, binding: str, tool: str, category: str, units: int) -> bool:
+        """Whether this call id, if counted here, was counted for this very call (its
+        `call_binding`; for a call counted before ids bound more, its tool, category and
+        calls asked): an id names one call, and is never a pass for another."""
+        life = self.life_of(call_id)
+        if life is not None:
+            return life.binding == binding
         original = self.find_call(call_id)
         return original is None or (original.tool, original.category, original.units) == (
             tool,
@@ -308,20 +336,31 @@ class SessionSnapshot:
 
     def replayable(self, call_id: str, now_ms: int) -> bool:
         """Whether a call with this id is a retry to answer from its original: the id was
-        counted exactly once, recently, and has been replayed fewer than MAX_REPLAYS times,
-        and was never refused. A loop that reuses one id fails this after a few calls, for
-        as long as its entries are in the record."""
+        counted recently, admitted at every scope, has been replayed fewer than
+        MAX_REPLAYS times, and was not refused since. A loop that reuses one id fails this
+        after a few calls, for as long as its entries are in the record."""
         key = call_id_key(call_id)
         seen = [r for r in self.calls if r.call_id == key and r.at_ms >= self.started_ms]
         counted = [i for i, r in enumerate(seen) if r.allowed and not r.replay]
-        if len(counted) != 1:
+        if not counted:
             return False
-        # Attempts before the original (refused, or taken back when a wider budget
-        # failed) do not matter; after it, only replays may follow.
-        original, after = seen[counted[0]], seen[counted[0] + 1 :]
+        # Attempts before the original (refused, taken back when a wider budget refused
+        # it, or left in progress by a check that ended) do not matter; after it, only
+        # replays may follow.
+        original, after = seen[counted[-1]], seen[counted[-1] + 1 :]
         if any(not r.allowed for r in after):
             return False
-        return len(after) < MAX_REPLAYS and now_ms - original.at_ms <= REPLAY_WINDOW_MS
+        life = self.lives.get(key)
+        replays = len(after) if life is None else life.replays
+        if life is not None and life.state is not CallState.ADMITTED:
+            return False
+        return replays < MAX_REPLAYS and now_ms - original.at_ms <= REPLAY_WINDOW_MS
+
+    def in_progress(self, call_id: str, now_ms: int) -> bool:
+        """Whether the call counted under this id is still being counted at the wider
+        scopes by the check that counted it (not past `IN_PROGRESS_MS`)."""
+        life = self.life_of(call_id)
+        return life is not None and life.state is CallState.IN_PROGRESS and now_ms < life.until_ms
 
 
 @dataclass(frozen=True)
@@ -344,6 +383,10 @@ class Attempt:
     leased: bool = False  # the caller asked for a lease in a category that allows one
     asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
     clock_ms: int | None = None  # the clock's reading, when `now_ms` was moved past it
+    args_digest: str | None = None  # the client's digest of the call's arguments
+    # Budgets above the session count this call too: counted in its session, it stays
+    # in progress until they have (`CallState`).
+    wider: bool = False
 
     @property
     def real_ms(self) -> int:
@@ -400,6 +443,19 @@ class Attempt:
         """The base limit answers show and shadow mode judges by: the policy's (or a
         grant's), not the shadow ceiling the store counts to."""
         return self.base_limit if self.shadow_limit is None else self.shadow_limit
+
+    @property
+    def binding(self) -> str:
+        """What this call's id binds (`call_binding`)."""
+        return call_binding(self.tool, self.category, self.asked, self.args_digest, self.principal)
+
+    def life(self) -> CallLife | None:
+        """The life this check starts for its call id when it counts the call: in progress
+        while wider budgets have yet to count it, else admitted at once."""
+        if self.call_id is None:
+            return None
+        state = CallState.IN_PROGRESS if self.wider else CallState.ADMITTED
+        return CallLife(state, self.check_id, self.binding, self.now_ms + IN_PROGRESS_MS)
 
     @property
     def dedupe_call_id(self) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from chalicelib.quota.core import (
     Attempt,
+    CallLife,
     CallRecord,
     LeaseId,
     SessionSnapshot,
@@ -20,6 +21,7 @@ from chalicelib.quota.facts import (
     BudgetRaisedAbove,
     BudgetSuspended,
     CallIdFree,
+    CallLifeIs,
     CheckNotCounted,
     Condition,
     CountAtLeast,
@@ -58,7 +60,16 @@ def session_consume(attempt: Attempt) -> Condition:
     call_id = attempt.dedupe_call_id
     unseen: Condition = (
         Named(
-            None, CallIdFree(call_id, attempt.tool, attempt.category, attempt.asked, attempt.now_ms)
+            None,
+            CallIdFree(
+                call_id,
+                attempt.check_id,
+                attempt.binding,
+                attempt.tool,
+                attempt.category,
+                attempt.asked,
+                attempt.now_ms,
+            ),
         )
         if call_id is not None
         else Named(Verdict.ALREADY_COUNTED, CheckNotCounted(attempt.check_id))
@@ -125,6 +136,19 @@ def refusal_noted(entry: CallRecord, started_ms: int, limit: int, first: bool) -
     exactly one writer finds the first refusal at a limit unrecorded."""
     at = FirstRefusalAt(entry.category, limit)
     return all_of(refusal_record(entry, started_ms), Not(at) if first else at)
+
+
+def replay_record(entry: CallRecord, started_ms: int, key: str, life: CallLife) -> Condition:
+    """When a duplicate is answered from its admitted original and recorded: as a
+    refusal is, and only on the call's life as read, so that concurrent copies take
+    turns and no more than `MAX_REPLAYS` are answered."""
+    return all_of(refusal_record(entry, started_ms), CallLifeIs(key, life))
+
+
+def call_admitted(key: str, life: CallLife) -> Condition:
+    """When a call counted in its session is admitted (every wider budget counted it):
+    its life is still the one its check started."""
+    return CallLifeIs(key, life)
 
 
 def suspended_refusal(entry: CallRecord) -> Condition:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         Attempt,
         BudgetKey,
         BudgetSnapshot,
+        CallLife,
         LeaseId,
         SessionKey,
         SessionSnapshot,
@@ -123,8 +124,17 @@ class SessionChecks(SessionReads, Protocol):
             StorageError: the store failed.
         """
 
+    def admit(self, attempt: Attempt, life: CallLife) -> bool:
+        """Admit a call that every wider budget counted: its call id's life goes from in
+        progress to admitted if it is still `life`; False if not.
+
+        Raises:
+            StorageError: the store failed.
+        """
+
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
-        """Record a replayed call id, refresh the idle clock; False if `seen` changed.
+        """Record a replayed call id, refresh the idle clock; False if `seen` changed
+        (or, for a call with a life, if another duplicate moved it on first).
 
         Raises:
             StorageError: the store failed.

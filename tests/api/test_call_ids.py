@@ -33,16 +33,18 @@ def test_a_read_call_id_sent_with_write_tools_is_a_409_never_a_pass(any_api: Api
     assert used(any_api, "s", "write") == 0 and used(any_api, "s", "read") == 1
 
 
-def test_a_loop_on_one_call_id_is_counted_after_a_few_replays(any_api: Api) -> None:
+def test_a_loop_on_one_call_id_runs_once_then_gets_409(any_api: Api) -> None:
+    """Issue 28, class 2: one id is one call, counted once, with at most three duplicates;
+    every later use of it is a 409 that counts nothing."""
     answers = [
         any_api.check(session_id="loop", tool="delete_tag", call_id="same") for _ in range(40)
     ]
     allowed = [a for a in answers if a.status_code == 200]
     duplicates = [a for a in allowed if body(a).get("duplicate")]
-    counted = len(allowed) - len(duplicates)
-    assert counted == used(any_api, "loop", "write") == 15
-    assert len(duplicates) <= 3
-    assert answers[-1].status_code == 429
+    assert len(allowed) - len(duplicates) == used(any_api, "loop", "write") == 1
+    assert len(duplicates) == 3
+    assert {a.status_code for a in answers[4:]} == {409}
+    assert body(answers[-1])["error"]["code"] == "call_id_conflict"
 
 
 def test_an_exact_retry_is_answered_as_the_original_and_counted_once(any_api: Api) -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chalicelib.quota.changes import COUNTING, Change, Field, Slot
-from chalicelib.quota.core import ClientInfo
+from chalicelib.quota.core import CallLife, CallState, ClientInfo
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.budgets import BUDGET
 from chalicelib.storage.dynamodb.budgets import snapshot_from_item as budget_snapshot
@@ -71,7 +71,14 @@ BUDGET_KIND = Kind(
 )
 
 
+CALL_KEYS = ("rpc-1", "~AbCdEfGhIjKlMnO")
+# Maps keyed by something else than a category: a change never clears them.
+UNCLEARED = frozenset({Slot.REPEATS, Slot.LIVES})
+
+
 def _keys(slot: Slot) -> tuple[str, ...]:
+    if slot is Slot.LIVES:
+        return CALL_KEYS
     return REPEAT_KEYS if slot is Slot.REPEATS else CATEGORIES
 
 
@@ -82,6 +89,15 @@ def _slot_value(slot: Slot) -> st.SearchStrategy[Any]:
         return st.tuples(st.integers(1, 300), st.sampled_from(["c1", "c2"]))
     if slot is Slot.MARKS:
         return st.tuples(st.integers(T0, T0 + 9), st.integers(1, 300))
+    if slot is Slot.LIVES:
+        return st.builds(
+            CallLife,
+            state=st.sampled_from(CallState),
+            check_id=st.sampled_from(["aB3-_z", "Qq9x0w"]),
+            binding=st.sampled_from(["0123456789abcdef", "fedcba9876543210"]),
+            until_ms=st.integers(T0, T0 + 60_000),
+            replays=st.integers(0, 3),
+        )
     return st.integers(0, 500)
 
 
@@ -111,7 +127,7 @@ def changes(draw: st.DrawFn, kind: Kind) -> Change:
     slots = list(kind.maps)
     fields = list(kind.fields)
     clear = frozenset(
-        draw(st.sets(st.sampled_from([s for s in slots if s is not Slot.REPEATS]), max_size=2))
+        draw(st.sets(st.sampled_from([s for s in slots if s not in UNCLEARED]), max_size=2))
     )
     used: set[tuple[Slot, str]] = set()
 

@@ -12,6 +12,7 @@ import pytest
 from bench.sizing import item_size
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
+from chalicelib.errors import CallIdConflict
 from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
     Attempt,
@@ -352,10 +353,12 @@ def test_record_replay_twice_with_one_attempt_records_once(
     stored = counters.get(S1)
     assert stored is not None
     assert [(c.allowed, c.replay) for c in stored.calls] == [(True, False), (True, True)]
-    # one replay used, two left
-    answers = [service.check("demo", write(call_id="rpc-1")) for _ in range(3)]
-    assert [allowed(a).duplicate for a in answers] == [True, True, False]
-    assert [a.used for a in answers] == [1, 1, 2]
+    # one replay used, two left; then the id is used up
+    answers = [service.check("demo", write(call_id="rpc-1")) for _ in range(2)]
+    assert [allowed(a).duplicate for a in answers] == [True, True]
+    assert [a.used for a in answers] == [1, 1]
+    with pytest.raises(CallIdConflict):
+        service.check("demo", write(call_id="rpc-1"))
 
 
 def test_record_replay_after_the_counters_changed_is_refused(
@@ -385,16 +388,23 @@ def test_a_retry_with_the_same_call_id_is_counted_once(stores: Stores, clock: Fi
     assert not other.duplicate and other.used == 2
 
 
-def test_a_reused_call_id_is_replayed_at_most_three_times_then_counted(
+def test_a_reused_call_id_is_replayed_at_most_three_times_then_refused_uncounted(
     stores: Stores, clock: FixedClock
 ) -> None:
+    """Issue 28, class 2: an id names one call; a loop on it runs once, gets at most
+    three duplicates, and is then answered 409, counted nowhere, however long it runs."""
     service = checks(stores.counters, clock)
-    answers = [service.check("demo", write(call_id="turn-1")) for _ in range(60)]
+    answers: list[Decision | CallIdConflict] = []
+    for _ in range(60):
+        try:
+            answers.append(service.check("demo", write(call_id="turn-1")))
+        except CallIdConflict as exc:
+            answers.append(exc)
     duplicates = [isinstance(a, Allowed) and a.duplicate for a in answers]
     assert duplicates[:5] == [False, True, True, True, False]
-    assert sum(duplicates) == 3  # however long the loop runs
-    assert [a.allowed for a in answers] == [True] * 18 + [False] * 42
-    assert answers[17].used == 15
+    assert all(isinstance(a, CallIdConflict) for a in answers[4:])
+    stored = stores.counters.get(S1)
+    assert stored is not None and stored.counts.get("write") == 1
 
 
 def test_a_call_id_is_not_replayed_after_sixty_seconds(stores: Stores, clock: FixedClock) -> None:
@@ -403,8 +413,9 @@ def test_a_call_id_is_not_replayed_after_sixty_seconds(stores: Stores, clock: Fi
     clock.advance(59)
     assert allowed(service.check("demo", write(call_id="x"))).duplicate
     clock.advance(2)
-    late = allowed(service.check("demo", write(call_id="x")))
-    assert not late.duplicate and late.used == 2
+    with pytest.raises(CallIdConflict):  # too late for a retry: a new call needs a new id
+        service.check("demo", write(call_id="x"))
+    assert allowed(service.check("demo", write(call_id="y"))).used == 2
 
 
 def test_a_refused_call_id_is_evaluated_anew_then_replayed_once_counted(

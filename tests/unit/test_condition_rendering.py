@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chalicelib.quota import facts, rules
-from chalicelib.quota.core import Attempt, CallRecord, SessionKey, Spend
+from chalicelib.quota.core import Attempt, CallLife, CallRecord, CallState, SessionKey, Spend
 from chalicelib.quota.leases import LeaseId
 from chalicelib.storage.dynamodb.conditions import Form, render
 from tests.support import T0
@@ -124,12 +124,20 @@ CASES = [
         id="check-not-counted",
     ),
     pytest.param(
-        facts.CallIdFree("c1", "delete_tag", "write", 2, T0),
+        facts.CallIdFree("c1", "chk1", "b1nd", "delete_tag", "write", 2, T0),
         None,
         "NOT contains(#ids, :cid)",
         {"#ids": "cids"},
         {":cid": {"S": "c:c1"}},
         id="call-id-free",
+    ),
+    pytest.param(
+        facts.CallLifeIs("c1", CallLife(CallState.IN_PROGRESS, "chk1", "b1nd", T0 + 9)),
+        None,
+        "#v = :life",
+        {"#v": "v_c1"},
+        {":life": {"S": "p|0|1796212800009|chk1|b1nd"}},
+        id="call-life-is",
     ),
     pytest.param(
         facts.Recorded(ENTRY),

@@ -57,7 +57,7 @@ def test_a_call_id_clause_tells_a_conflict_a_retry_and_a_reuse_apart() -> None:
     other = Attempt(SessionKey("demo", "s1"), "update_page", "write", 3, T0, HOUR, "x", None, "c1")
     assert rules.explain_refusal(seen, other) is Verdict.CALL_ID_CONFLICT
     late = attempt(now=T0 + 61_000, call_id="c1")
-    assert rules.explain_refusal(seen, late) is Verdict.REUSED_CALL_ID
+    assert rules.explain_refusal(seen, late) is Verdict.CALL_ID_USED
 
 
 def test_the_rendered_rule_uses_only_aliased_names_and_values() -> None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from chalicelib.quota.changes import Change, Field, Slot
-from chalicelib.quota.core import ClientInfo
+from chalicelib.quota.core import CallLife, ClientInfo
 from chalicelib.storage.dynamodb import layout
-from chalicelib.storage.dynamodb.codec import SEP, encode_client, ttl
+from chalicelib.storage.dynamodb.codec import SEP, encode_client, encode_life, ttl
 from chalicelib.storage.dynamodb.conditions import Rendered
 from chalicelib.storage.dynamodb.updates import n, s
 
@@ -41,6 +41,7 @@ SESSION = Layout(
         Slot.RAISED: ("#r", layout.RAISED_PREFIX),
         Slot.RAISED_UNTIL: ("#rx", layout.RAISED_UNTIL_PREFIX),
         Slot.REPEATS: ("#q", layout.REPEAT_PREFIX),
+        Slot.LIVES: ("#v", layout.LIFE_PREFIX),
     },
     fields={
         Field.LAST_SEEN: ("#ls", layout.LAST_SEEN),
@@ -178,6 +179,8 @@ def _slot_value(slot: Slot, value: object) -> dict[str, Any]:
     if slot is Slot.GRANTS:
         assert isinstance(value, str)
         return s(value)
+    if isinstance(value, CallLife):
+        return s(encode_life(value))
     if isinstance(value, tuple):  # a refusal's mark: "<limit>|<check id>", "<window>|<limit>"
         return s(SEP.join(str(part) for part in value))
     assert isinstance(value, int)

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from chalicelib.quota.core import (
+    CallLife,
     CallRecord,
+    CallState,
     ClientInfo,
     SessionKey,
     SessionSnapshot,
@@ -25,6 +27,7 @@ from chalicelib.storage.dynamodb.layout import (
     GRANT_PREFIX,
     LAST_SEEN,
     LEASED_PREFIX,
+    LIFE_PREFIX,
     NOTIFIED_PREFIX,
     PRINCIPAL,
     RAISED_PREFIX,
@@ -83,6 +86,25 @@ def stored_id(record: CallRecord) -> str:
     if record.call_id is not None:
         return COUNTED_CALL_ID + record.call_id
     return f"{COUNTED_CHECK}{record.check_id}"
+
+
+_STATES = {CallState.IN_PROGRESS: "p", CallState.ADMITTED: "a"}
+_STATE_OF = {code: state for state, code in _STATES.items()}
+
+
+def encode_life(life: CallLife) -> str:
+    """A call's life as its `v_<call id>` attribute keeps it."""
+    parts = (_STATES[life.state], life.replays, life.until_ms, life.check_id, life.binding)
+    return SEP.join(str(part) for part in parts)
+
+
+def decode_life(text: str) -> CallLife | None:
+    """The life a `v_<call id>` attribute keeps (None: not one this code wrote)."""
+    parts = text.split(SEP)
+    if len(parts) != 5 or parts[0] not in _STATE_OF:
+        return None
+    state, replays, until, check_id, binding = parts
+    return CallLife(_STATE_OF[state], check_id, binding, int(until), int(replays))
 
 
 def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
@@ -156,6 +178,13 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     principal = item.get(PRINCIPAL, {}).get("S")
     texts = [v["S"] for v in item.get(CALLS, {}).get("L", [])]
     ids = [v["S"] for v in item.get(CALL_IDS, {}).get("L", [])]
+    lives = {
+        name[len(LIFE_PREFIX) :]: life
+        for name, value in item.items()
+        if name.startswith(LIFE_PREFIX)
+        and "S" in value
+        and (life := decode_life(str(value["S"]))) is not None
+    }
     pairs = zip(texts, ids, strict=False)
     calls = _settle([(decode_call(text, cid, principal), cid) for text, cid in pairs])
     return SessionSnapshot(
@@ -176,6 +205,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
         allowed_before_ms=int(item.get(ALLOWED_BEFORE, {"N": "0"})["N"]),
+        lives=lives,
         held_call_ids=frozenset(
             cid[len(COUNTED_CALL_ID) :] for cid in ids if cid.startswith(COUNTED_CALL_ID)
         ),

@@ -26,6 +26,7 @@ from chalicelib.quota.facts import (
     BudgetRaisedAbove,
     BudgetSuspended,
     CallIdFree,
+    CallLifeIs,
     CheckNotCounted,
     Condition,
     CountAtLeast,
@@ -53,7 +54,7 @@ from chalicelib.quota.facts import (
     facts,
 )
 from chalicelib.storage.dynamodb import layout
-from chalicelib.storage.dynamodb.codec import SEP, stored_id
+from chalicelib.storage.dynamodb.codec import SEP, encode_life, stored_id
 from chalicelib.storage.dynamodb.updates import n, s
 
 F = TypeVar("F")
@@ -332,8 +333,17 @@ def _budget_fits(fact: BudgetFits, form: Form, out: Rendered) -> str:
     return BUDGET_UNDER_LIMIT if fact.units == 1 else BUDGET_UNITS_UNDER_LIMIT
 
 
+def _call_life_is(fact: CallLifeIs, form: Form, out: Rendered) -> str:
+    out.names["#v"] = layout.LIFE_PREFIX + fact.key
+    if fact.life is None:
+        return "attribute_not_exists(#v)"
+    out.values[":life"] = s(encode_life(fact.life))
+    return "#v = :life"
+
+
 _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     **_FRAGMENTS,
+    CallLifeIs: _call_life_is,
     CountAtLeast: _count_at_least,
     Fits: _fits,
     BudgetFits: _budget_fits,

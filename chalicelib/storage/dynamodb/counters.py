@@ -19,10 +19,12 @@ container saw.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from chalicelib.quota.changes import (
     Change,
+    admitted,
     counted,
     lease_returned,
     restarted,
@@ -31,13 +33,17 @@ from chalicelib.quota.changes import (
 )
 from chalicelib.quota.core import (
     Attempt,
+    CallLife,
+    CallState,
     LeaseId,
     SessionKey,
     SessionSnapshot,
+    call_id_key,
     ended_repeats,
 )
 from chalicelib.quota.facts import Condition, SessionExists
 from chalicelib.quota.rules import (
+    call_admitted,
     idle_restart,
     lease_return,
     session_consume,
@@ -94,7 +100,8 @@ class CounterStore(RefusalWrites):
         if tail is not None and len(tail.ids) >= self._keep:
             # The list is full: shift it in this same write, if nobody changed it since.
             new = tail.adding(attempt.record(allowed=True), self._keep)
-            update = self._change(change, REWRITE_CALLS, tail.values(new))
+            shifted = counted(attempt, ended, replace(new, lives=tail.lives).gone_lives())
+            update = self._change(shifted, REWRITE_CALLS, tail.values(new))
             rendered = render(rule, Form(KNOWN, raised))
             try:
                 item = self._write(
@@ -132,6 +139,33 @@ class CounterStore(RefusalWrites):
         self._tails.learn(key, item)
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
         return Consumed(snapshot_from_item(item))
+
+    def admit(self, attempt: Attempt, life: CallLife) -> bool:
+        """Admit a call its check counted at every scope: its life moves from in progress
+        to admitted, if it is still the one this check started; False if not (a copy
+        found it past `IN_PROGRESS_MS` and counted the call anew).
+
+        Raises:
+            StorageError: the store failed.
+        """
+        key = key_of(attempt.session)
+        call = call_id_key(attempt.call_id or "")
+        doing = "admitting a counted call"
+        try:
+            self._write(
+                key,
+                self._change(admitted(call, life), None),
+                render(call_admitted(call, life)),
+                doing,
+                "NONE",
+                old_on_failure=True,
+            )
+        except _ConditionFailed as failed:
+            # The store's own retry of our write that went through finds it admitted.
+            old = self._old(failed, key, doing)
+            now = snapshot_from_item(old).lives.get(call) if old else None
+            return now == replace(life, state=CallState.ADMITTED)
+        return True
 
     def _under_raise(
         self,

@@ -23,6 +23,9 @@ Session item layout (one item per tenant + session; every attribute aliased in e
                  o (OAuth client id), each present when known
     q_<key>      the loop breaker's count of calls under "<tool>|<digest prefix>|<window>"
                  (added by the consume write; past windows' removed by a later one)
+    v_<call id> the life of a call counted under a client's call id (kept form):
+                 "<p|a>|<replays>|<in progress until, ms>|<check id>|<binding>"; a write
+                 that moves it on is conditioned on the exact value it read
     calls, cids  the last calls (compact strings) and their ids: `keep` entries
 
 
@@ -51,6 +54,7 @@ REFUSED_PREFIX = "b_"
 LEASED_PREFIX = "l_"
 GRANT_PREFIX = "g_"
 REPEAT_PREFIX = "q_"
+LIFE_PREFIX = "v_"
 # Kinds of `cids` entries. A counted call with a client call id is "c:<id>" exactly, so
 # that the condition can test it with `contains`; every other entry ends in "|<check id>".
 COUNTED_CALL_ID = "c:"  # counted, under the client's call id: what a retry is matched on

@@ -9,11 +9,13 @@ from chalicelib.quota.core import (
     Attempt,
     CallRecord,
     SessionSnapshot,
+    call_id_key,
 )
 from chalicelib.quota.facts import all_of
 from chalicelib.quota.rules import (
     refusal_noted,
     refusal_record,
+    replay_record,
     still_spent,
     suspended_refusal,
 )
@@ -168,8 +170,15 @@ class RefusalWrites(AdminWrites):
         """
         record = attempt.record(allowed=True, replay=True)
         own = stored_id(record)
-        rendered = render(refusal_record(record, seen.started_ms))
-        update = self._change(replayed(attempt), APPEND_CALL)
+        call = call_id_key(attempt.call_id or "")
+        life = seen.lives.get(call)
+        rule = (
+            refusal_record(record, seen.started_ms)
+            if life is None
+            else replay_record(record, seen.started_ms, call, life)
+        )
+        rendered = render(rule)
+        update = self._change(replayed(attempt, life), APPEND_CALL)
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:

@@ -16,6 +16,8 @@ from chalicelib.storage.dynamodb.layout import (
     BLOCKED,
     CALL_IDS,
     CALLS,
+    COUNTED_CALL_ID,
+    LIFE_PREFIX,
     RAISED_PREFIX,
     REPEAT_PREFIX,
 )
@@ -31,6 +33,7 @@ class Tail:
     ids: tuple[str, ...]
     raised: frozenset[str] = frozenset()  # categories with a per-session raise
     repeats: tuple[str, ...] = ()  # the loop breaker's keys: the next count drops ended ones
+    lives: tuple[str, ...] = ()  # call ids with a life: the next count drops those gone
 
     @classmethod
     def of(cls, item: Mapping[str, Any]) -> Tail | None:
@@ -42,7 +45,13 @@ class Tail:
         repeats = tuple(
             name[len(REPEAT_PREFIX) :] for name in item if name.startswith(REPEAT_PREFIX)
         )
-        return cls(texts, ids, raised, repeats) if len(texts) == len(ids) else None
+        lives = tuple(name[len(LIFE_PREFIX) :] for name in item if name.startswith(LIFE_PREFIX))
+        return cls(texts, ids, raised, repeats, lives) if len(texts) == len(ids) else None
+
+    def gone_lives(self) -> tuple[str, ...]:
+        """The call ids with a life that these lists no longer hold as counted."""
+        held = {i[len(COUNTED_CALL_ID) :] for i in self.ids if i.startswith(COUNTED_CALL_ID)}
+        return tuple(sorted(key for key in self.lives if key not in held))
 
     def same_lists(self, other: Tail | None) -> bool:
         return other is not None and (self.texts, self.ids) == (other.texts, other.ids)

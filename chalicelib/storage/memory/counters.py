@@ -11,6 +11,7 @@ from chalicelib.quota.changes import (
     Change,
     Field,
     Slot,
+    admitted,
     counted,
     lease_returned,
     lowered,
@@ -27,11 +28,13 @@ from chalicelib.quota.changes import (
 )
 from chalicelib.quota.core import (
     Attempt,
+    CallLife,
     CallRecord,
     ClientInfo,
     LeaseId,
     SessionKey,
     SessionSnapshot,
+    call_id_key,
     ended_repeats,
     fold_repeats,
     with_call,
@@ -39,10 +42,12 @@ from chalicelib.quota.core import (
 from chalicelib.quota.facts import Recorded
 from chalicelib.quota.rules import (
     admits,
+    call_admitted,
     idle_restart,
     lease_return,
     refusal_noted,
     refusal_record,
+    replay_record,
     reset_start,
     session_raise,
     session_unseen,
@@ -62,6 +67,15 @@ from chalicelib.storage.ports import (
 _SWEEP_EVERY = 1024  # writes between sweeps of expired sessions (DynamoDB's TTL, here)
 
 
+def _gone_lives(seen: SessionSnapshot | None) -> tuple[str, ...]:
+    """The call ids whose lives the session keeps though its last calls no longer hold
+    them: the next count drops them (as on DynamoDB, where its write knows the lists)."""
+    if seen is None:
+        return ()
+    held = {r.call_id for r in seen.calls if not r.replay} | seen.held_call_ids
+    return tuple(sorted(key for key in seen.lives if key not in held))
+
+
 _MAPS = {
     Slot.COUNTS: "counts",
     Slot.LEASED: "leased",
@@ -71,6 +85,7 @@ _MAPS = {
     Slot.RAISED: "raised",
     Slot.RAISED_UNTIL: "raised_until",
     Slot.REPEATS: "repeats",
+    Slot.LIVES: "lives",
 }
 _FIELDS = {
     Field.LAST_SEEN: "last_seen_ms",
@@ -103,6 +118,7 @@ class _Session:
     client: ClientInfo | None = None
     repeats: dict[str, int] = field(default_factory=dict)  # the loop breaker's counts
     allowed_before_ms: int = 0
+    lives: dict[str, CallLife] = field(default_factory=dict)  # by kept call id
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -123,6 +139,7 @@ class _Session:
             client=self.client,
             repeats=dict(self.repeats),
             allowed_before_ms=self.allowed_before_ms or 0,
+            lives=dict(self.lives),
         )
 
     def apply(self, change: Change) -> None:
@@ -200,7 +217,9 @@ class MemoryCounters:
             if not admits(seen, attempt):
                 return NotConsumed(seen)
             ended = ended_repeats(seen.repeats if seen else {}, attempt.now_ms)
-            return Consumed(self._write(attempt.session, counted(attempt, ended)).snapshot())
+            gone = _gone_lives(seen)
+            write = counted(attempt, ended, gone)
+            return Consumed(self._write(attempt.session, write).snapshot())
 
     def reset_expired(self, attempt: Attempt, seen: SessionSnapshot) -> Consumed | None:
         """Start idle-expired counters again with this call counted."""
@@ -257,15 +276,32 @@ class MemoryCounters:
     def record_replay(self, attempt: Attempt, seen: SessionSnapshot) -> bool:
         """Record a replayed call id; False if the session changed since `seen`."""
         record = attempt.record(allowed=True, replay=True)
+        key = call_id_key(attempt.call_id or "")
+        life = seen.lives.get(key)
         with self._lock:
             now = self._snapshot(attempt.session)
             if now is None:
                 return False
             if Recorded(record).holds(now):
                 return True
-            if not refusal_record(record, seen.started_ms).holds(now):
+            rule = (
+                refusal_record(record, seen.started_ms)
+                if life is None
+                else replay_record(record, seen.started_ms, key, life)
+            )
+            if not rule.holds(now):
                 return False
-            self._write(attempt.session, replayed(attempt))
+            self._write(attempt.session, replayed(attempt, life))
+            return True
+
+    def admit(self, attempt: Attempt, life: CallLife) -> bool:
+        """Admit a call its check counted at every scope; False if its life changed."""
+        key = call_id_key(attempt.call_id or "")
+        with self._lock:
+            now = self._snapshot(attempt.session)
+            if not call_admitted(key, life).holds(now):
+                return False
+            self._write(attempt.session, admitted(key, life))
             return True
 
     def uncount(self, attempt: Attempt, started_ms: int) -> None:

@@ -66,6 +66,10 @@ ARGS_DIGEST_FIELD = "args_digest"
 CLIENT_FIELD = "client"
 """Check-body field with the SHA-256 of the call's arguments (for the loop breaker)."""
 _OFF = frozenset({"off", "0", "false", "no"})
+CALL_IN_PROGRESS = "call_in_progress"
+"""409 code: a copy of this call (same call id) is still being counted; ask again."""
+CALL_ID_CONFLICT = "call_id_conflict"
+"""409 code: the call id names another call (tool, arguments or principal)."""
 
 
 class QuotaConfigError(ValueError):
@@ -226,11 +230,19 @@ class ClientStats:
 class _Fault(Exception):
     """The service could not give a decision this attempt (internal to the retry loop)."""
 
-    def __init__(self, reason: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        wait: float | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.status = status
+        self.wait = wait  # the service's Retry-After, if it asked for a pause
 
 
 class QuotaClient:
@@ -439,7 +451,7 @@ class QuotaClient:
                 # that took the service's whole store budget is not asked again into a
                 # deadline that would cut the next one off.
                 took = _now() - started
-                pause = self._backoff(attempts)
+                pause = self._backoff(attempts) if fault.wait is None else fault.wait
                 left = deadline - _now() - pause
                 if fault.retryable and attempts < self.config.max_attempts and left >= took:
                     self._counts["retries"] += 1
@@ -554,6 +566,11 @@ class QuotaClient:
             if decision is None:
                 raise _Fault(f"answered {status} with an unreadable body", retryable=False)
             return decision
+        if status == 409 and _error_code(body) == CALL_IN_PROGRESS:
+            # Another request of this very call is still being counted: ask again when it
+            # has been decided (a duplicate of it if allowed, counted anew if refused).
+            wait = float(_retry_after(response.headers, body) or 1)
+            raise _Fault("is still counting this call", retryable=True, status=status, wait=wait)
         return _rejected(request, status, body, attempt)
 
     def _record(self, decision: Decision) -> None:
@@ -735,6 +752,11 @@ def _rejected_field(decision: Decision) -> str | None:
     return _str_or_none(error.get("field")) if isinstance(error, Mapping) else None
 
 
+def _error_code(body: Mapping[str, Any]) -> str | None:
+    error = body.get("error")
+    return _str_or_none(error.get("code")) if isinstance(error, Mapping) else None
+
+
 def _rejected(
     request: CheckRequest, status: int, body: Mapping[str, Any], attempt: int
 ) -> Decision:
@@ -751,16 +773,21 @@ def _rejected(
         where = f" (field '{field_name}')" if field_name else ""
         detail = _str_or_none(error.get("message")) or "no detail given"
         problem = f"the quota service rejected the check with {status} {code}{where}: {detail}"
+    if code == CALL_ID_CONFLICT:
+        # The agent's doing, not the server's configuration: the service's words say what.
+        message = _str_or_none(error.get("message")) or f"The tool '{request.tool}' was NOT run."
+    else:
+        message = (
+            f"The tool '{request.tool}' was NOT run: {problem}. This is a configuration "
+            "problem in the MCP server, not a used-up quota; an administrator must fix it."
+        )
     return Decision(
         allowed=False,
         outcome=Outcome.REJECTED,
         session_id=request.session_id,
         tool=request.tool,
         category=request.category,
-        message=(
-            f"The tool '{request.tool}' was NOT run: {problem}. This is a configuration "
-            "problem in the MCP server, not a used-up quota; an administrator must fix it."
-        ),
+        message=message,
         error_code=code,
         scope=_str_or_none(error.get("scope")),
         http_status=status,
