@@ -3,29 +3,21 @@ so that only then is a copy of it answered as its duplicate."""
 
 from __future__ import annotations
 
-from chalicelib.observability import count, logger
 from chalicelib.quota.core import Attempt, CallState, SessionSnapshot, call_id_key
-from chalicelib.storage.ports import SessionChecks, StorageError
+from chalicelib.storage.ports import RecordChanged, SessionChecks
 
 
 def admit(store: SessionChecks, attempt: Attempt, snapshot: SessionSnapshot) -> None:
     """The call is counted at every scope: its call id's life (as `snapshot`, the
-    session its count left, holds it) moves from in progress to admitted. Never raises:
-    the answer is given. If the write fails, the life stays in progress until
-    `IN_PROGRESS_MS`, and a copy then counts the call anew (under-admission, never over).
+    session its count left, holds it) moves from in progress to admitted. The last write
+    of an allowed check: once it is done, a copy may be answered as a duplicate.
+
+    Raises:
+        RecordChanged: the life is no longer the one this check started.
+        StorageError: the store failed.
     """
     life = snapshot.lives.get(call_id_key(attempt.call_id)) if attempt.call_id else None
     if life is None or life.check_id != attempt.check_id:
         return
-    if life.state is not CallState.IN_PROGRESS:
-        return
-    try:
-        admitted = store.admit(attempt, life)
-    except StorageError as exc:
-        admitted = False
-        logger.warning(
-            "a counted call stays in progress: its copies count anew once it lapses",
-            extra={"session_id": attempt.session_id, "error": exc.doing},
-        )
-    if not admitted:
-        count("AdmitFailed", attempt.category)
+    if life.state is CallState.IN_PROGRESS and not store.admit(attempt, life):
+        raise RecordChanged("admitting a counted call")

@@ -144,13 +144,15 @@ class CheckService:
         if refusal is None:
             try:
                 retried(partial(wider.end_streaks, attempt, taken))
+                # Last: once admitted, a copy of the call may be answered as a duplicate.
+                retried(partial(admit, self._store, attempt, snapshot))
             except StorageError:
-                # Counted everywhere, but the principal's streak still stands: answered
-                # 503, so nothing may stay counted (a retry counts it anew).
+                # Counted everywhere, but the principal's streak still stands or the call
+                # is not admitted: answered 503, so nothing may stay counted (a retry
+                # counts it anew).
                 compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
                 compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
                 raise
-            admit(self._store, attempt, snapshot)
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)

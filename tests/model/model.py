@@ -115,8 +115,8 @@ class CallId:
     at_ms: int
     records_low: int
     records_high: int
+    principal: str
     replays: int = 0
-    reissued: bool = False  # counted anew (60 s or 3 replays spent): may replay or count
 
 
 @dataclass
@@ -301,23 +301,30 @@ class State:
         record = None if sess is None or call_id is None else sess.call_ids.get(call_id)
         if sess is not None and live_session and record is not None and call_id is not None:
             held = sess.held(call_id)
-            same = (record.tool, record.category, record.units) == (tool, cat, units)
+            # An id binds its tool, category, units and principal (and arguments, which
+            # the driver never sends): anything else under it is another call, a 409.
+            same = (record.tool, record.category, record.units, record.principal) == (
+                tool,
+                cat,
+                units,
+                who,
+            )
             fresh = base.now_ms - record.at_ms <= REPLAY_WINDOW_MS
             live = fresh and record.replays < MAX_REPLAYS
             stopped = sess.suspended or base.principal(who).suspended
-            answered = held is not False and (live or not same)
-            if answered:
+            if held is not False:
                 after = base.copy()
                 after_sess = after.sessions[sid]
-                if same:
+                if same and live:
                     after_sess.call_ids[call_id].replays += 1
                     after_sess.last_seen_ms = base.now_ms
                     after_sess.record(maybe=True)
                     out.append((REPLAYED, after))
                 else:
-                    after_sess.record(maybe=True)
+                    # Another call's id, or one used up (its duplicates answered, or too
+                    # old for a retry): a 409 that counts nothing and records nothing.
                     out.append((CONFLICT, after))
-                if held and not stopped and not record.reissued:
+                if held and not stopped:
                     return out
                 keep = stopped
         out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
@@ -382,9 +389,7 @@ class State:
         sess.last_was_refusal = False
         sess.record()
         if call_id is not None:
-            reissued = call_id in sess.call_ids
-            record = CallId(tool, cat, units, st.now_ms, sess.records_low, sess.records_high)
-            record.reissued = reissued
+            record = CallId(tool, cat, units, st.now_ms, sess.records_low, sess.records_high, who)
             sess.call_ids[call_id] = record
         if leased:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
