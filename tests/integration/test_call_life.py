@@ -122,7 +122,7 @@ def test_a_copy_is_not_allowed_while_its_original_is_in_progress(
     for i in range(8):  # the principal's budget, spent from other sessions
         assert plain.check("demo", delete(f"other-{i}", principal="alice")).allowed
     paused = PausedTakes(stores.budgets)
-    original = service_on(stores, clock, paused)  # type: ignore[arg-type]
+    original = service_on(stores, clock, paused)
     request = delete(call_id="c-9", args_digest=DIGEST_A, principal="alice")
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(original.check, "demo", request)

@@ -85,3 +85,41 @@ async def test_a_gateway_429_on_every_attempt_applies_the_fail_mode() -> None:
     assert "throttled" in write.message
     assert read.outcome is Outcome.FAIL_OPEN
     assert len(seen) == 6
+
+
+async def test_a_call_in_progress_is_asked_again_after_retry_after() -> None:
+    """Issue 28: a copy of a call still being counted gets 409 call_in_progress; the client
+    waits the Retry-After it names, within its deadline, and asks again."""
+    answers = [
+        httpx2.Response(
+            409,
+            json={"error": {"code": "call_in_progress", "message": "being counted"}},
+            headers={"Retry-After": "1"},
+        )
+    ]
+    paused: list[float] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if answers:
+            return answers.pop(0)
+        body = {"allowed": True, "session_id": "s", "tool": "t", "category": "write"}
+        return httpx2.Response(200, json={**body, "used": 1, "limit": 10, "remaining": 9})
+
+    async def sleep(seconds: float) -> None:
+        paused.append(seconds)
+
+    config = QuotaClientConfig(base_url="http://quota", token="t", lease=False)
+    transport = httpx2.MockTransport(answer)
+    async with QuotaClient(config, transport=transport, sleep=sleep) as client:
+        decision = await client.check(WRITE)
+    assert (decision.outcome, decision.attempts, paused) == (Outcome.ALLOWED, 2, [1.0])
+
+
+async def test_a_call_id_conflict_says_the_service_words_not_a_configuration_problem() -> None:
+    words = "The tool 'delete_tag' was NOT run: call id 'c-1' names another call."
+    body = {"error": {"code": "call_id_conflict", "message": words}}
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(409, json=body))
+    config = QuotaClientConfig(base_url="http://quota", token="t", lease=False)
+    async with QuotaClient(config, transport=transport, sleep=_no_wait) as client:
+        decision = await client.check(WRITE)
+    assert (decision.outcome, decision.message) == (Outcome.REJECTED, words)
