@@ -1,0 +1,122 @@
+"""Issue 28 over HTTP against the service as `make run` starts it, on moto's server and on
+dynalite, each behind a proxy that can lose the answer of every session write the store
+applied (botocore sends it again). Small policy: write 5 per session, principal 8 a day.
+Each reproduction of the issue: no call allowed uncounted at any scope; one counted and at
+most 3 duplicates of 64 concurrent copies; 409 for another argument or principal."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.server import ThreadedMotoServer
+
+from tests.e2e.http import ADMIN_TOKEN, Reply, call
+from tests.integration.lossy import endpoint, lossy_proxy, session_writes
+from tests.support import free_port, running_service
+
+pytestmark = pytest.mark.e2e
+
+POLICY = {
+    "version": 1,
+    "categories": {
+        "read": {"limit": 200},
+        "write": {
+            "limit": 5,
+            "principal": {"limit": 8, "window": "24h"},
+            "tenant": {"limit": 10_000, "window": "1h"},
+        },
+    },
+    "suspend_after_refusals": 10,
+    "rules": [{"tools": ["delete_tag"], "category": "write"}],
+}
+DIGEST = "d" * 64
+
+
+@dataclass
+class Service:
+    url: str
+    lose: list[bool]  # lose the first answer of every session write while True
+
+
+@pytest.fixture(scope="module", params=["moto", "dynalite"])
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    path: Path = tmp_path_factory.mktemp("issue28") / "policy.json"
+    path.write_text(json.dumps(POLICY))
+    moto: ThreadedMotoServer | None = None
+    if request.param == "moto":
+        port = free_port()
+        moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        moto.start()
+        store = f"http://127.0.0.1:{port}"
+    else:
+        store = request.getfixturevalue("dynalite_endpoint")
+    lose = [False]
+
+    def choose(target: str, body: dict[str, Any]) -> bool:
+        return lose[0] and session_writes(target, body)
+
+    try:
+        with lossy_proxy(store, choose) as proxy:
+            env = {"QUOTA_POLICY": str(path), "AWS_ENDPOINT_URL": endpoint(proxy)}
+            with running_service(env) as url:
+                yield Service(url, lose)
+    finally:
+        if moto is not None:
+            moto.stop()
+
+
+def check(service: Service, **body: Any) -> Reply:
+    return call(f"{service.url}/v1/check", "POST", {"tool": "delete_tag", **body})
+
+
+def principal_used(service: Service, who: str) -> int:
+    shown = call(f"{service.url}/v1/principals/{who}", token=ADMIN_TOKEN).body
+    return int(shown["categories"]["write"]["used"])
+
+
+def test_lost_store_answers_are_counted_at_every_scope(service: Service) -> None:
+    who, session = f"p-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    service.lose[0] = True
+    try:
+        replies = [
+            check(service, session_id=session, principal=who, call_id=f"c{i}", args_digest=DIGEST)
+            for i in range(5)
+        ]
+    finally:
+        service.lose[0] = False
+    assert [r.status for r in replies] == [200] * 5
+    assert not any(r.body["duplicate"] for r in replies)
+    assert principal_used(service, who) == 5
+
+
+def test_64_concurrent_copies_count_once_with_at_most_3_duplicates(service: Service) -> None:
+    who, session = f"p-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    body = {"session_id": session, "principal": who, "call_id": "same", "args_digest": DIGEST}
+    with ThreadPoolExecutor(64) as pool:
+        replies = list(pool.map(lambda _: check(service, **body), range(64)))
+    allowed = [r for r in replies if r.status == 200]
+    duplicates = [r for r in allowed if r.body["duplicate"]]
+    assert len(allowed) - len(duplicates) == 1 and len(duplicates) <= 3
+    assert {r.status for r in replies} <= {200, 409}
+    assert principal_used(service, who) == 1
+
+
+def test_another_argument_or_principal_under_a_used_id_is_a_409(service: Service) -> None:
+    who, session = f"p-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    body = {"session_id": session, "principal": who, "call_id": "one", "args_digest": DIGEST}
+    assert check(service, **body).status == 200
+    others = [check(service, **{**body, "args_digest": digit * 64}) for digit in ("1", "2", "3")]
+    stranger = check(service, **{**body, "principal": f"{who}-2"})
+    assert [r.status for r in (*others, stranger)] == [409] * 4
+    assert {r.body["error"]["code"] for r in (*others, stranger)} == {"call_id_conflict"}
+    assert principal_used(service, who) == 1
+    assert principal_used(service, f"{who}-2") == 0
