@@ -20,7 +20,7 @@ import mcp_types as mt
 import pytest
 from fastmcp import Client
 from launch import SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
-from mcp_quota_client import META_DECISION_KEY, META_SESSION_KEY
+from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
 
 from tests.mcp.proxy_support import (
     deletions,
@@ -276,3 +276,31 @@ async def test_20_concurrent_deletes_from_20_clients_delete_exactly_15(stack: St
         assert_refusal_says_why(refused.structured_content, text_of(refused), session)
     ran = {f"{session}-{i}" for i, r in enumerate(results) if not r.is_error}
     assert sorted(mine(stack.record, session)) == sorted(ran)
+
+
+async def test_concurrent_deletes_sharing_one_agent_chosen_id_run_once_each_round(
+    stack: Stack,
+) -> None:
+    """Issue 28, class 3: the agent chooses the call id through the proxy. 8 concurrent
+    deletes of different tags under one id, 10 rounds, ran 32 deletions upstream in a
+    session whose write limit was 5. A call id binds the arguments (the proxy always sends
+    their digest): of each round, one runs; the others are told the id names another
+    call, and never reach the upstream."""
+    session = new_session()
+
+    async def one(round_: int, i: int) -> mt.CallToolResult:
+        meta = {META_SESSION_KEY: session, META_CALL_ID_KEY: f"agent-{round_}"}
+        async with Client(stack.url) as client:
+            result: mt.CallToolResult = await client.call_tool_mcp(
+                "delete_tag", {"tag": f"{session}-{round_}-{i}"}, meta=meta
+            )
+        return result
+
+    ran = 0
+    for round_ in range(10):
+        results = await asyncio.gather(*(one(round_, i) for i in range(8)))
+        ran += sum(not r.is_error for r in results)
+        assert sum(not r.is_error for r in results) <= 1
+        for refused in (r for r in results if r.is_error):
+            assert "was NOT run" in text_of(refused)
+    assert len(mine(stack.record, session)) == ran == 10
