@@ -64,31 +64,45 @@ def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
 
 
 def caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, from the authorizer's context.
+    """The authenticated identity, from the authorizer's context; an admin token's read
+    from the token store now, past the authorizer's and the container's caches, so a
+    revoked or expired admin token is refused on every route from the moment it is.
 
     Raises:
+        errors.Unauthorized: an admin token that is revoked or expired.
         errors.Forbidden: the authorizer could not verify the token, and it is not valid.
-        ports.StorageError: the token store is still unavailable.
+        ports.StorageError: the token store is unavailable.
     """
     context = request.context.get("authorizer", {})
+    if context.get("refused"):
+        raise errors.Unauthorized(f"The token is not valid ({context['refused']}).")
     if context.get("unverified"):
         result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
         if result.identity is None:
             raise errors.Forbidden("The token is not valid.")
-        return result.identity
-    return tokens.Identity(
-        tenant=context["tenant"],
-        role=context["role"],
-        token_id=context["token_id"],
-        name=context.get("name", ""),
-        principals=tokens.decode_principals(context.get("principals")),
-    )
+        identity = result.identity
+    else:
+        identity = tokens.Identity(
+            tenant=context["tenant"],
+            role=context["role"],
+            token_id=context["token_id"],
+            name=context.get("name", ""),
+            principals=tokens.decode_principals(context.get("principals")),
+        )
+    if identity.role != tokens.ADMIN:
+        return identity
+    header = request.headers.get("authorization", "")
+    fresh = deps().authenticator.authenticate(header, fresh=True)
+    if fresh.identity is None:
+        raise errors.Unauthorized(f"The token is not valid ({fresh.reason}).")
+    return fresh.identity
 
 
 def server_caller(request: Request) -> tokens.Identity:
     """The identity of a caller that may check: a server or an admin token.
 
     Raises:
+        errors.Unauthorized: an admin token that is revoked or expired.
         errors.QuotaServiceError: the token has a role this version does not know.
     """
     identity = caller(request)
@@ -98,10 +112,12 @@ def server_caller(request: Request) -> tokens.Identity:
 
 
 def admin_caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, which must hold the admin role.
+    """The authenticated identity, which must hold the admin role (read afresh: `caller`).
 
     Raises:
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token.
+        ports.StorageError: the token store is unavailable.
     """
     identity = caller(request)
     if identity.role != tokens.ADMIN:
@@ -110,23 +126,15 @@ def admin_caller(request: Request) -> tokens.Identity:
 
 
 def admin_writer(request: Request) -> tokens.Identity:
-    """The admin identity of a route that changes something, read from the token store
-    now, past the authorizer's and the container's caches: a revoked or expired admin
-    token changes nothing, from the moment it is revoked.
+    """The admin identity of a route that changes something: `admin_caller`, which reads
+    an admin token from the token store now, past every cache.
 
     Raises:
-        errors.Unauthorized: the token is revoked, expired or unknown.
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token.
         ports.StorageError: the token store is unavailable.
     """
-    admin_caller(request)
-    header = request.headers.get("authorization", "")
-    result = deps().authenticator.authenticate(header, fresh=True)
-    if result.identity is None:
-        raise errors.Unauthorized(f"The token is not valid ({result.reason}).")
-    if result.identity.role != tokens.ADMIN:
-        raise errors.Forbidden("This endpoint needs an admin token.")
-    return result.identity
+    return admin_caller(request)
 
 
 def request_body(request: Request) -> dict[str, Any]:
@@ -159,6 +167,7 @@ def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]
     """A reading admin route's admin (`admin_caller`) and its query parameters.
 
     Raises:
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token, or not valid.
         ports.StorageError: the token store is still unavailable.
     """
