@@ -15,16 +15,20 @@ from chalicelib.observability import logger
 if TYPE_CHECKING:
     from chalicelib import errors, wiring
     from chalicelib.admin import requests as admin_requests
+    from chalicelib.api import responses
     from chalicelib.auth import tokens
     from chalicelib.check import requests as validation
     from chalicelib.quota import core as quota
 else:
     admin_requests = lazy_module("chalicelib.admin.requests")
+    responses = lazy_module("chalicelib.api.responses")
     errors = lazy_module("chalicelib.errors")
     quota = lazy_module("chalicelib.quota.core")
     tokens = lazy_module("chalicelib.auth.tokens")
     validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
+
+METHOD_NOT_ALLOWED = 405
 
 _container: wiring.Container | None = None
 
@@ -44,11 +48,24 @@ def reset_dependencies(container: wiring.Container | None = None) -> None:
 
 
 def on_request(request: Request, get_response: Callable[[Request], Response]) -> Response:
-    """HTTP middleware: every log line of the request carries its id, and the first
-    request through API Gateway teaches the container the API's base URL."""
+    """HTTP middleware: every log line of the request carries its id, the first request
+    through API Gateway teaches the container the API's base URL, and Chalice's own
+    answer for a method the route lacks takes the service's error shape."""
     logger.set_correlation_id(request.context.get("requestId"))
     learn_base_url(request.headers, request.context)
-    return get_response(request)
+    response = get_response(request)
+    if response.status_code == METHOD_NOT_ALLOWED:
+        # Only Chalice's routing answers 405 (no service error has that status).
+        return method_not_allowed(request, str(response.headers.get("Allow", "")))
+    return response
+
+
+def method_not_allowed(request: Request, allow: str) -> Response:
+    """The service's 405 for a method the route has not, naming the ones it has."""
+    method = request.method if request.method.isalpha() and len(request.method) <= 16 else ""
+    route = request.context.get("resourcePath", "this route")
+    message = f"{route} does not accept {method or 'this method'}; it accepts {allow}."
+    return responses.error_response(errors.MethodNotAllowed(message, allow))
 
 
 def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
