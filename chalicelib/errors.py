@@ -104,6 +104,20 @@ class PrincipalNotAllowed(Forbidden):
         self.principal = principal
 
 
+class MethodNotAllowed(QuotaServiceError):
+    """The route exists, but not with this HTTP method; `Allow` names the ones it has."""
+
+    STATUS_CODE = 405
+    CODE = "method_not_allowed"
+
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+    def headers(self) -> dict[str, str]:
+        return {"Allow": self.allow} if self.allow else {}
+
+
 class NotFound(QuotaServiceError):
     """The addressed resource does not exist for this tenant."""
 

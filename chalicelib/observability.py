@@ -9,6 +9,8 @@ never imported: it adds hundreds of milliseconds to every cold start.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,15 @@ class LazyLogger:
         if self._logger is None:
             from aws_lambda_powertools import Logger
 
-            self._logger = Logger(service=self._service)
+            # ASCII-only JSON: a client's value can hold U+2028, U+2029 or C1 controls,
+            # which Powertools' default (ensure_ascii=False) writes raw and log readers
+            # take for line breaks; escaped, no value can start a line of its own.
+            self._logger = Logger(
+                service=self._service,
+                json_serializer=functools.partial(
+                    json.dumps, default=str, separators=(",", ":"), ensure_ascii=True
+                ),
+            )
             self._logger.set_correlation_id(self._correlation_id)
             # Chalice named its own `app.log` after the app, which is our service name, and
             # gave that logger a plain-text handler: Powertools' JSON handler is the one

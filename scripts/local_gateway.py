@@ -8,11 +8,16 @@ gateway emulation, never the service's routes:
   being reset; each connection has its own thread, and `IN_FLIGHT` of them run the app at
   once, so a burst waits its turn instead of timing out against the backend;
 - every error the emulation answers itself (401, 403, 404 for an unknown route, 405,
-  415, 500 from the authorizer) gets the service's body, `{"error": {"code", "message"}}`,
-  and never echoes a request header (API Gateway's emulation echoed `Authorization`);
+  415, 500 from the authorizer, and http.server's own: a request line it cannot parse)
+  gets the service's body, `{"error": {"code", "message"}}`, and never echoes a request
+  header (API Gateway's emulation echoed `Authorization`);
+- any method at all reaches the gateway (http.server answered one it had no `do_` for
+  with an HTML 501): a method the route lacks is a 405 naming the route's methods in
+  `Allow`, and one no route of the service has is a 405 on any path;
 - one line per refused check and per admin action, instead of an access log line per
   request, a Powertools metrics (EMF) line per check and botocore's INFO lines.
-  `VERBOSE=1` keeps all of those as well;
+  `VERBOSE=1` keeps all of those as well. Control characters in a line (a client's
+  percent-decoded CR/LF above all) are escaped, so no request can write a line of its own;
 - HTTP/1.1 kept in step on a kept-alive connection: HEAD answers carry headers only, a
   chunked body is read, a body that cannot be read (a bad `Content-Length`, over
   `MAX_BODY_BYTES`) answers 400/413 and closes, and a fault inside the emulation answers
@@ -60,6 +65,7 @@ _ERROR_CODES = {
     HTTPStatus.UNSUPPORTED_MEDIA_TYPE: "unsupported_media_type",
     HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
 }
+NO_METHOD = "No route of this service accepts this method; see openapi.yaml."
 _ADMIN_PREFIXES = ("/v1/sessions/", "/v1/grants", "/v1/principals/", "/v1/tokens", "/actions/")
 
 
@@ -147,7 +153,7 @@ def error_body(
 
 
 def _fault_body(status: HTTPStatus, message: str) -> bytes:
-    code = _ERROR_CODES.get(status, "internal_error")
+    code = _ERROR_CODES.get(status, "bad_request" if status < 500 else "internal_error")
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
@@ -232,8 +238,20 @@ def log_line(
     return None
 
 
+# Every character a log reader may take for a line break or a terminal command: C0 and C1
+# controls, DEL, and Unicode's line and paragraph separators.
+_UNSAFE = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+_ESCAPED = str.maketrans({c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSAFE})
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character escaped (CR as the four characters `\\x0d`):
+    one log line."""
+    return text.translate(_ESCAPED)
+
+
 def _emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(one_line(line) + "\n")
     sys.stdout.flush()
 
 
@@ -266,6 +284,9 @@ def install(quiet: bool) -> None:
     class RouteNotFound(local.LocalGatewayException):
         CODE = HTTPStatus.NOT_FOUND
 
+    class UnknownMethod(local.LocalGatewayException):
+        CODE = HTTPStatus.METHOD_NOT_ALLOWED
+
     turns = threading.BoundedSemaphore(IN_FLIGHT)
     gateway_init = local.LocalGateway.__init__
     handle_request = local.LocalGateway.handle_request
@@ -274,6 +295,8 @@ def install(quiet: bool) -> None:
     def init(self: local.LocalGateway, app_object: Any, config: Any) -> None:
         gateway_init(self, app_object, config)
         self.mcp_routes = local.RouteMatcher(list(app_object.routes))  # type: ignore[attr-defined]
+        # Every method some route has: another is unknown to the service on any path.
+        self.mcp_methods = {m for r in app_object.routes.values() for m in r}  # type: ignore[attr-defined]
 
     def handle(
         self: local.LocalGateway,
@@ -285,6 +308,10 @@ def install(quiet: bool) -> None:
         try:
             self.mcp_routes.match_route(path)  # type: ignore[attr-defined]
         except ValueError:
+            if method not in self.mcp_methods:  # type: ignore[attr-defined]
+                # No route has the path: nothing to name in `Allow`.
+                body = _fault_body(HTTPStatus.METHOD_NOT_ALLOWED, NO_METHOD)
+                raise UnknownMethod({}, body) from None
             # API Gateway's own answer here is a 403 that echoes the Authorization
             # header; locally an unknown route is a plain 404.
             raise RouteNotFound({}) from None
@@ -368,11 +395,32 @@ def install(quiet: bool) -> None:
                 "The local gateway failed on this request; see the server's log.",
             )
 
+    def any_method(self: local.ChaliceRequestHandler, name: str) -> Callable[[], None]:
+        # http.server looks up `do_<METHOD>` and answers an HTML 501 if there is none:
+        # every method goes to the gateway instead, which answers the 405.
+        if name.startswith("do_"):
+            return lambda: generic_handle(self)
+        raise AttributeError(name)
+
+    def send_error(
+        self: local.ChaliceRequestHandler,
+        code: int,
+        message: str | None = None,
+        explain: str | None = None,
+    ) -> None:
+        # http.server's own refusals (a request line it cannot parse, one too long) in
+        # the service's shape; logged as it logs them (control characters escaped).
+        self.log_error("code %d, message %s", code, message)
+        status = HTTPStatus(code)
+        refuse(self, status, message or status.phrase)
+
     local.LocalGateway.__init__ = init  # type: ignore[method-assign]
     local.LocalGateway.handle_request = handle  # type: ignore[method-assign]
     local.ChaliceRequestHandler._send_http_response = send  # type: ignore[method-assign]
     for verb in ("GET", "PUT", "POST", "HEAD", "DELETE", "PATCH", "OPTIONS"):
         setattr(local.ChaliceRequestHandler, f"do_{verb}", generic_handle)
+    local.ChaliceRequestHandler.__getattr__ = any_method
+    local.ChaliceRequestHandler.send_error = send_error
 
     if quiet:
         local.ChaliceRequestHandler.log_request = _no_log

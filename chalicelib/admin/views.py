@@ -42,16 +42,19 @@ class SessionViews:
         keep_calls: int,
     ) -> None:
         self._categories = tuple(policy.categories)
+        # Shadow categories never refuse, so they never make a session blocked.
+        self._enforced = tuple(n for n, c in policy.categories.items() if c.enforce)
         self._limits = limits
         self._clock = clock
         self._idle_ms = idle_timeout_seconds * 1000
         self._keep = keep_calls
 
     def base_limits(self, tenant: str, snapshot: SessionSnapshot | None) -> dict[str, int]:
-        """Each category's base limit (policy or grant) for the session's principal."""
+        """Each enforced category's base limit (policy or grant) for the session's
+        principal: the limits that can make it blocked (a shadow category refuses nothing)."""
         now = self._clock()
         principal = snapshot.principal if snapshot else None
-        return {c: self._limits.base_limit(tenant, principal, c, now) for c in self._categories}
+        return {c: self._limits.base_limit(tenant, principal, c, now) for c in self._enforced}
 
     def state(self, tenant: str, snapshot: SessionSnapshot | None) -> SessionState:
         """The state the next check would see: the one derivation every view shows."""
@@ -89,7 +92,7 @@ class SessionViews:
                 "raised_until": None if until is None else iso_utc(until),
                 "remaining": 0 if state is SessionState.SUSPENDED else max(0, limit - used),
                 "refused": 0 if fresh else snapshot.refused.get(name, 0),
-                "state": str(_category_state(state, used, limit)),
+                "state": str(_category_state(state, used, limit, name in self._enforced)),
             }
         suspended = state is SessionState.SUSPENDED
         return {
@@ -118,9 +121,9 @@ def _client_view(client: ClientInfo) -> ClientView:
     }
 
 
-def _category_state(session: SessionState, used: int, limit: int) -> SessionState:
+def _category_state(session: SessionState, used: int, limit: int, enforced: bool) -> SessionState:
     """A category's state: the session's when it is suspended or expired, else blocked
-    at the limit, else active (the session is blocked if any category is)."""
+    at the limit if enforced, else active (the session is blocked if any category is)."""
     if session in (SessionState.SUSPENDED, SessionState.EXPIRED):
         return session
-    return SessionState.BLOCKED if used >= limit else SessionState.ACTIVE
+    return SessionState.BLOCKED if enforced and used >= limit else SessionState.ACTIVE

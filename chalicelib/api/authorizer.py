@@ -24,7 +24,9 @@ SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return"
 
 
 # API Gateway keeps the answer this long: auth.AUTHORIZER_TTL_SECONDS (with the container's
-# token cache, a revocation stops checks within 60 s; changing routes check afresh).
+# token cache, a revocation stops a server token's checks within 60 s). Its cache never
+# outlives an admin token's revocation: every route looks an admin token up afresh
+# (`context.caller`), so an "allow" kept from before the revocation meets a 401.
 @authorizers.authorizer(ttl_seconds=30)
 def bearer(auth_request: AuthRequest) -> AuthResponse:
     """Server tokens may check; admin tokens may do everything."""
@@ -39,6 +41,13 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
     identity = result.identity
     if identity is None:
         logger.info("token refused", extra={"reason": result.reason})
+        if result.refused_role == tokens.ADMIN:
+            # A revoked or expired admin token: the route answers 401 itself, as it does
+            # while the gateway still holds this token's earlier "allow" (this answer is
+            # cached the same way, and lets nothing through: `context.caller` refuses it).
+            return AuthResponse(
+                routes=["*"], principal_id="refused", context={"refused": result.reason}
+            )
         return AuthResponse(routes=[], principal_id="anonymous")
     routes: list[str | AuthRoute] = ["*"] if identity.role == tokens.ADMIN else list(SERVER_ROUTES)
     context = {

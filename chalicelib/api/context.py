@@ -15,16 +15,20 @@ from chalicelib.observability import logger
 if TYPE_CHECKING:
     from chalicelib import errors, wiring
     from chalicelib.admin import requests as admin_requests
+    from chalicelib.api import responses
     from chalicelib.auth import tokens
     from chalicelib.check import requests as validation
     from chalicelib.quota import core as quota
 else:
     admin_requests = lazy_module("chalicelib.admin.requests")
+    responses = lazy_module("chalicelib.api.responses")
     errors = lazy_module("chalicelib.errors")
     quota = lazy_module("chalicelib.quota.core")
     tokens = lazy_module("chalicelib.auth.tokens")
     validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
+
+METHOD_NOT_ALLOWED = 405
 
 _container: wiring.Container | None = None
 
@@ -44,11 +48,24 @@ def reset_dependencies(container: wiring.Container | None = None) -> None:
 
 
 def on_request(request: Request, get_response: Callable[[Request], Response]) -> Response:
-    """HTTP middleware: every log line of the request carries its id, and the first
-    request through API Gateway teaches the container the API's base URL."""
+    """HTTP middleware: every log line of the request carries its id, the first request
+    through API Gateway teaches the container the API's base URL, and Chalice's own
+    answer for a method the route lacks takes the service's error shape."""
     logger.set_correlation_id(request.context.get("requestId"))
     learn_base_url(request.headers, request.context)
-    return get_response(request)
+    response = get_response(request)
+    if response.status_code == METHOD_NOT_ALLOWED:
+        # Only Chalice's routing answers 405 (no service error has that status).
+        return method_not_allowed(request, str(response.headers.get("Allow", "")))
+    return response
+
+
+def method_not_allowed(request: Request, allow: str) -> Response:
+    """The service's 405 for a method the route has not, naming the ones it has."""
+    method = request.method if request.method.isalpha() and len(request.method) <= 16 else ""
+    route = request.context.get("resourcePath", "this route")
+    message = f"{route} does not accept {method or 'this method'}; it accepts {allow}."
+    return responses.error_response(errors.MethodNotAllowed(message, allow))
 
 
 def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
@@ -64,31 +81,45 @@ def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
 
 
 def caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, from the authorizer's context.
+    """The authenticated identity, from the authorizer's context; an admin token's read
+    from the token store now, past the authorizer's and the container's caches, so a
+    revoked or expired admin token is refused on every route from the moment it is.
 
     Raises:
+        errors.Unauthorized: an admin token that is revoked or expired.
         errors.Forbidden: the authorizer could not verify the token, and it is not valid.
-        ports.StorageError: the token store is still unavailable.
+        ports.StorageError: the token store is unavailable.
     """
     context = request.context.get("authorizer", {})
+    if context.get("refused"):
+        raise errors.Unauthorized(f"The token is not valid ({context['refused']}).")
     if context.get("unverified"):
         result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
         if result.identity is None:
             raise errors.Forbidden("The token is not valid.")
-        return result.identity
-    return tokens.Identity(
-        tenant=context["tenant"],
-        role=context["role"],
-        token_id=context["token_id"],
-        name=context.get("name", ""),
-        principals=tokens.decode_principals(context.get("principals")),
-    )
+        identity = result.identity
+    else:
+        identity = tokens.Identity(
+            tenant=context["tenant"],
+            role=context["role"],
+            token_id=context["token_id"],
+            name=context.get("name", ""),
+            principals=tokens.decode_principals(context.get("principals")),
+        )
+    if identity.role != tokens.ADMIN:
+        return identity
+    header = request.headers.get("authorization", "")
+    fresh = deps().authenticator.authenticate(header, fresh=True)
+    if fresh.identity is None:
+        raise errors.Unauthorized(f"The token is not valid ({fresh.reason}).")
+    return fresh.identity
 
 
 def server_caller(request: Request) -> tokens.Identity:
     """The identity of a caller that may check: a server or an admin token.
 
     Raises:
+        errors.Unauthorized: an admin token that is revoked or expired.
         errors.QuotaServiceError: the token has a role this version does not know.
     """
     identity = caller(request)
@@ -98,10 +129,12 @@ def server_caller(request: Request) -> tokens.Identity:
 
 
 def admin_caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, which must hold the admin role.
+    """The authenticated identity, which must hold the admin role (read afresh: `caller`).
 
     Raises:
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token.
+        ports.StorageError: the token store is unavailable.
     """
     identity = caller(request)
     if identity.role != tokens.ADMIN:
@@ -110,23 +143,15 @@ def admin_caller(request: Request) -> tokens.Identity:
 
 
 def admin_writer(request: Request) -> tokens.Identity:
-    """The admin identity of a route that changes something, read from the token store
-    now, past the authorizer's and the container's caches: a revoked or expired admin
-    token changes nothing, from the moment it is revoked.
+    """The admin identity of a route that changes something: `admin_caller`, which reads
+    an admin token from the token store now, past every cache.
 
     Raises:
-        errors.Unauthorized: the token is revoked, expired or unknown.
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token.
         ports.StorageError: the token store is unavailable.
     """
-    admin_caller(request)
-    header = request.headers.get("authorization", "")
-    result = deps().authenticator.authenticate(header, fresh=True)
-    if result.identity is None:
-        raise errors.Unauthorized(f"The token is not valid ({result.reason}).")
-    if result.identity.role != tokens.ADMIN:
-        raise errors.Forbidden("This endpoint needs an admin token.")
-    return result.identity
+    return admin_caller(request)
 
 
 def request_body(request: Request) -> dict[str, Any]:
@@ -159,6 +184,7 @@ def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]
     """A reading admin route's admin (`admin_caller`) and its query parameters.
 
     Raises:
+        errors.Unauthorized: the token is revoked or expired.
         errors.Forbidden: the token is not an admin token, or not valid.
         ports.StorageError: the token store is still unavailable.
     """

@@ -3,8 +3,8 @@
 The cache keeps an allowed check at one DynamoDB request: a token is looked up at most
 once per `token_cache_seconds` (at most 30 s) per container, and API Gateway keeps the
 authorizer's answer for `AUTHORIZER_TTL_SECONDS` (30 s): a revocation or an expiry stops
-checks within 60 s. Admin routes that change anything look the token up `fresh`, past
-both caches, so a revoked admin token stops changing things at once.
+a server token's checks within 60 s. An admin token is looked up `fresh`, past both
+caches, on every route, so a revoked or expired admin token answers 401 at once.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class AuthResult:
 
     identity: Identity | None
     reason: str = ""
+    refused_role: str | None = None  # a real token's role, when it is revoked or expired
 
 
 class Authenticator:
@@ -86,7 +87,7 @@ class Authenticator:
         if record is None or not matches(record, token):
             return AuthResult(None, "unknown token"), None
         if record.revoked:
-            return AuthResult(None, "revoked token"), None
+            return AuthResult(None, "revoked token", record.role), None
         if record.expired(now_ms):
-            return AuthResult(None, "expired token"), None
+            return AuthResult(None, "expired token", record.role), None
         return AuthResult(record.identity()), record.expires_at_ms

@@ -189,16 +189,31 @@ class LinkDesk:
             suspended = self._budget_admin().show(key)["state"] == "suspended"
             where = AuditFilter(type=EventType.PRINCIPAL_SUSPENDED, principal=payload.principal)
             last = admin.latest_event(payload.tenant, where) if suspended else None
-            return plan_suspend_principal(payload, suspended, last)
+            lifted = [] if suspended else self._lifted_principal(payload)
+            return plan_suspend_principal(payload, suspended, last, lifted)
         seen, limit, state = admin.now_for_link(
             payload.tenant, payload.session_id, payload.category
         )
+        since = admin.session_events(payload.tenant, payload.session_id, payload.sent_ms)
         if payload.action is LinkAction.RAISE:
-            since = admin.session_events(payload.tenant, payload.session_id, payload.sent_ms)
             expired = state is SessionState.EXPIRED
             return plan_raise(payload, seen, limit, expired, since)
         events = admin.session_events(payload.tenant, payload.session_id, 0)
-        return plan_suspend(payload, seen, str(state), limit, events)
+        return plan_suspend(payload, seen, str(state), limit, events, since)
+
+    def _lifted_principal(self, payload: LinkPayload) -> list[AuditEvent]:
+        """The principal's latest resume and reset since the link was sent, if any.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        found: list[AuditEvent] = []
+        for kind in (EventType.PRINCIPAL_RESUMED, EventType.PRINCIPAL_RESET):
+            where = AuditFilter(type=kind, principal=payload.principal, since_ms=payload.sent_ms)
+            event = self._admin().latest_event(payload.tenant, where)
+            if event is not None:
+                found.append(event)
+        return found
 
     def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
         """The page of a link whose action someone already took; audited when pressed."""

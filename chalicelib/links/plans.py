@@ -46,6 +46,20 @@ def _latest(events: Sequence[AuditEvent], kind: EventType) -> AuditEvent | None:
     return max(found, key=lambda e: e.sort_key) if found else None
 
 
+def _superseded(what: str, event: AuditEvent) -> AlreadyDone:
+    return AlreadyDone(f"{what} since this email was sent", event.actor, event.at_ms)
+
+
+# What an administrator did since the email that settles a suspend link's question (the
+# subject runs again by their choice), and how the page says it.
+_LIFTED = {
+    EventType.SESSION_RESUMED: "the session was resumed",
+    EventType.SESSION_RESET: "the session's counters were reset",
+    EventType.PRINCIPAL_RESUMED: "the principal was resumed",
+    EventType.PRINCIPAL_RESET: "the principal's counters were reset",
+}
+
+
 def plan_raise(
     payload: LinkPayload,
     seen: SessionSnapshot | None,
@@ -55,13 +69,22 @@ def plan_raise(
 ) -> Plan:
     """A raise link adds its amount to the limit the email was sent at: the target
     stays that, whatever happened since. It is done already if the session's counters
-    started again (reset, or idle expiry), or the limit reached the target."""
+    started again (reset, or idle expiry), the limit reached the target, or an
+    administrator suspended the session since (no link lifts a limit they stopped)."""
     category = payload.category
     sent_limit = current_limit if payload.limit is None else payload.limit
     target = sent_limit + payload.amount
     reset = _latest(since_sent, EventType.SESSION_RESET)
     if reset is not None:
         return AlreadyDone("the session's counters were reset", reset.actor, reset.at_ms)
+    if seen is not None and seen.suspended:
+        # A raise link is only sent for a session that was not suspended then.
+        stopped = _latest(since_sent, EventType.SESSION_SUSPENDED)
+        return AlreadyDone(
+            "the session was suspended since this email was sent",
+            None if stopped is None else stopped.actor,
+            None if stopped is None else stopped.at_ms,
+        )
     restarted = seen is not None and payload.started_ms not in (None, seen.started_ms)
     if seen is None or expired or restarted:
         return AlreadyDone("the session's counters started again (it was idle)")
@@ -90,8 +113,10 @@ def plan_suspend(
     state: str,
     current_limit: int,
     events: Sequence[AuditEvent],
+    since_sent: Sequence[AuditEvent],
 ) -> Plan:
-    """Suspend the session, unless it is suspended already."""
+    """Suspend the session, unless it is suspended already, or an administrator resumed
+    or reset it since the email (their later choice wins over the email's question)."""
     if seen is not None and seen.suspended:
         done = _latest(events, EventType.SESSION_SUSPENDED)
         return AlreadyDone(
@@ -99,6 +124,10 @@ def plan_suspend(
             None if done is None else done.actor,
             None if done is None else done.at_ms,
         )
+    lifted = [e for e in since_sent if e.type in _LIFTED]
+    if lifted:
+        last = max(lifted, key=lambda e: e.sort_key)
+        return _superseded(_LIFTED[last.type], last)
     used = 0 if seen is None else seen.counts.get(payload.category, 0)
     return Change(
         f"session {state} \u2192 suspended",
@@ -111,15 +140,23 @@ def plan_suspend(
 
 
 def plan_suspend_principal(
-    payload: LinkPayload, suspended: bool, last_suspension: AuditEvent | None
+    payload: LinkPayload,
+    suspended: bool,
+    last_suspension: AuditEvent | None,
+    lifted_since_sent: Sequence[AuditEvent] = (),
 ) -> Plan:
-    """Suspend the principal, unless it is suspended already."""
+    """Suspend the principal, unless it is suspended already, or an administrator
+    resumed or reset it since the email (their later choice wins)."""
     if suspended:
         return AlreadyDone(
             f"principal '{payload.principal}' is suspended",
             None if last_suspension is None else last_suspension.actor,
             None if last_suspension is None else last_suspension.at_ms,
         )
+    lifted = [e for e in lifted_since_sent if e.type in _LIFTED]
+    if lifted:
+        last = max(lifted, key=lambda e: e.sort_key)
+        return _superseded(_LIFTED[last.type], last)
     return Change(
         f"principal '{payload.principal}' active \u2192 suspended",
         (("after", "suspended: every tool call made for it is refused, in every session"),),

@@ -248,8 +248,8 @@ class SessionSnapshot:
         self, now_ms: int, idle_ms: int, base_limits: Mapping[str, int] | None = None
     ) -> SessionState:
         """The state the next check would see: suspended, else expired, else blocked
-        (some category used up to its limit, given each category's base limit), else
-        active."""
+        (some category used up to its limit, given each enforced category's base limit:
+        a shadow category refuses nothing, so it never blocks), else active."""
         if self.suspended:
             return SessionState.SUSPENDED
         if self.is_idle(now_ms, idle_ms):

@@ -64,3 +64,27 @@ def test_bad_fail_open_reports_are_a_named_400(api: Api, value: Any, field: str)
     response = api.check(**WRITE, fail_open=value)
     assert response.status_code == 400
     assert body(response)["error"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PATCH", "/v1/check", "POST"),
+        ("FOO", "/v1/check", "POST"),
+        ("PUT", "/v1/sessions/s1", "GET"),
+        ("PROPFIND", "/v1/tokens", "POST, GET"),
+        ("TRACE", "/health", "GET"),
+        ("DELETE", "/console", "GET, HEAD"),
+    ],
+)
+def test_a_method_a_route_lacks_is_a_json_405_naming_what_it_allows(
+    api: Api, method: str, path: str, allow: str
+) -> None:
+    """Defect class: a method a route does not have was answered in Chalice's own error
+    shape (`{"Code", "Message"}`), not the service's one shape."""
+    answer = api.client.http.request(method, path, headers={"Authorization": "Bearer x"})
+    assert answer.status_code == 405
+    assert answer.headers["Allow"] == allow
+    error = body(answer)["error"]
+    assert set(body(answer)) == {"error"} and error["code"] == "method_not_allowed"
+    assert allow in error["message"]

@@ -116,3 +116,45 @@ def test_an_expired_token_stops_at_its_expiry_whatever_the_cache(cached_api: Api
 
     assert api.check(server, **WRITE).status_code == 403
     assert mint(api, admin).status_code in (401, 403)
+
+
+READS = (
+    "/v1/sessions",
+    "/v1/sessions/s1",
+    "/v1/principals/bot-1",
+    "/v1/tenant",
+    "/v1/grants",
+    "/v1/tokens",
+    "/v1/audit",
+    "/v1/shadow",
+)
+
+
+@pytest.mark.parametrize("how", ["revoked", "expired"])
+def test_a_refused_admin_token_answers_401_on_every_route_at_once(
+    cached_api: Api, how: str
+) -> None:
+    """Defect class: an admin route that only reads trusted the authorizer's and the
+    container's cached identity, so a revoked admin token kept read access until its first
+    write. Every route now answers 401 from the first request after the revocation, and
+    keeps answering 401 once the caches have learnt it (never a 403 from the authorizer)."""
+    api = cached_api
+    expires = api.clock() + 5_000 if how == "expired" else None
+    token_id, token = stored_token(api, "admin", expires_at_ms=expires)
+    admin = bearer(token)
+    assert api.check(**WRITE).status_code == 200
+    for path in READS:  # the token's identity is now cached by the container
+        assert api.get(path, admin).status_code == 200, path
+    if how == "revoked":
+        api.container.tokens.revoke(token_id, api.clock())
+    else:
+        api.clock.advance(5)
+    for _ in range(2):  # the first pass refreshes the caches; the second meets them
+        for path in READS:
+            refused = api.get(path, admin)
+            assert refused.status_code == 401, (path, refused.body)
+            assert body(refused)["error"]["code"] == "unauthorized"
+        assert api.check(admin, **WRITE).status_code == 401
+        assert api.admin("/v1/sessions/s1/suspend", {"reason": "x"}, admin).status_code == 401
+        deleted = api.client.http.delete(f"/v1/tokens/{token_id}", headers=admin)
+        assert deleted.status_code == 401

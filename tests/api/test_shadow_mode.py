@@ -98,6 +98,21 @@ def test_an_administrator_suspension_still_refuses(shadowed: Api) -> None:
     assert body(write(shadowed, "k"))["error"]["code"] == "session_suspended"
 
 
+def test_a_shadow_session_over_its_limit_is_never_blocked_in_any_view(shadowed: Api) -> None:
+    """Defect class: a shadow category's counts past its limit derived `blocked`, so the
+    session view, the `state=blocked` listing (console, CLI) showed a session no check
+    refuses. Only enforced categories count toward `blocked`."""
+    for _ in range(5):
+        assert write(shadowed, "over").status_code == 200
+    view = body(shadowed.get("/v1/sessions/over"))
+    assert view["state"] == "active"
+    assert view["categories"]["write"]["state"] == "active"
+    assert view["categories"]["write"]["used"] == 5 and view["categories"]["write"]["limit"] == 3
+    assert body(shadowed.get("/v1/sessions?state=blocked"))["sessions"] == []
+    active = body(shadowed.get("/v1/sessions?state=active"))["sessions"]
+    assert [s["session_id"] for s in active] == ["over"]
+
+
 def test_enforce_is_inherited_and_overridden_per_category() -> None:
     assert not parse_policy(shadow_policy(False, None)).categories["write"].enforce
     assert not parse_policy(shadow_policy(False, None)).categories["read"].enforce

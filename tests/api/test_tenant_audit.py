@@ -192,6 +192,51 @@ def test_a_suspend_link_on_a_suspended_session_is_already_done(linked: Api) -> N
     assert page.status_code == 409 and b"Already done by dev-admin (admin)" in page.body
 
 
+SUPERSEDED = {
+    # link (by its place in the email), the administrator's actions since it was sent,
+    # and what the page then says was done
+    "suspend session, resumed": (
+        1,
+        ["/v1/sessions/run-1/suspend", "/v1/sessions/run-1/resume"],
+        b"resumed",
+    ),
+    "suspend session, reset": (1, ["/v1/sessions/run-1/reset"], b"reset"),
+    "suspend principal, resumed": (
+        2,
+        ["/v1/principals/tag-bot/suspend", "/v1/principals/tag-bot/resume"],
+        b"resumed",
+    ),
+    "suspend principal, reset": (2, ["/v1/principals/tag-bot/reset"], b"reset"),
+    "raise, suspended": (0, ["/v1/sessions/run-1/suspend"], b"suspended"),
+}
+
+
+@pytest.mark.parametrize("case", list(SUPERSEDED))
+def test_a_link_used_after_an_administrator_superseded_it_is_already_done(
+    linked: Api, clock: FixedClock, case: str
+) -> None:
+    """Defect class: a link acted on the state it was sent for after an administrator's
+    later action superseded it (a suspend link suspended again what an administrator had
+    resumed). Such a link answers 409 "Already done", naming who, and changes nothing."""
+    index, actions, said = SUPERSEDED[case]
+    exhaust(linked, principal="tag-bot")
+    link = path_of(email_links(linked)[index])
+    for action in actions:
+        clock.advance(5)
+        assert linked.admin(action, {"reason": "handled"}).status_code == 200
+    before = body(linked.get("/v1/sessions/run-1"))
+    principal_before = body(linked.get("/v1/principals/tag-bot"))["state"]
+    page = linked.client.http.get(link)
+    assert page.status_code == 409 and b"Already done by dev-admin (admin)" in page.body
+    done = linked.client.http.post(link, headers=FORM, body=b"")
+    assert done.status_code == 409 and said in done.body
+    after = body(linked.get("/v1/sessions/run-1"))
+    assert (after["state"], after["categories"]) == (before["state"], before["categories"])
+    assert body(linked.get("/v1/principals/tag-bot"))["state"] == principal_before
+    [declined] = feed(linked, "?type=link_declined")
+    assert declined["detail"]["done_by"] == "dev-admin (admin)"
+
+
 def test_the_log_names_the_links_action_subject_and_actor(
     linked: Api, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -124,6 +126,87 @@ def test_service_errors_keep_their_own_body(runner: Runner) -> None:
     status, reply = raw_request(runner.url, "GET", "/v1/sessions/never-seen", None, headers)
     assert status == 404 and reply["error"]["code"] == "not_found"
     assert "never-seen" in reply["error"]["message"]
+
+
+UNKNOWN_METHODS = [
+    # (method, path, the Allow header; None where no route has the path)
+    ("FOO", "/v1/check", "POST"),
+    ("PROPFIND", "/v1/sessions", "GET"),
+    ("M-SEARCH", "/console", "GET, HEAD"),
+    ("TRACE", "/health", "GET"),
+    ("BREW", "/no-such-route", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), UNKNOWN_METHODS)
+def test_every_unknown_method_gets_a_json_405(
+    runner: Runner, method: str, path: str, allow: str | None
+) -> None:
+    """Defect class: a method the HTTP server had no handler for was answered `501` with
+    an HTML page (http.server's own), not the service's JSON error."""
+    host, port = runner.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request(method, path, headers={"Authorization": f"Bearer {SECRET}"})
+        response = connection.getresponse()
+        raw = response.read()
+        assert not response.will_close  # the connection stays in step
+        connection.request("GET", "/health")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+    assert response.status == 405, raw
+    assert response.getheader("Content-Type") == "application/json"
+    assert response.getheader("Allow") == allow
+    reply = json.loads(raw)
+    assert set(reply) == {"error"} and reply["error"]["code"] == "method_not_allowed"
+    assert SECRET not in raw.decode()
+
+
+def test_a_request_line_http_server_cannot_parse_gets_a_json_error(runner: Runner) -> None:
+    """Defect class (as above): http.server's own refusals were HTML pages."""
+    host, port = runner.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        # A header line one byte past http.server's limit, and nothing after it: the
+        # server reads all of it, so its close is clean (no reset for unread bytes).
+        sock.sendall(b"GET /health HTTP/1.1\r\nX-Long: " + b"x" * (65_537 - 8))
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, raw = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.") and b"Content-Type: application/json" in head, head
+    assert json.loads(raw)["error"]["code"] == "bad_request"
+
+
+FORGED = "admin    POST /v1/tokens -> 201 reason='forged'"
+
+
+def test_nothing_a_client_sends_forges_a_log_line(runner: Runner) -> None:
+    """Defect class: a client-supplied value (here the path of an unauthenticated link
+    route, percent-decoded) reached the log with its CR/LF, so a request could write a
+    line of its choosing. Control characters in logged values are escaped."""
+    marker = uuid.uuid4().hex
+    forged = quote(f"\r\n{FORGED} {marker}\r\n\x1b[2K\u2028\x85", safe="")
+    host, port = runner.url.removeprefix("http://").split(":")
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+    for path, headers, status in (
+        # no token needed: an email link's route
+        (f"/actions/x{forged}", {"Content-Type": "application/x-www-form-urlencoded"}, 403),
+        (f"/v1/sessions/{forged}/reset", admin, 400),
+    ):
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            connection.request("POST", path, b'{"reason": "r"}', headers)
+            assert connection.getresponse().status == status, path
+        finally:
+            connection.close()
+    output = runner.output()
+    lines = output.splitlines()
+    mine = [line for line in lines if marker in line]
+    assert len(mine) == 2, mine
+    assert all(line.startswith("admin    POST /") and "\\x0d\\x0a" in line for line in mine)
+    assert not [line for line in lines if line.startswith(FORGED)]
+    assert not [c for c in "\x1b\x85\u2028" if c in output]
 
 
 def check(url: str, session: str) -> int:
