@@ -71,6 +71,7 @@ _MAPS = {
     Slot.RAISED: "raised",
     Slot.RAISED_UNTIL: "raised_until",
     Slot.REPEATS: "repeats",
+    Slot.ALLOWED_BEFORE: "allowed_before",
 }
 _FIELDS = {
     Field.LAST_SEEN: "last_seen_ms",
@@ -80,7 +81,6 @@ _FIELDS = {
     Field.PRINCIPAL: "principal",
     Field.SERVER: "server",
     Field.CLIENT: "client",
-    Field.ALLOWED_BEFORE: "allowed_before_ms",
 }
 
 
@@ -102,7 +102,7 @@ class _Session:
     grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
     client: ClientInfo | None = None
     repeats: dict[str, int] = field(default_factory=dict)  # the loop breaker's counts
-    allowed_before_ms: int = 0
+    allowed_before: dict[str, int] = field(default_factory=dict)
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
@@ -122,7 +122,7 @@ class _Session:
             first_refusals={c: mark[0] for c, mark in self.notified.items()},
             client=self.client,
             repeats=dict(self.repeats),
-            allowed_before_ms=self.allowed_before_ms or 0,
+            allowed_before=dict(self.allowed_before),
         )
 
     def apply(self, change: Change) -> None:
