@@ -273,7 +273,8 @@ class BudgetCounters(Protocol):
         """
 
     def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
-        """Raise a category's limit, never below a raise set meanwhile.
+        """Raise a category's limit, never below a raise set meanwhile; the category's
+        refusal streak ends.
 
         Raises:
             RecordChanged: a higher raise was set meanwhile.
@@ -297,7 +298,8 @@ class BudgetCounters(Protocol):
         """
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
-        """Zero the counters of every window; raises and suspension stay.
+        """Zero the counters of every window and every refusal streak; raises and
+        suspension stay.
 
         Raises:
             RecordNotFound: the budget does not exist.

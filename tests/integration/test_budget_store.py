@@ -154,6 +154,16 @@ def test_reset_zeroes_every_window_and_keeps_raises_and_suspension(stores: Store
     assert after.suspended and after.limit_for("write", 3) == 9
 
 
+def test_reset_of_a_budget_with_nothing_counted_nor_streaking(stores: Stores) -> None:
+    """Found by the model test on dynalite: a reset with nothing to clear (a budget that
+    only ever refused, its streaks resumed) wrote an empty update."""
+    budgets = stores.budgets
+    budgets.note_streak(BOT, W, T0 + 1, 0)
+    budgets.resume(BOT)
+    after = budgets.reset(BOT)
+    assert after.streaks == {} and not after.suspended
+
+
 def test_resume_and_reset_of_an_unseen_budget_are_not_found(stores: Stores) -> None:
     unseen = BudgetKey.principal("demo", "nobody")
     assert stores.budgets.get(unseen) is None

@@ -388,6 +388,8 @@ class BudgetStore:
         held = _held(item, COUNT_PREFIX, WINDOW_PREFIX, STREAK_PREFIX)
         old = tuple(sorted(name for name in item if name.startswith(OLD_COUNT_PREFIX)))
         old += tuple(name for name in OLD_STREAK if name in item)
+        if not held and not old:
+            return snapshot_from_item(item)  # nothing counted, no streak: nothing to write
         cleared = (held, old)
         try:
             written = self._write(key, BUDGET_RESET, _EXISTS, doing, cleared=cleared)
