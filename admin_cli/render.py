@@ -167,9 +167,9 @@ def budget_view(budget: Mapping[str, Any]) -> str:
     ]
     if budget.get("suspended_reason"):
         pairs.append(("Suspended", budget.get("suspended_reason")))
-    streak = (
-        f"{cell(budget.get('refusals_in_a_row'))} of {cell(budget.get('suspend_after_refusals'))}"
-    )
+    by_category = budget.get("streaks") or {}
+    shown = ", ".join(f"{name} {n}" for name, n in by_category.items()) or "0"
+    streak = f"{shown} (suspended at {cell(budget.get('suspend_after_refusals'))} in one category)"
     pairs.append(("Refused in a row", streak))
     headers = ("CATEGORY", "USED", "LIMIT", "BASE", "RAISED", "REMAINING", "WINDOW", "RESETS AT")
     categories = budget.get("categories")

@@ -91,6 +91,7 @@ class BudgetAdmin:
             "state": "suspended" if snapshot.suspended else "active",
             "suspended_reason": snapshot.suspended_reason,
             "refusals_in_a_row": snapshot.refusals_in_a_row,
+            "streaks": {c: n for c, n in sorted(snapshot.streaks.items()) if n > 0},
             "suspend_after_refusals": self._policy.suspend_after_refusals,
             "categories": categories,
         }

@@ -146,7 +146,8 @@ class BudgetView(TypedDict):
     scope: str
     state: Literal["active", "suspended"]
     suspended_reason: str | None
-    refusals_in_a_row: int
+    refusals_in_a_row: int  # the longest of `streaks`
+    streaks: dict[str, int]  # a principal's refusals in a row, by category
     suspend_after_refusals: int
     categories: dict[str, WindowView]
     principal: NotRequired[str]

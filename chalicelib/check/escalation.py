@@ -1,6 +1,6 @@
 """Suspension above the session: which principals are suspended (cached per container),
 and escalation, which suspends a principal that ignored `suspend_after_refusals`
-refusals in a row (once: one email per suspension)."""
+refusals in a row in one category (once: one email per suspension)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
 from chalicelib.storage.ports import BudgetCounters
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from chalicelib.clock import Clock
 
 
@@ -50,7 +52,10 @@ class PrincipalGate:
 
 
 class Escalation:
-    """Counts each refusal in its principal's streak and suspends at the threshold."""
+    """Counts each refusal in its principal's streak in the refused category, and
+    suspends at the threshold. A streak follows what the principal does in that
+    category: only an allowed call there (or an administrator) ends it, so a loop that
+    lists (allowed) and then deletes (refused) is suspended after N refused deletes."""
 
     def __init__(
         self, budgets: BudgetCounters | None, gate: PrincipalGate | None, after: int
@@ -66,10 +71,11 @@ class Escalation:
         decision: Refused,
         streak: int | None = None,
     ) -> Refused:
-        """Count the refusal in its principal's streak; suspend the principal when the
-        streak reaches `suspend_after_refusals`. Only the refused principal's own run of
-        refusals counts: other principals' refusals, and the tenant ceiling's as such,
-        never suspend anyone."""
+        """Count the refusal in its principal's streak in the call's category; suspend the
+        principal when that streak reaches `suspend_after_refusals`. Only the refused
+        principal's own run of refusals in the category counts: other principals'
+        refusals, and the tenant ceiling's as such, never suspend anyone.
+        `allowed_since_ms`: the refused session's last allowed call in the category."""
         if (
             self._budgets is None
             or attempt.principal is None
@@ -81,28 +87,36 @@ class Escalation:
             # Nothing happened later than now by the check's own clock (a call counted
             # at its counters' start, a millisecond ahead, was still counted before).
             since = min(allowed_since_ms, attempt.real_ms)
-            streak, _ = self._budgets.note_streak(key, attempt.real_ms, since)
+            streak, _ = self._budgets.note_streak(key, attempt.category, attempt.real_ms, since)
         if streak < self._after:
             return decision
         return replace(decision, escalated=self.suspend(attempt, streak))
 
-    def count_held(self, attempt: Attempt, held: int) -> int | None:
-        """Count the refusals the client answered locally since its last check in its
-        principal's streak, as if each had been asked: the streak if it reached
-        `suspend_after_refusals`, else None.
+    def count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> int | None:
+        """Count the refusals the client answered locally since its last check, by
+        category, in its principal's streak there, as if each had been asked: the
+        longest streak if one reached `suspend_after_refusals`, else None.
 
         Raises:
             StorageError: the store failed.
         """
-        if held < 1 or self._budgets is None or attempt.principal is None:
+        if self._budgets is None or attempt.principal is None:
             return None
         key = BudgetKey.principal(attempt.tenant, attempt.principal)
-        # Every held refusal followed a refusal the service gave, with no allowed call of
-        # that session since: none starts the streak again (`allowed_since_ms` 0). One
-        # write adds them all.
-        refusals = min(held, self._after)
-        streak, _ = self._budgets.note_streak(key, attempt.real_ms, 0, refusals=refusals)
-        return streak if streak >= self._after else None
+        reached = None
+        for category, count in sorted((held or {}).items()):
+            if count < 1:
+                continue
+            # Every held refusal followed a refusal the service gave, with no allowed call
+            # of that session since: none starts the streak again (`allowed_since_ms` 0).
+            # One write adds a category's.
+            refusals = min(count, self._after)
+            streak, _ = self._budgets.note_streak(
+                key, category, attempt.real_ms, 0, refusals=refusals
+            )
+            if streak >= self._after:
+                reached = max(streak, reached or 0)
+        return reached
 
     def suspend(self, attempt: Attempt, refusals: int) -> bool:
         """Suspend the principal of a caller that keeps ignoring refusals; whether this

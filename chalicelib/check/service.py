@@ -167,7 +167,7 @@ class CheckService:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
             return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
-        since = snapshot.last_allowed_ms(besides=attempt)
+        since = snapshot.last_allowed_ms(besides=attempt, category=attempt.category)
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
 
     # -- the session -------------------------------------------------------------------
@@ -189,7 +189,8 @@ class CheckService:
             return None
         decision = self._session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED)
         self._spent.remember(attempt, known)
-        decision = self._escalation.after(attempt, known.last_allowed_ms(), decision)
+        since = known.last_allowed_ms(category=attempt.category)
+        decision = self._escalation.after(attempt, since, decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
@@ -227,7 +228,8 @@ class CheckService:
             if decision is not None and verdict is Verdict.OVER_LIMIT:
                 self._spent.remember(attempt, snapshot)
             if decision is not None:
-                decision = self._escalation.after(attempt, snapshot.last_allowed_ms(), decision)
+                since = snapshot.last_allowed_ms(category=attempt.category)
+                decision = self._escalation.after(attempt, since, decision)
                 self._listener.on_block(attempt.tenant, attempt, decision)
                 return decision
         raise RecordChanged("counting a call")
@@ -358,7 +360,8 @@ class CheckService:
             seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
         limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         decision = self._session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED)
-        decision = self._escalation.after(attempt, seen.last_allowed_ms(), decision)
+        since = seen.last_allowed_ms(category=attempt.category)
+        decision = self._escalation.after(attempt, since, decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
@@ -383,7 +386,7 @@ class CheckService:
         Raises:
             StorageError: the store failed.
         """
-        streak = self._escalation.count_held(attempt, sum((held or {}).values()))
+        streak = self._escalation.count_held(attempt, held)
         if streak is None:
             return None
         decision = self._principal_suspended(attempt)
@@ -416,7 +419,9 @@ class CheckService:
             # The principal's own budget refused: its mark and its streak in one write.
             since = min(allowed_since_ms, attempt.real_ms)  # nothing is later than now
             mark = step.spend if spent else None
-            streak, first = self._budgets.note_streak(step.key, attempt.real_ms, since, mark)
+            streak, first = self._budgets.note_streak(
+                step.key, attempt.category, attempt.real_ms, since, mark
+            )
         elif not suspended and spent:
             first = self._budgets.note_refusal(step.key, step.spend)
         calls = () if session is None else session.calls

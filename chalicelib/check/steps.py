@@ -219,11 +219,13 @@ class WiderBudgets:
         return taken, None
 
     def end_streaks(self, attempt: Attempt, taken: list[tuple[Step, BudgetSnapshot]]) -> None:
-        """A call allowed at every scope ends its principal's streak of refusals: one
-        more write, only when the principal's budget showed a streak."""
+        """A call allowed at every scope ends its principal's streak of refusals in the
+        call's category (other categories' streaks stand): one more write, only when the
+        principal's budget showed a streak there."""
+        category = attempt.category
         for step, budget in taken:
-            if step.window.scope is Scope.PRINCIPAL and budget.refusals_in_a_row > 0:
-                self._budgets.end_streak(step.key, attempt.real_ms)
+            if step.window.scope is Scope.PRINCIPAL and budget.streak(category) > 0:
+                self._budgets.end_streak(step.key, category, attempt.real_ms)
 
     def give_back(self, steps: Iterable[Step]) -> None:
         """Undo what these steps took, at once.

@@ -289,6 +289,12 @@ async function sessionPage(id, message, chosen) {
   );
 }
 
+// A principal's streaks, one per category: "write 4, read 1 (suspended at 6 in one)".
+function streaks(b) {
+  const parts = Object.entries(b.streaks || {}).map(([name, n]) => `${name} ${n}`);
+  return `${parts.length ? parts.join(", ") : "0"} (suspended at ${b.suspend_after_refusals} in one category)`;
+}
+
 function budgetPage(title, b, extra) {
   const rows = Object.entries(b.categories).map(([name, c]) => [
     name, bar(c.used, c.limit), `${c.used} / ${c.limit}`, c.raised_limit ? String(c.raised_limit) : "-",
@@ -296,7 +302,7 @@ function budgetPage(title, b, extra) {
   ]);
   show(el("h1", { text: title }),
     el("section", {}, facts([["State", stateBadge(b.state)], ["Suspended because", b.suspended_reason],
-      ["Refusals in a row", `${b.refusals_in_a_row} (suspended at ${b.suspend_after_refusals})`]])),
+      ["Refusals in a row", streaks(b)]])),
     el("section", {}, el("h2", { text: "Budgets" }),
       rows.length ? table(["Category", "Used", "Used / limit", "Raised", "Window", "Refills"], rows)
         : el("p", { class: "muted", text: "The policy has no budget at this scope." })),

@@ -32,11 +32,16 @@ class Slot(StrEnum):
     LIVES = "lives"  # the lives of calls counted under a client's call id, by kept id
     WINDOWS = "windows"  # a budget's: the window its count is of (its start, epoch ms)
     MARKS = "marks"  # a budget's: (window, limit) of the first refusal seen there
+    STREAKS = "streaks"  # a principal's refusals in a row in the category
+    LAST_REFUSALS = "last_refusals"  # when the principal was last refused in the category
+    # A session's: when its last allowed call in the category was, once its last calls
+    # started again (the principal's streak there reads it: an allowed call in the
+    # category ends a run of refusals in it).
+    ALLOWED_BEFORE = "allowed_before"
 
 
 class Field(StrEnum):
-    """A single value of a record (a budget has the last two, `SUSPENDED` and
-    `EXPIRES`)."""
+    """A single value of a record (a budget has `SUSPENDED` and `EXPIRES`)."""
 
     LAST_SEEN = "last_seen"  # the last attempt: the idle clock
     STARTED = "started"  # when this generation of counters started
@@ -45,11 +50,6 @@ class Field(StrEnum):
     PRINCIPAL = "principal"
     SERVER = "server"
     CLIENT = "client"
-    # When the session's last allowed call was, once its last calls started again (the
-    # principal's streak reads it: an allowed call in the session ends a run of refusals).
-    ALLOWED_BEFORE = "allowed_before"
-    STREAK = "streak"  # a principal's refusals in a row
-    LAST_REFUSAL = "last_refusal"  # when the principal was last refused
 
 
 class Calls(StrEnum):
@@ -65,7 +65,7 @@ class Calls(StrEnum):
 GENERATION = frozenset({Slot.COUNTS, Slot.LEASED, Slot.GRANTS, Slot.REFUSED, Slot.FIRST_REFUSALS})
 RAISES = frozenset({Slot.RAISED, Slot.RAISED_UNTIL})
 # The maps whose entries are counts, added to (the others are put).
-COUNTING = frozenset({Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.REPEATS})
+COUNTING = frozenset({Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.REPEATS, Slot.STREAKS})
 
 DAY_MS = 86_400_000
 # A budget is kept a day past its window (clean-up only: the window is in its condition).
@@ -166,10 +166,11 @@ def counted(
     )
 
 
-def _allowed_before(seen: SessionSnapshot) -> tuple[tuple[Field, Value], ...]:
-    """The last calls start again: when the last allowed call was stays known."""
-    last = seen.last_allowed_ms()
-    return ((Field.ALLOWED_BEFORE, last),) if last else ()
+def _allowed_before(seen: SessionSnapshot) -> tuple[tuple[Slot, str, Value], ...]:
+    """The last calls start again: when the last allowed call of each category in them
+    was stays known (a category not in them keeps what it had)."""
+    shown = sorted({r.category for r in seen.calls if r.allowed and not r.replay})
+    return tuple((Slot.ALLOWED_BEFORE, c, seen.last_allowed_ms(category=c)) for c in shown)
 
 
 def restarted(attempt: Attempt, seen: SessionSnapshot) -> Change:
@@ -187,8 +188,8 @@ def restarted(attempt: Attempt, seen: SessionSnapshot) -> Change:
         clear=GENERATION | RAISES,
         drop=tuple((Slot.LIVES, key) for key in sorted(seen.lives) if key not in kept),
         add=repeat,
-        put=(*put, *life),
-        set=((Field.STARTED, attempt.now_ms), *_seen(attempt), *_allowed_before(seen)),
+        put=(*put, *life, *_allowed_before(seen)),
+        set=((Field.STARTED, attempt.now_ms), *_seen(attempt)),
         record=attempt.record(allowed=True),
         calls=Calls.RESTART,
     )
@@ -201,7 +202,8 @@ def restarted_suspended(attempt: Attempt, seen: SessionSnapshot) -> Change:
     return Change(
         clear=GENERATION | RAISES,
         drop=tuple((Slot.LIVES, key) for key in sorted(seen.lives)),
-        set=(*started, *_allowed_before(seen)),
+        put=_allowed_before(seen),
+        set=started,
         record=attempt.record(allowed=False),
         calls=Calls.RESTART,
     )
@@ -375,22 +377,28 @@ def budget_marked(spend: Spend) -> Change:
     return Change(put=((Slot.MARKS, spend.category, budget_mark(spend)),))
 
 
-def streak_noted(now_ms: int, refusals: int, goes_on: bool, spend: Spend | None) -> Change:
-    """Refusals counted in the principal's streak: added to it (`rules.streak_goes_on`)
-    or starting it again; its own refusal marked too if `spend`."""
+def streak_noted(
+    category: str, now_ms: int, refusals: int, goes_on: bool, spend: Spend | None
+) -> Change:
+    """Refusals in a category counted in the principal's streak there: added to it
+    (`rules.streak_goes_on`) or starting it again; its own refusal marked too if `spend`."""
     mark = budget_marked(spend).put if spend is not None else ()
-    last = (Field.LAST_REFUSAL, now_ms)
+    last = (Slot.LAST_REFUSALS, category, now_ms)
     if goes_on:
-        return Change(put=mark, bump=((Field.STREAK, refusals),), set=(last,))
-    return Change(put=mark, set=((Field.STREAK, refusals), last))
+        return Change(put=(*mark, last), add=((Slot.STREAKS, category, refusals),))
+    return Change(put=(*mark, last, (Slot.STREAKS, category, refusals)))
 
 
-STREAK_ENDED = Change(set=((Field.STREAK, 0),))  # an allowed call, a resume, a raise
+def streak_ended(category: str) -> Change:
+    """A call in the category allowed at every scope (`rules.streak_ends`): the
+    principal's streak there ends; its other categories' streaks stand."""
+    return Change(drop=((Slot.STREAKS, category),))
 
 
 def budget_raised(category: str, new_limit: int) -> Change:
-    """An administrator's raise of a budget (`rules.budget_raise`); the streak ends."""
-    return Change(put=((Slot.RAISED, category, new_limit),), set=((Field.STREAK, 0),))
+    """An administrator's raise of a budget (`rules.budget_raise`); the category's
+    streak ends."""
+    return Change(put=((Slot.RAISED, category, new_limit),), drop=((Slot.STREAKS, category),))
 
 
 def budget_suspended(reason: str) -> Change:
@@ -398,6 +406,7 @@ def budget_suspended(reason: str) -> Change:
     return Change(set=((Field.SUSPENDED, reason),), unset=frozenset({Field.EXPIRES}))
 
 
-BUDGET_RESUMED = Change(set=((Field.STREAK, 0),), unset=frozenset({Field.SUSPENDED}))
-# An administrator's reset: every window's count goes, and the streak; raises stay.
-BUDGET_RESET = Change(clear=frozenset({Slot.COUNTS, Slot.WINDOWS}), set=((Field.STREAK, 0),))
+# An administrator's resume: the suspension goes, and every category's streak.
+BUDGET_RESUMED = Change(clear=frozenset({Slot.STREAKS}), unset=frozenset({Field.SUSPENDED}))
+# An administrator's reset: every window's count goes, and every streak; raises stay.
+BUDGET_RESET = Change(clear=frozenset({Slot.COUNTS, Slot.WINDOWS, Slot.STREAKS}))

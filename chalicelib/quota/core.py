@@ -163,13 +163,25 @@ class BudgetSnapshot:
     counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # by window start
     raised: Mapping[str, int] = field(default_factory=dict)
     suspended_reason: str | None = None
-    refusals_in_a_row: int = 0  # a principal's streak (escalation); 0 on other budgets
-    last_refusal_ms: int | None = None  # when the principal was last refused
+    # A principal's streaks (escalation), by category: its refusals in a row there, and
+    # when it was last refused there. Empty on other budgets.
+    streaks: Mapping[str, int] = field(default_factory=dict)
+    last_refusals: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def suspended(self) -> bool:
         """Whether an administrator (or escalation) suspended this principal."""
         return self.suspended_reason is not None
+
+    def streak(self, category: str) -> int:
+        """The principal's refusals in a row in a category."""
+        return self.streaks.get(category, 0)
+
+    @property
+    def refusals_in_a_row(self) -> int:
+        """The principal's longest streak, whatever its category: the nearest to
+        suspension (views)."""
+        return max(self.streaks.values(), default=0)
 
     def used(self, category: str, window_start_ms: int) -> int:
         """Calls counted in a category in the window starting at `window_start_ms`."""
@@ -235,8 +247,9 @@ class SessionSnapshot:
     # Call ids (in `call_id_key` form) the store still holds as counted, whether or not
     # `calls` shows them (a record folded away): what the store's condition reads.
     held_call_ids: frozenset[str] = frozenset()
-    # When the last allowed call of earlier last calls was (they started again since).
-    allowed_before_ms: int = 0
+    # When the last allowed call of each category in earlier last calls was (they
+    # started again since).
+    allowed_before: Mapping[str, int] = field(default_factory=dict)
     # The lives of the calls counted under a client's call id, by `call_id_key`.
     lives: Mapping[str, CallLife] = field(default_factory=dict)
 
@@ -284,23 +297,27 @@ class SessionSnapshot:
             r.call_id == key and not r.replay for r in self.calls
         )
 
-    def last_allowed_ms(self, besides: Attempt | None = None) -> int:
-        """When the last call counted in this session (other than the attempt `besides`)
-        was made, as far as the last calls show (or, before them, `allowed_before_ms`); 0
-        if none is known. A refusal in a
-        session with an allowed call since its principal's last refusal starts the
-        principal's streak again. When the record holds only refusals, every one of them
-        came after the last allowed call, so the streak goes on, as it should."""
+    def last_allowed_ms(self, besides: Attempt | None = None, category: str | None = None) -> int:
+        """When the last call counted in this session (other than the attempt `besides`;
+        in `category`, if given) was made, as far as the last calls show (or, before
+        them, `allowed_before`); 0 if none is known. A refusal in a session with an
+        allowed call in its category since its principal's last refusal there starts the
+        principal's streak in that category again. When the record holds no allowed call
+        of the category, every refusal there came after the last one, so the streak goes
+        on, as it should."""
         own = None if besides is None else besides.record(allowed=True)
         times = [
             r.at_ms
             for r in self.calls
             if r.allowed
+            and (category is None or r.category == category)
             and not r.replay
             and not (own is not None and own.check_id == r.check_id)
             and not (own is not None and own.call_id is not None and own.call_id == r.call_id)
         ]
-        return max(times, default=self.allowed_before_ms)
+        before = self.allowed_before
+        earlier = max(before.values(), default=0) if category is None else before.get(category, 0)
+        return max(times, default=earlier)
 
     def life_of(self, call_id: str) -> CallLife | None:
         """The life of the call counted under this id in these counters, if its record

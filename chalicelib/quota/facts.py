@@ -453,23 +453,25 @@ class BudgetCountAtLeast:
 
 @dataclass(frozen=True)
 class RefusedBefore:
-    """The principal was last refused before `ms` (never refused: false)."""
+    """The principal was last refused in the category before `ms` (never: false)."""
 
+    category: str
     ms: int
 
     def holds(self, record: BudgetSnapshot | None) -> bool:
-        last = None if record is None else record.last_refusal_ms
+        last = None if record is None else record.last_refusals.get(self.category)
         return last is not None and last < self.ms
 
 
 @dataclass(frozen=True)
 class RefusedBy:
-    """The principal was last refused at or before `ms` (never refused: false)."""
+    """The principal was last refused in the category at or before `ms` (never: false)."""
 
+    category: str
     ms: int
 
     def holds(self, record: BudgetSnapshot | None) -> bool:
-        last = None if record is None else record.last_refusal_ms
+        last = None if record is None else record.last_refusals.get(self.category)
         return last is not None and last <= self.ms
 
 

@@ -192,16 +192,18 @@ def budget_give_back(spend: Spend) -> Condition:
     )
 
 
-def streak_goes_on(allowed_since_ms: int) -> Condition:
-    """A refusal adds to the principal's streak unless the principal was last refused
-    before an allowed call of the refused session (`allowed_since_ms`)."""
-    return Not(RefusedBefore(allowed_since_ms))
+def streak_goes_on(category: str, allowed_since_ms: int) -> Condition:
+    """A refusal in a category adds to the principal's streak there unless the principal
+    was last refused there before an allowed call in that category of the refused
+    session (`allowed_since_ms`). Only what the principal does in the refused category
+    counts: an allowed call in another never ends the streak."""
+    return Not(RefusedBefore(category, allowed_since_ms))
 
 
-def streak_ends(now_ms: int) -> Condition:
-    """A call allowed at every scope at `now_ms` ends the streak, unless a refusal was
-    recorded after it."""
-    return RefusedBy(now_ms)
+def streak_ends(category: str, now_ms: int) -> Condition:
+    """A call in a category allowed at every scope at `now_ms` ends the principal's
+    streak there, unless a refusal there was recorded after it."""
+    return RefusedBy(category, now_ms)
 
 
 def counters_reset(start_ms: int, suspended: bool, first_try: bool = True) -> Condition:

@@ -247,26 +247,29 @@ class BudgetCounters(Protocol):
     def note_streak(
         self,
         key: BudgetKey,
+        category: str,
         now_ms: int,
         allowed_since_ms: int,
         spend: Spend | None = None,
         refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count `refusals` (one, or those a client held) in this principal's streak, in
-        one write; returns the streak and, when
-        `spend` says this budget itself refused, whether that is its first refusal at this
-        window and limit (as `note_refusal`, in the same write). The streak starts again
-        at 1 if the principal's last refusal came before `allowed_since_ms` (an allowed
-        call of the refused session since); every call the principal's own budget takes,
-        and an administrator's resume, raise or reset, set it to 0.
+        """Count `refusals` (one, or those a client held) in this principal's streak in
+        `category`, in one write; returns that streak and, when `spend` says this budget
+        itself refused, whether that is its first refusal at this window and limit (as
+        `note_refusal`, in the same write). The streak starts again at `refusals` if the
+        principal's last refusal in the category came before `allowed_since_ms` (an
+        allowed call in the category of the refused session since); `end_streak`, and an
+        administrator's resume, reset or raise (of that category), end it. Each category
+        keeps its own streak.
 
         Raises:
             StorageError: the store failed.
         """
 
-    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
-        """End the principal's streak of refusals: a call of it was allowed at every
-        scope at `now_ms` (a refusal recorded after that keeps its streak).
+    def end_streak(self, key: BudgetKey, category: str, now_ms: int) -> None:
+        """End the principal's streak of refusals in `category`: a call of it there was
+        allowed at every scope at `now_ms` (a refusal there recorded after that keeps
+        its streak; other categories' streaks stand).
 
         Raises:
             StorageError: the store failed.
@@ -280,7 +283,8 @@ class BudgetCounters(Protocol):
         """
 
     def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
-        """Raise a category's limit, never below a raise set meanwhile.
+        """Raise a category's limit, never below a raise set meanwhile; the category's
+        refusal streak ends.
 
         Raises:
             RecordChanged: a higher raise was set meanwhile.
@@ -296,7 +300,7 @@ class BudgetCounters(Protocol):
         """
 
     def resume(self, key: BudgetKey) -> BudgetSnapshot:
-        """Lift a suspension and the refusal streak.
+        """Lift a suspension and every category's refusal streak.
 
         Raises:
             RecordNotFound: the budget does not exist.
@@ -304,7 +308,8 @@ class BudgetCounters(Protocol):
         """
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
-        """Zero the counters of every window; raises and suspension stay.
+        """Zero the counters of every window and every refusal streak; raises and
+        suspension stay.
 
         Raises:
             RecordNotFound: the budget does not exist.

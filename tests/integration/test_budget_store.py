@@ -16,6 +16,7 @@ from tests.support import T0, Backend, Stores
 DAY = 86_400_000
 WEEK = 7 * DAY
 BOT = BudgetKey.principal("demo", "bot")
+W, R = "write", "read"  # categories: each keeps its own streak
 TENANT = BudgetKey.whole_tenant("demo")
 
 
@@ -69,23 +70,54 @@ def test_a_principal_streak_runs_until_an_allowed_call_or_an_admin_action(
     stores: Stores,
 ) -> None:
     budgets = stores.budgets
-    assert budgets.note_streak(BOT, T0 + 1, 0, spend()) == (1, True)
-    assert budgets.note_streak(BOT, T0 + 2, 0, spend()) == (2, False)
-    assert budgets.note_streak(BOT, T0 + 3, 0) == (3, False)  # refused by another scope
-    # The refused session made an allowed call after the last refusal: a new streak.
-    assert budgets.note_streak(BOT, T0 + 5, T0 + 4) == (1, False)
-    assert budgets.note_streak(BOT, T0 + 6, T0 + 4)[0] == 2
+    assert budgets.note_streak(BOT, W, T0 + 1, 0, spend()) == (1, True)
+    assert budgets.note_streak(BOT, W, T0 + 2, 0, spend()) == (2, False)
+    assert budgets.note_streak(BOT, W, T0 + 3, 0) == (3, False)  # refused by another scope
+    # The refused session made an allowed write after the last refusal: a new streak.
+    assert budgets.note_streak(BOT, W, T0 + 5, T0 + 4) == (1, False)
+    assert budgets.note_streak(BOT, W, T0 + 6, T0 + 4)[0] == 2
     budgets.take(BOT, spend(limit=5, day=1))  # taken, but not yet allowed everywhere
-    assert budgets.note_streak(BOT, T0 + 7, 0)[0] == 3
-    budgets.end_streak(BOT, T0 + 6)  # allowed before that refusal: it stands
-    assert budgets.note_streak(BOT, T0 + 8, 0)[0] == 4
-    budgets.end_streak(BOT, T0 + 8)  # a call allowed at every scope
-    assert budgets.note_streak(BOT, T0 + 9, 0)[0] == 1
+    assert budgets.note_streak(BOT, W, T0 + 7, 0)[0] == 3
+    budgets.end_streak(BOT, W, T0 + 6)  # allowed before that refusal: it stands
+    assert budgets.note_streak(BOT, W, T0 + 8, 0)[0] == 4
+    budgets.end_streak(BOT, W, T0 + 8)  # a call allowed at every scope
+    assert budgets.note_streak(BOT, W, T0 + 9, 0)[0] == 1
     budgets.suspend(BOT, "loop")
     budgets.resume(BOT)
-    assert budgets.note_streak(BOT, T0 + 10, 0)[0] == 1
+    assert budgets.note_streak(BOT, W, T0 + 10, 0)[0] == 1
     budgets.raise_limit(BOT, "write", 9)
-    assert budgets.note_streak(BOT, T0 + 11, 0)[0] == 1
+    assert budgets.note_streak(BOT, W, T0 + 11, 0)[0] == 1
+
+
+def test_each_category_keeps_its_own_streak(stores: Stores) -> None:
+    """Escalation misses the incident's own pattern: a principal's streak is kept per
+    category, so that only an allowed call in the refused category (or an administrator)
+    ends it."""
+    budgets = stores.budgets
+    assert budgets.note_streak(BOT, W, T0 + 1, 0, spend())[0] == 1
+    assert budgets.note_streak(BOT, R, T0 + 2, 0)[0] == 1  # a read refused: its own streak
+    assert budgets.note_streak(BOT, W, T0 + 3, 0)[0] == 2
+    # An allowed read since the last refused write, in the session: the writes go on.
+    assert budgets.note_streak(BOT, W, T0 + 5, 0)[0] == 3
+    # ... an allowed write since the last refused write starts that streak again.
+    assert budgets.note_streak(BOT, W, T0 + 7, T0 + 6)[0] == 1
+    budgets.end_streak(BOT, R, T0 + 8)  # a read allowed everywhere: the reads' streak ends
+    assert budgets.note_streak(BOT, W, T0 + 9, 0)[0] == 2
+    assert budgets.note_streak(BOT, R, T0 + 9, 0)[0] == 1
+    assert budgets.note_streak(BOT, R, T0 + 10, 0, refusals=3)[0] == 4  # held by a client
+    seen = budgets.get(BOT)
+    assert seen is not None and seen.streaks == {"write": 2, "read": 4}
+    assert seen.refusals_in_a_row == 4
+    raised = budgets.raise_limit(BOT, "write", 9)  # a raise ends its category's streak only
+    assert raised.streaks == {"read": 4}
+    assert budgets.note_streak(BOT, W, T0 + 11, 0)[0] == 1
+    resumed = budgets.resume(BOT)  # a resume ends every streak
+    assert resumed.streaks == {} and resumed.refusals_in_a_row == 0
+    assert budgets.note_streak(BOT, R, T0 + 12, 0)[0] == 1
+    assert budgets.note_streak(BOT, W, T0 + 12, 0)[0] == 1
+    reset = budgets.reset(BOT)  # and so does a reset
+    assert reset.streaks == {}
+    assert budgets.note_streak(BOT, R, T0 + 13, 0)[0] == 1
 
 
 def test_a_raise_lifts_the_limit_and_never_lowers_it(stores: Stores) -> None:
@@ -120,6 +152,16 @@ def test_reset_zeroes_every_window_and_keeps_raises_and_suspension(stores: Store
     after = budgets.reset(BOT)
     assert after.used("write", spend().window_start_ms) == 0
     assert after.suspended and after.limit_for("write", 3) == 9
+
+
+def test_reset_of_a_budget_with_nothing_counted_nor_streaking(stores: Stores) -> None:
+    """Found by the model test on dynalite: a reset with nothing to clear (a budget that
+    only ever refused, its streaks resumed) wrote an empty update."""
+    budgets = stores.budgets
+    budgets.note_streak(BOT, W, T0 + 1, 0)
+    budgets.resume(BOT)
+    after = budgets.reset(BOT)
+    assert after.streaks == {} and not after.suspended
 
 
 def test_resume_and_reset_of_an_unseen_budget_are_not_found(stores: Stores) -> None:

@@ -668,16 +668,26 @@ def test_an_allowed_call_before_an_idle_restart_still_ends_the_principals_run(
     principal's (refused) attempt started its counters and its last calls again, and with
     them went the record of this principal's allowed call there. Its next refusal there
     then counted as its run going on, and it was suspended a refusal early. When the last
-    allowed call was is now kept across the restart: the run starts again."""
+    allowed call of each category was is now kept across the restart: the run in that
+    category starts again; an allowed call in another category (escalation misses the
+    incident's own pattern) never ends it."""
     service = CheckService(POLICY, stores.counters, clock, IDLE, budgets=stores.budgets)
-    for _ in range(15):
-        allowed(service.check("demo", write("s1", principal="bob")))
-    refused(service.check("demo", write("s1", principal="bob")))  # the run: 1
+    bob = BudgetKey.principal("demo", "bob")
+    for _ in range(READS):
+        allowed(service.check("demo", read("s1", principal="bob")))
+    refused(service.check("demo", read("s1", principal="bob")))  # the run of reads: 1
     clock.advance(1)
     allowed(service.check("demo", read("s2", principal="bob")))  # the run ends here
-    stores.counters.suspend(SessionKey("demo", "s2"), "looks odd", clock())
+    allowed(service.check("demo", write("s3", principal="bob")))  # not here: a write
+    for session in ("s2", "s3"):
+        stores.counters.suspend(SessionKey("demo", session), "looks odd", clock())
     clock.advance(IDLE + 1)
     refused(service.check("demo", write("s2", principal="alice")))  # restarts s2
-    refused(service.check("demo", write("s2", principal="bob")))  # a new run: 1
-    bob = stores.budgets.get(BudgetKey.principal("demo", "bob"))
-    assert bob is not None and bob.refusals_in_a_row == 1
+    refused(service.check("demo", read("s2", principal="bob")))  # a new run: 1
+    seen = stores.budgets.get(bob)
+    assert seen is not None and seen.streak("read") == 1
+    clock.advance(1)
+    refused(service.check("demo", write("s3", principal="alice")))  # restarts s3
+    refused(service.check("demo", read("s3", principal="bob")))  # the run goes on: 2
+    seen = stores.budgets.get(bob)
+    assert seen is not None and seen.streaks == {"read": 2}

@@ -278,6 +278,7 @@ class Observed:
     tenant: dict[str, int]
     tenant_limits: dict[str, int]
     escalations: dict[str, int]
+    streaks: dict[str, dict[str, int]]  # principal: refusals in a row, by category
 
 
 class Driver:
@@ -411,12 +412,14 @@ class Driver:
             listing[str(row["session_id"])] = states
         people: dict[str, tuple[str, int]] = {}
         people_limits: dict[str, int] = {}
+        streaks: dict[str, dict[str, int]] = {}
         for name in principals:
             answer = self._get(f"/v1/principals/{name}")
             assert answer.status == 200, answer.describe()
             write = answer.body["categories"]["write"]
             people[name] = (str(answer.body["state"]), int(write["used"]))
             people_limits[name] = int(write["limit"])
+            streaks[name] = {c: int(n) for c, n in sorted(answer.body["streaks"].items())}
         tenant = self._get("/v1/tenant")
         assert tenant.status == 200, tenant.describe()
         cats = tenant.body["categories"]
@@ -429,4 +432,5 @@ class Driver:
             {c: int(v["used"]) for c, v in cats.items()},
             {c: int(v["limit"]) for c, v in cats.items()},
             self.outbox.escalations(),
+            streaks,
         )

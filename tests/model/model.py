@@ -137,7 +137,7 @@ class Session:
     raised: dict[str, int] = field(default_factory=dict)
     suspended: bool = False
     call_ids: dict[str, CallId] = field(default_factory=dict)
-    last_allowed_ms: int = -1
+    last_allowed_ms: dict[str, int] = field(default_factory=dict)  # by category
     peak: dict[str, int] = field(default_factory=dict)  # highest raise of this generation
     # The session's record of calls, counted as bounds: a run of identical refusals folds
     # into one record, and whether a replay or a 409 is recorded is the service's business.
@@ -187,8 +187,10 @@ class Principal:
     counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (category, window)
     raised: dict[str, int] = field(default_factory=dict)
     suspended: bool = False
-    streak: int = 0
-    last_refusal_ms: int = -1
+    # Escalation, by category: refusals in a row there, and when the last one was.
+    streaks: dict[str, int] = field(default_factory=dict)
+    last_refusal_ms: dict[str, int] = field(default_factory=dict)
+    by_admin: bool = False  # an administrator suspended it (not escalation)
     stored: bool = False  # certainly has a stored budget (a counted call or an admin's act)
 
     def limit(self, category: str) -> int:
@@ -203,6 +205,9 @@ class View:
     principals: dict[str, tuple[str, int]]  # principal: (state, write used this window)
     tenant: dict[str, int]  # category: used this window
     escalations: dict[str, int]  # principal: suspension emails
+    # principal: refusals in a row by category (none at 0)
+    streaks: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_admin: frozenset[str] = frozenset()  # principals an administrator suspended
 
 
 @dataclass
@@ -259,7 +264,14 @@ class State:
             c: self.tenant.get((c, window_start(self.now_ms, w[1])), 0)
             for c, w in TENANT_WINDOW.items()
         }
-        return View(sessions, shown, tenant, dict(self.escalations))
+        streaks = {
+            name: {c: n for c, n in sorted(p.streaks.items()) if n > 0}
+            for name, p in self.principals.items()
+            if name in principals
+        }
+        streaks.update({name: {} for name in principals if name not in streaks})
+        admin = frozenset(n for n, p in self.principals.items() if p.suspended and p.by_admin)
+        return View(sessions, shown, tenant, dict(self.escalations), streaks, admin)
 
     def limits(self, principals: tuple[str, ...]) -> View:
         """The limit of every scope, in the shape of a view (the state fields unused): a
@@ -360,7 +372,8 @@ class State:
         if sess.suspended:
             refusal = frozenset({"session_suspended"})
             expected = Expected(429, codes=refusal, scopes=frozenset({"session"}))
-            return [*out, *((expected, s) for s in st._refused(sid, who, keep_call_id))]
+            refused = st._refused(sid, who, cat, keep_call_id)
+            return [*out, *((expected, s) for s in refused)]
         remaining = {"session": sess.limit(cat) - sess.counts.get(cat, 0)}
         if cat in PRINCIPAL_WINDOW:
             start = window_start(st.now_ms, PRINCIPAL_WINDOW[cat][1])
@@ -372,7 +385,7 @@ class State:
         if granted < 1:
             spent = frozenset(s for s, left in remaining.items() if left <= 0)
             expected = Expected(429, codes=frozenset({"quota_exceeded"}), scopes=spent)
-            return [(expected, s) for s in st._refused(sid, who, keep_call_id)]
+            return [(expected, s) for s in st._refused(sid, who, cat, keep_call_id)]
         sess.counts[cat] = sess.counts.get(cat, 0) + granted
         if sess.counts[cat] >= sess.limit(cat):
             sess.marked = sess.trouble = True  # the call that takes the last unit marks it
@@ -380,12 +393,12 @@ class State:
         if cat in PRINCIPAL_WINDOW:
             start = window_start(st.now_ms, PRINCIPAL_WINDOW[cat][1])
             p.counts[(cat, start)] = p.counts.get((cat, start), 0) + granted
-            p.streak = 0
+            p.streaks[cat] = 0  # only the allowed call's category: the others stand
             p.stored = True
         if cat in TENANT_WINDOW:
             tenant_window = window_start(st.now_ms, TENANT_WINDOW[cat][1])
             st.tenant[(cat, tenant_window)] = st.tenant.get((cat, tenant_window), 0) + granted
-        sess.last_allowed_ms = st.now_ms
+        sess.last_allowed_ms[cat] = st.now_ms
         sess.last_was_refusal = False
         sess.record()
         if call_id is not None:
@@ -395,32 +408,35 @@ class State:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)
         return [(Expected(200, granted=granted if leased else None), st)]
 
-    def _refused(self, sid: str, who: str, retried: bool = False) -> list[State]:
-        """A refusal of `who`'s call in session `sid`: the session's record and mark, the
-        principal's streak, and escalation; this state, and another where the order is
-        open. The rules order the session's last allowed call and the principal's last
-        refusal by time; in one millisecond they leave it open (a check in the millisecond
-        of a reset is counted in the next one), so the run may go on or start again."""
+    def _refused(self, sid: str, who: str, cat: str, retried: bool = False) -> list[State]:
+        """A refusal of `who`'s call in category `cat` in session `sid`: the session's
+        record and mark, the principal's streak in `cat`, and escalation; this state, and
+        another where the order is open. The rules order the session's last allowed call
+        in `cat` and the principal's last refusal in `cat` by time (what it does in other
+        categories never ends the run); in one millisecond they leave it open (a check in
+        the millisecond of a reset is counted in the next one), so the run may go on or
+        start again."""
         p, sess = self.principal(who), self.sessions[sid]
-        tie = sess.last_allowed_ms == p.last_refusal_ms >= 0
+        allowed, last = sess.last_allowed_ms.get(cat, -1), p.last_refusal_ms.get(cat, -1)
+        tie = allowed == last >= 0
         other = self.copy() if tie else None
-        self._streak(sid, who, retried, sess.last_allowed_ms > p.last_refusal_ms)
+        self._streak(sid, who, cat, retried, allowed > last)
         if other is None:
             return [self]
-        other._streak(sid, who, retried, True)
+        other._streak(sid, who, cat, retried, True)
         return [self, other]
 
-    def _streak(self, sid: str, who: str, retried: bool, again: bool) -> None:
+    def _streak(self, sid: str, who: str, cat: str, retried: bool, again: bool) -> None:
         p = self.principal(who)
         sess = self.sessions[sid]
         sess.record(refusal=True, maybe=retried)
         sess.marked = sess.trouble = True
         if again:
-            p.streak = 1  # the session went on after the last refusal: a new streak
+            p.streaks[cat] = 1  # the session went on in `cat` after the last refusal there
         else:
-            p.streak += 1
-        p.last_refusal_ms = self.now_ms
-        if p.streak >= SUSPEND_AFTER and not p.suspended:
+            p.streaks[cat] = p.streaks.get(cat, 0) + 1
+        p.last_refusal_ms[cat] = self.now_ms
+        if p.streaks[cat] >= SUSPEND_AFTER and not p.suspended:
             p.suspended = True
             p.stored = True
             self.escalations[who] = self.escalations.get(who, 0) + 1
@@ -504,21 +520,21 @@ class State:
         st = self.copy()
         p = st.principal(who)
         if action == "suspend":
-            p.suspended = True
+            p.suspended = p.by_admin = True
             p.stored = True
             return [(ALLOWED, st)]
         if action == "raise":
             p.raised[WRITE] = p.limit(WRITE) + add
-            p.streak = 0
+            p.streaks[WRITE] = 0  # the raised category's streak only
             p.stored = True
             return [(ALLOWED, st)]
         unchanged = self.copy()
         if action == "resume":
-            p.suspended = False
+            p.suspended = p.by_admin = False
         else:
             assert action == "reset"
             p.counts = {}
-        p.streak = 0
+        p.streaks = {}  # every category's
         if p.stored:
             return [(ALLOWED, st)]
         # Never counted nor acted on: whether a budget is stored (refusals only) is the

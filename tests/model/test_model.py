@@ -38,6 +38,7 @@ from tests.model.model import (
     POLICY_DOCUMENT,
     READ,
     SESSION_LIMIT,
+    SUSPEND_AFTER,
     TENANT_WINDOW,
     TOOL_CATEGORY,
     UNRULED_TOOL,
@@ -353,6 +354,17 @@ class QuotaMachine(RuleBasedStateMachine):
             assert not innocent, f"suspended {innocent}: model {model}, service {service}"
             assert suspended, f"not suspended: model {model}, service {service}"
         views = suspended or views
+        for name, (state, _) in seen.principals.items():
+            # No principal is suspended without N refusals of its own in one category
+            # (or an administrator's suspension).
+            own = max(seen.streaks[name].values(), default=0) >= SUSPEND_AFTER
+            by_admin = any(name in v.by_admin for _, v in views)
+            if state == "suspended" and "own_refusals" not in SKIP:
+                assert own or by_admin, f"{name} suspended with streaks {seen.streaks[name]}"
+        streaked = [(s, v) for s, v in views if v.streaks == seen.streaks]
+        if "streaks" not in SKIP:
+            assert streaked, f"streaks: model {views[0][1].streaks}, service {seen.streaks}"
+        views = streaked or views
         mailed = [(s, v) for s, v in views if v.escalations == seen.escalations]
         if "emails" not in SKIP:
             assert mailed, (

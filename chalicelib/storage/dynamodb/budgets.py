@@ -10,10 +10,13 @@ Item layout (every attribute aliased in expressions):
                    n_<cat>_<ws> names: read as they are, removed by a reset or the TTL)
     r_<cat>        a raised limit (admin)
     z_<cat>        "<ws>|<limit>": the window and limit of the last first-refusal (one event)
-    rf             a principal's refusals in a row (escalation); a call of it allowed at
-                   every scope, and a resume, raise or reset, set it back to 0
-    rl             when the principal was last refused, epoch ms: a refusal in a session
-                   with an allowed call since then starts the streak again
+    rf_<cat>       a principal's refusals in a row in a category (escalation); a call in
+                   the category allowed at every scope, a raise of it, and a resume or
+                   reset remove it (items written before kept one `rf` for every
+                   category: ignored, removed by a resume or reset)
+    rl_<cat>       when the principal was last refused in a category, epoch ms: a refusal
+                   in a session with an allowed call in that category since then starts
+                   the streak there again (before: one `rl`, as `rf`)
     suspended      the reason, while suspended (no TTL then)
     expires_at     TTL, epoch s: a day past the current window; clean-up only
 """
@@ -26,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from chalicelib.quota.changes import (
     BUDGET_RESET,
     BUDGET_RESUMED,
-    STREAK_ENDED,
     Change,
     Field,
     Slot,
@@ -36,6 +38,7 @@ from chalicelib.quota.changes import (
     budget_suspended,
     budget_taken,
     first_at,
+    streak_ended,
     streak_noted,
 )
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
@@ -50,7 +53,12 @@ from chalicelib.quota.rules import (
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.changes import Layout, merged, render_change
 from chalicelib.storage.dynamodb.conditions import Form, Rendered, render
-from chalicelib.storage.dynamodb.layout import BUDGET_COUNT_PREFIX, BUDGET_WINDOW_PREFIX
+from chalicelib.storage.dynamodb.layout import (
+    BUDGET_COUNT_PREFIX,
+    BUDGET_WINDOW_PREFIX,
+    LAST_REFUSAL_PREFIX,
+    STREAK_PREFIX,
+)
 from chalicelib.storage.dynamodb.updates import ConditionFailed, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
 
@@ -63,8 +71,7 @@ WINDOW_PREFIX = BUDGET_WINDOW_PREFIX
 OLD_COUNT_PREFIX = "n_"  # the per-window names items were written with before
 RAISED_PREFIX = "r_"
 NOTIFIED_PREFIX = "z_"
-STREAK = "rf"
-LAST_REFUSAL = "rl"
+OLD_STREAK = ("rf", "rl")  # the one streak items were written with before
 SUSPENDED = "suspended"
 EXPIRES = "expires_at"
 
@@ -75,10 +82,10 @@ BUDGET = Layout(
         Slot.WINDOWS: ("#w", WINDOW_PREFIX),
         Slot.RAISED: ("#r", RAISED_PREFIX),
         Slot.MARKS: ("#z", NOTIFIED_PREFIX),
+        Slot.STREAKS: ("#rf", STREAK_PREFIX),
+        Slot.LAST_REFUSALS: ("#rl", LAST_REFUSAL_PREFIX),
     },
     fields={
-        Field.STREAK: ("#rf", STREAK),
-        Field.LAST_REFUSAL: ("#rl", LAST_REFUSAL),
         Field.SUSPENDED: ("#sus", SUSPENDED),
         Field.EXPIRES: ("#exp", EXPIRES),
     },
@@ -114,6 +121,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
     """Decode a budget item."""
     counts: dict[int, dict[str, int]] = {}
     raised: dict[str, int] = {}
+    streaks: dict[str, int] = {}
+    last_refusals: dict[str, int] = {}
     for name, value in item.items():
         if name.startswith(COUNT_PREFIX) and "N" in value:
             category = name[len(COUNT_PREFIX) :]
@@ -125,14 +134,23 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
             counts.setdefault(int(old_start), {}).setdefault(category, int(value["N"]))
         elif name.startswith(RAISED_PREFIX) and "N" in value:
             raised[name[len(RAISED_PREFIX) :]] = int(value["N"])
+        elif name.startswith(STREAK_PREFIX) and "N" in value:
+            streaks[name[len(STREAK_PREFIX) :]] = int(value["N"])
+        elif name.startswith(LAST_REFUSAL_PREFIX) and "N" in value:
+            last_refusals[name[len(LAST_REFUSAL_PREFIX) :]] = int(value["N"])
     suspended = item.get(SUSPENDED)
     return BudgetSnapshot(
         counts=counts,
         raised=raised,
         suspended_reason=suspended.get("S") if suspended else None,
-        refusals_in_a_row=int(item.get(STREAK, {"N": "0"})["N"]),
-        last_refusal_ms=int(item[LAST_REFUSAL]["N"]) if LAST_REFUSAL in item else None,
+        streaks=streaks,
+        last_refusals=last_refusals,
     )
+
+
+def _held(item: Mapping[str, Any], *prefixes: str) -> tuple[str, ...]:
+    """The categories an item holds attributes of under these prefixes."""
+    return tuple(sorted({name.split("_", 1)[1] for name in item if name.startswith(prefixes)}))
 
 
 class BudgetStore:
@@ -255,41 +273,46 @@ class BudgetStore:
     def note_streak(
         self,
         key: BudgetKey,
+        category: str,
         now_ms: int,
         allowed_since_ms: int,
         spend: Spend | None = None,
         refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count `refusals` (one, or those a client held) in the principal's streak,
-        marking this budget's own refusal too if `spend` is given; the streak starts
-        again after an allowed call of the refused session. Returns the streak and
-        whether the refusal is the first at `spend`'s window and limit.
+        """Count `refusals` (one, or those a client held) in the principal's streak in
+        `category`, marking this budget's own refusal too if `spend` is given; the streak
+        starts again after an allowed call in the category of the refused session.
+        Returns the streak and whether the refusal is the first at `spend`'s window and
+        limit.
 
         Raises:
             StorageError: the store failed.
         """
         doing = f"counting a refusal in the {key.scope.value}'s streak"
+        streak_of = STREAK_PREFIX + category
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         try:
-            goes_on = streak_noted(now_ms, refusals, True, spend)
-            rule = streak_goes_on(allowed_since_ms)
+            goes_on = streak_noted(category, now_ms, refusals, True, spend)
+            rule = streak_goes_on(category, allowed_since_ms)
             old = self._write(key, goes_on, rule, doing, "ALL_OLD")
-            streak = int(old.get(STREAK, {"N": "0"})["N"]) + refusals
+            streak = int(old.get(streak_of, {"N": "0"})["N"]) + refusals
         except ConditionFailed:
-            again = streak_noted(now_ms, refusals, False, spend)
+            again = streak_noted(category, now_ms, refusals, False, spend)
             old = self._write(key, again, None, doing, "ALL_OLD")
             streak = refusals
         return streak, spend is not None and _first(old, spend)
 
-    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
-        """A call of this principal was allowed at every scope: its streak ends.
+    def end_streak(self, key: BudgetKey, category: str, now_ms: int) -> None:
+        """A call of this principal in `category` was allowed at every scope: its streak
+        there ends.
 
         Raises:
             StorageError: the store failed.
         """
         doing = f"ending the {key.scope.value}'s streak of refusals"
+        rule = streak_ends(category, now_ms)
         try:
-            self._write(key, STREAK_ENDED, streak_ends(now_ms), doing, "NONE")
+            self._write(key, streak_ended(category), rule, doing, "NONE")
         except ConditionFailed:
             return  # refused again since: that refusal's streak stands
 
@@ -330,17 +353,24 @@ class BudgetStore:
         return snapshot_from_item(now), SUSPENDED not in old
 
     def resume(self, key: BudgetKey) -> BudgetSnapshot:
-        """Lift a suspension and the refusal streak.
+        """Lift a suspension and every category's refusal streak.
 
         Raises:
             RecordNotFound: the budget does not exist.
             StorageError: the store failed.
         """
         doing = f"resuming the {key.scope.value} budget"
+        item = updates.get(self._client, self._table, _key(key), doing)
+        if item is None:
+            raise RecordNotFound(doing)
+        # The item names the categories it keeps a streak in (and a streak of before).
+        old = tuple(name for name in OLD_STREAK if name in item)
+        cleared = (_held(item, STREAK_PREFIX), old)
         try:
-            return snapshot_from_item(self._write(key, BUDGET_RESUMED, _EXISTS, doing))
+            written = self._write(key, BUDGET_RESUMED, _EXISTS, doing, cleared=cleared)
         except ConditionFailed as exc:
             raise RecordNotFound(doing) from exc
+        return snapshot_from_item(written)
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
         """Zero the counters of every window; raises and suspension stay.
@@ -353,11 +383,14 @@ class BudgetStore:
         item = updates.get(self._client, self._table, _key(key), doing)
         if item is None:
             raise RecordNotFound(doing)
-        # The item names the categories it counts (and counts of an older layout).
-        prefixes = (COUNT_PREFIX, WINDOW_PREFIX)
-        held = {name.split("_", 1)[1] for name in item if name.startswith(prefixes)}
+        # The item names the categories it counts or keeps a streak in (and counts and
+        # a streak of an older layout).
+        held = _held(item, COUNT_PREFIX, WINDOW_PREFIX, STREAK_PREFIX)
         old = tuple(sorted(name for name in item if name.startswith(OLD_COUNT_PREFIX)))
-        cleared = (tuple(sorted(held)), old)
+        old += tuple(name for name in OLD_STREAK if name in item)
+        if not held and not old:
+            return snapshot_from_item(item)  # nothing counted, no streak: nothing to write
+        cleared = (held, old)
         try:
             written = self._write(key, BUDGET_RESET, _EXISTS, doing, cleared=cleared)
         except ConditionFailed as exc:

@@ -42,6 +42,7 @@ SESSION = Layout(
         Slot.RAISED_UNTIL: ("#rx", layout.RAISED_UNTIL_PREFIX),
         Slot.REPEATS: ("#q", layout.REPEAT_PREFIX),
         Slot.LIVES: ("#v", layout.LIFE_PREFIX),
+        Slot.ALLOWED_BEFORE: ("#ab", layout.ALLOWED_BEFORE_PREFIX),
     },
     fields={
         Field.LAST_SEEN: ("#ls", layout.LAST_SEEN),
@@ -51,7 +52,6 @@ SESSION = Layout(
         Field.PRINCIPAL: ("#pr", layout.PRINCIPAL),
         Field.SERVER: ("#srv", layout.SERVER),
         Field.CLIENT: ("#cli", layout.CLIENT),
-        Field.ALLOWED_BEFORE: ("#ab", layout.ALLOWED_BEFORE),
     },
 )
 # The last calls: appended to, rewritten whole (shifted by one), or started again.

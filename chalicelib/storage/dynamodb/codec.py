@@ -16,7 +16,7 @@ from chalicelib.quota.core import (
     fold_repeats,
 )
 from chalicelib.storage.dynamodb.layout import (
-    ALLOWED_BEFORE,
+    ALLOWED_BEFORE_PREFIX,
     BLOCKED,
     CALL_IDS,
     CALLS,
@@ -153,6 +153,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     refused: dict[str, int] = {}
     leased: dict[str, int] = {}
     repeats: dict[str, int] = {}
+    allowed_before: dict[str, int] = {}
     for name, value in item.items():
         for prefix, target in (
             (COUNT_PREFIX, counts),
@@ -161,6 +162,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
             (REFUSED_PREFIX, refused),
             (LEASED_PREFIX, leased),
             (REPEAT_PREFIX, repeats),
+            (ALLOWED_BEFORE_PREFIX, allowed_before),
         ):
             if name.startswith(prefix) and "N" in value:
                 target[name[len(prefix) :]] = int(value["N"])
@@ -204,7 +206,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         first_refusals=first_refusals,
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
-        allowed_before_ms=int(item.get(ALLOWED_BEFORE, {"N": "0"})["N"]),
+        allowed_before=allowed_before,
         lives=lives,
         held_call_ids=frozenset(
             cid[len(COUNTED_CALL_ID) :] for cid in ids if cid.startswith(COUNTED_CALL_ID)

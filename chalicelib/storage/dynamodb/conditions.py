@@ -194,7 +194,7 @@ def _category(fact: _OfCategory) -> str:
 _LAST_SEEN = {"#ls": layout.LAST_SEEN}
 _STARTED = {"#started": layout.STARTED}
 _CALL_IDS = {"#ids": layout.CALL_IDS}
-_LAST_REFUSAL = {"#rl": layout.LAST_REFUSAL}
+_LAST_REFUSAL = {"#rl": layout.LAST_REFUSAL_PREFIX}
 
 _EXISTS = _Fragment[object]("attribute_exists(#pk)", {"#pk": layout.PK})
 _SUSPENDED = _Fragment[object]("attribute_exists(#sus)", {"#sus": layout.SUSPENDED})
@@ -271,9 +271,11 @@ _FRAGMENTS: dict[type, _Fragment[Any]] = {
         _category,
     ),
     RefusedBefore: _Fragment[RefusedBefore](
-        "#rl < :since", _LAST_REFUSAL, lambda f: {":since": n(f.ms)}
+        "#rl < :since", _LAST_REFUSAL, lambda f: {":since": n(f.ms)}, _category
     ),
-    RefusedBy: _Fragment[RefusedBy]("#rl <= :now", _LAST_REFUSAL, lambda f: {":now": n(f.ms)}),
+    RefusedBy: _Fragment[RefusedBy](
+        "#rl <= :now", _LAST_REFUSAL, lambda f: {":now": n(f.ms)}, _category
+    ),
 }
 
 

@@ -21,6 +21,8 @@ Session item layout (one item per tenant + session; every attribute aliased in e
     srv          the MCP server's name, when the caller says
     cli          the MCP client, when the caller says: a map of n (name), v (version) and
                  o (OAuth client id), each present when known
+    ab_<cat>     when the last allowed call in a category was, epoch ms, once the last
+                 calls started again (idle restart): the principal's streak there reads it
     q_<key>      the loop breaker's count of calls under "<tool>|<digest prefix>|<window>"
                  (added by the consume write; past windows' removed by a later one)
     v_<call id> the life of a call counted under a client's call id (kept form):
@@ -45,7 +47,7 @@ PRINCIPAL = "principal"
 SERVER = "srv"
 CLIENT = "cli"
 SUSPENDED = "suspended"
-ALLOWED_BEFORE = "ab"  # the last allowed call of earlier last calls, epoch ms
+ALLOWED_BEFORE_PREFIX = "ab_"  # the last allowed call in a category of earlier last calls
 COUNT_PREFIX = "n_"
 RAISED_PREFIX = "r_"
 RAISED_UNTIL_PREFIX = "rx_"
@@ -66,4 +68,5 @@ _SEP = "|"
 
 BUDGET_COUNT_PREFIX = "c_"  # a budget's calls counted in a category, current window
 BUDGET_WINDOW_PREFIX = "w_"  # when that window started, epoch ms
-LAST_REFUSAL = "rl"  # when a principal was last refused, epoch ms
+STREAK_PREFIX = "rf_"  # a principal's refusals in a row in a category
+LAST_REFUSAL_PREFIX = "rl_"  # when a principal was last refused in a category, epoch ms

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from chalicelib.quota.changes import (
     BUDGET_RESET,
     BUDGET_RESUMED,
-    STREAK_ENDED,
     Change,
     Field,
     Slot,
@@ -18,6 +17,7 @@ from chalicelib.quota.changes import (
     budget_suspended,
     budget_taken,
     first_at,
+    streak_ended,
     streak_noted,
 )
 from chalicelib.quota.core import (
@@ -45,10 +45,10 @@ _MAPS = {
     Slot.WINDOWS: "windows",
     Slot.RAISED: "raised",
     Slot.MARKS: "marks",
+    Slot.STREAKS: "streaks",
+    Slot.LAST_REFUSALS: "last_refusals",
 }
 _FIELDS = {
-    Field.STREAK: "streak",
-    Field.LAST_REFUSAL: "last_refusal_ms",
     Field.SUSPENDED: "suspended_reason",
     Field.EXPIRES: "expires_ms",
 }
@@ -60,8 +60,8 @@ class _Budget:
     windows: dict[str, int] = field(default_factory=dict)
     raised: dict[str, int] = field(default_factory=dict)
     marks: dict[str, tuple[int, int]] = field(default_factory=dict)
-    streak: int | None = None
-    last_refusal_ms: int | None = None
+    streaks: dict[str, int] = field(default_factory=dict)
+    last_refusals: dict[str, int] = field(default_factory=dict)
     suspended_reason: str | None = None
     expires_ms: int | None = None
 
@@ -71,7 +71,11 @@ class _Budget:
             if category in self.windows:
                 counts.setdefault(self.windows[category], {})[category] = count
         return BudgetSnapshot(
-            counts, dict(self.raised), self.suspended_reason, self.streak or 0, self.last_refusal_ms
+            counts,
+            dict(self.raised),
+            self.suspended_reason,
+            dict(self.streaks),
+            dict(self.last_refusals),
         )
 
 
@@ -123,25 +127,29 @@ class MemoryBudgets:
     def note_streak(
         self,
         key: BudgetKey,
+        category: str,
         now_ms: int,
         allowed_since_ms: int,
         spend: Spend | None = None,
         refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count a refusal in the principal's streak (it starts again after an allowed
-        call of the refused session), marking this budget's own refusal if `spend`."""
+        """Count a refusal in the principal's streak in `category` (it starts again after
+        an allowed call there of the refused session), marking this budget's own refusal
+        if `spend`."""
         with self._lock:
             first = self._first(key, spend)
-            goes_on = streak_goes_on(allowed_since_ms).holds(self._snapshot(key))
-            budget = self._write(key, streak_noted(now_ms, refusals, goes_on, spend))
-            return budget.streak or 0, first
+            goes_on = streak_goes_on(category, allowed_since_ms).holds(self._snapshot(key))
+            change = streak_noted(category, now_ms, refusals, goes_on, spend)
+            budget = self._write(key, change)
+            return budget.streaks.get(category, 0), first
 
-    def end_streak(self, key: BudgetKey, now_ms: int) -> None:
-        """A call of this principal was allowed at every scope: its streak ends."""
+    def end_streak(self, key: BudgetKey, category: str, now_ms: int) -> None:
+        """A call of this principal in `category` was allowed at every scope: its streak
+        there ends."""
         with self._lock:
             seen = self._snapshot(key)
-            if seen is not None and streak_ends(now_ms).holds(seen):
-                self._write(key, STREAK_ENDED)
+            if seen is not None and streak_ends(category, now_ms).holds(seen):
+                self._write(key, streak_ended(category))
 
     def get(self, key: BudgetKey) -> BudgetSnapshot | None:
         """The budget as stored, or None."""
@@ -167,7 +175,7 @@ class MemoryBudgets:
             return self._write(key, budget_suspended(reason)).snapshot(), newly
 
     def resume(self, key: BudgetKey) -> BudgetSnapshot:
-        """Lift a suspension and the refusal streak.
+        """Lift a suspension and every category's refusal streak.
 
         Raises:
             RecordNotFound: the budget does not exist.

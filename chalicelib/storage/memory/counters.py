@@ -86,6 +86,7 @@ _MAPS = {
     Slot.RAISED_UNTIL: "raised_until",
     Slot.REPEATS: "repeats",
     Slot.LIVES: "lives",
+    Slot.ALLOWED_BEFORE: "allowed_before",
 }
 _FIELDS = {
     Field.LAST_SEEN: "last_seen_ms",
@@ -95,7 +96,6 @@ _FIELDS = {
     Field.PRINCIPAL: "principal",
     Field.SERVER: "server",
     Field.CLIENT: "client",
-    Field.ALLOWED_BEFORE: "allowed_before_ms",
 }
 
 
@@ -117,7 +117,7 @@ class _Session:
     grants: dict[str, str] = field(default_factory=dict)  # each category's last lease
     client: ClientInfo | None = None
     repeats: dict[str, int] = field(default_factory=dict)  # the loop breaker's counts
-    allowed_before_ms: int = 0
+    allowed_before: dict[str, int] = field(default_factory=dict)
     lives: dict[str, CallLife] = field(default_factory=dict)  # by kept call id
 
     def snapshot(self) -> SessionSnapshot:
@@ -138,7 +138,7 @@ class _Session:
             first_refusals={c: mark[0] for c, mark in self.notified.items()},
             client=self.client,
             repeats=dict(self.repeats),
-            allowed_before_ms=self.allowed_before_ms or 0,
+            allowed_before=dict(self.allowed_before),
             lives=dict(self.lives),
         )
 
