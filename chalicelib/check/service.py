@@ -2,7 +2,8 @@
 principal, tenant), all or nothing, and explain a refusal.
 
 Counting order: the session first (one conditional update; a runaway session is refused
-there and never touches the wider budgets), then the wider budgets at once. When a wider
+there and never touches the wider budgets), then the wider budgets at once, then, for a
+call with a call id, its admission (only then is a copy of it a duplicate). When a wider
 budget refuses, what the others took is given back and the session's count is taken
 back; when one fails (throttled, down), the same happens before the 503 is answered, so
 a retry with the same call id is counted anew at every scope, never answered from a
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
+from typing import TypeAlias
 
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
@@ -26,6 +28,12 @@ from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
 from chalicelib.check.shadow import QuietShadow, ShadowListener, would_refuse
+from chalicelib.check.shaping import (
+    allowed_answer,
+    principal_suspended,
+    session_refusal,
+    wider_refusal,
+)
 from chalicelib.check.steps import (
     Step,
     WiderBudgets,
@@ -40,14 +48,11 @@ from chalicelib.quota.core import (
     Attempt,
     BudgetKey,
     BudgetSnapshot,
-    Lease,
     RefusalReason,
     Scope,
     SessionKey,
     SessionSnapshot,
     Verdict,
-    fold_repeats,
-    with_call,
 )
 from chalicelib.quota.facts import within
 from chalicelib.quota.policy import Policy
@@ -59,6 +64,10 @@ from chalicelib.storage.ports import (
     SessionChecks,
     StorageError,
 )
+
+# A call counted in its session: the allowance, the session as counting it left it, and
+# the attempt as counted (a lease at the end of the budget has fewer units).
+Counted: TypeAlias = tuple[Allowed, SessionSnapshot, Attempt]
 
 # Each retry follows a change made by another writer (idle reset race, item deleted by
 # an admin reset); more than a few in a row means the store is misbehaving.
@@ -117,7 +126,7 @@ class CheckService:
         if self._gate is not None and attempt.principal is not None:
             key = BudgetKey.principal(tenant, attempt.principal)
             if self._gate.suspension(key) is not None:
-                return self._principal_suspended(attempt)
+                return principal_suspended(attempt)
         if not within(0, attempt.units, attempt.base_limit):
             oversized = self._refuse_oversized(attempt)
             if oversized is not None:
@@ -141,6 +150,25 @@ class CheckService:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
             compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
             raise
+        return self._settle(tenant, request, (allowed, snapshot, attempt), taken, refusal)
+
+    def _settle(
+        self,
+        tenant: str,
+        request: CheckRequest,
+        counted: Counted,
+        taken: list[tuple[Step, BudgetSnapshot]],
+        refusal: tuple[Step, BudgetSnapshot | None] | None,
+    ) -> Decision:
+        """A call counted in its session, and what the wider budgets did with it: admitted
+        at every scope, or refused by one (what was taken goes back before any answer).
+
+        Raises:
+            StorageError: the store failed; nothing stays counted.
+        """
+        allowed, snapshot, attempt = counted
+        wider = self._wider
+        assert wider is not None
         if refusal is None:
             try:
                 retried(partial(wider.end_streaks, attempt, taken))
@@ -194,9 +222,7 @@ class CheckService:
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
-    def _count_session(
-        self, attempt: Attempt
-    ) -> tuple[Allowed, SessionSnapshot, Attempt] | Refused:
+    def _count_session(self, attempt: Attempt) -> Counted | Refused:
         for _ in range(MAX_ROUNDS):
             result = self._store.consume(attempt)
             if isinstance(result, Consumed):
@@ -234,6 +260,23 @@ class CheckService:
                 return decision
         raise RecordChanged("counting a call")
 
+    def _allowed(
+        self, attempt: Attempt, snapshot: SessionSnapshot, duplicate: bool = False
+    ) -> Allowed:
+        category = self._policy.categories[attempt.category]
+        return allowed_answer(attempt, snapshot, category, self._keep, duplicate)
+
+    def _session_refusal(
+        self,
+        attempt: Attempt,
+        seen: SessionSnapshot,
+        limit: int,
+        reason: RefusalReason,
+        first: bool = False,
+        recorded: bool = False,
+    ) -> Refused:
+        return session_refusal(attempt, seen, limit, reason, self._keep, first, recorded)
+
     def _with_wider(self, attempt: Attempt) -> Attempt:
         """The attempt, marked if budgets above the session count it too: counted in its
         session, the call then stays in progress until they have."""
@@ -241,37 +284,6 @@ class CheckService:
         if self._wider is None or not self._wider.steps(attempt, category):
             return attempt
         return replace(attempt, wider=True)
-
-    def _allowed(
-        self, attempt: Attempt, snapshot: SessionSnapshot, duplicate: bool = False
-    ) -> Allowed:
-        return Allowed(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=snapshot.counts.get(attempt.category, 0),
-            limit=snapshot.limit_for(attempt.category, attempt.limit_basis, attempt.now_ms),
-            now_ms=attempt.now_ms,
-            resets_at_ms=attempt.resets_at_ms,
-            duplicate=duplicate,
-            last_calls=snapshot.calls[-self._keep :],
-            lease=None if duplicate else self._lease(attempt, snapshot),
-        )
-
-    def _lease(self, attempt: Attempt, snapshot: SessionSnapshot) -> Lease | None:
-        if not attempt.leased:
-            return None
-        category = self._policy.categories[attempt.category]
-        return Lease(
-            category=attempt.category,
-            check_id=attempt.check_id,
-            granted=attempt.units,
-            granted_ms=attempt.now_ms,
-            started_ms=snapshot.started_ms,
-            expires_at_ms=attempt.now_ms + category.lease_seconds * 1000,
-            lease_max=category.lease_max,
-            lease_seconds=category.lease_seconds,
-        )
 
     def _refused_suspended(self, attempt: Attempt, snapshot: SessionSnapshot) -> Refused | None:
         """A suspended session idle past the timeout: its counters start again with this
@@ -309,34 +321,6 @@ class CheckService:
             return None
         reason = RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
         return self._session_refusal(attempt, snapshot, limit, reason, first)
-
-    def _session_refusal(
-        self,
-        attempt: Attempt,
-        seen: SessionSnapshot,
-        limit: int,
-        reason: RefusalReason,
-        first: bool = False,
-        recorded: bool = False,
-    ) -> Refused:
-        """A refusal by the session itself, as it stood (`seen`) when it refused: its
-        last calls with this refusal folded in, unless `seen` already holds it."""
-        calls = seen.calls if recorded else with_call(seen.calls, attempt.record(allowed=False))
-        return Refused(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=seen.counts.get(attempt.category, 0),
-            limit=limit,
-            now_ms=attempt.now_ms,
-            resets_at_ms=attempt.resets_at_ms,
-            reason=reason,
-            first_exhaustion=first,
-            last_calls=calls[-self._keep :],
-            principal=attempt.principal,
-            started_ms=seen.started_ms,
-            units=attempt.weight,
-        )
 
     # -- weighed calls, shadow mode, refusals a client held (issue 22) -------------------
 
@@ -389,7 +373,7 @@ class CheckService:
         streak = self._escalation.count_held(attempt, held)
         if streak is None:
             return None
-        decision = self._principal_suspended(attempt)
+        decision = principal_suspended(attempt)
         decision = replace(decision, escalated=self._escalation.suspend(attempt, streak))
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
@@ -424,26 +408,10 @@ class CheckService:
             )
         elif not suspended and spent:
             first = self._budgets.note_refusal(step.key, step.spend)
-        calls = () if session is None else session.calls
-        calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
         uses = [use_of(s, b) for s, b in taken if s.window.scope is not step.window.scope]
-        decision = Refused(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=use.used,
-            limit=use.limit,
-            now_ms=attempt.now_ms,
-            resets_at_ms=step.spend.window_end_ms,
-            reason=RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED,
-            scope=step.window.scope,
-            first_exhaustion=first,
-            last_calls=with_call(calls, attempt.record(allowed=False))[-self._keep :],
-            scopes=(*uses, use),
-            principal=attempt.principal,
-            started_ms=None if session is None else session.started_ms,
-            units=attempt.weight,
-        )
+        reason = RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
+        scope = step.window.scope
+        decision = wider_refusal(attempt, session, scope, (*uses, use), reason, first, self._keep)
         decision = self._escalation.after(attempt, allowed_since_ms, decision, streak)
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
@@ -475,17 +443,3 @@ class CheckService:
                 session, snapshot.principal, category, lease, unused, now_ms
             )
         return unused
-
-    def _principal_suspended(self, attempt: Attempt) -> Refused:
-        return Refused(
-            session_id=attempt.session_id,
-            tool=attempt.tool,
-            category=attempt.category,
-            used=0,
-            limit=0,
-            now_ms=attempt.now_ms,
-            resets_at_ms=attempt.resets_at_ms,
-            reason=RefusalReason.PRINCIPAL_SUSPENDED,
-            scope=Scope.PRINCIPAL,
-            principal=attempt.principal,
-        )

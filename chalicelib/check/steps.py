@@ -185,7 +185,7 @@ class WiderBudgets:
             StorageError: a step failed; what the others took was given back first.
         """
         budgets = self._budgets
-        if any(self._refusing.get(step.key) == seen_as(step) for step in steps):
+        if self.known_refusing(steps):
             # A budget this container saw refusing in this window: one step at a time,
             # so a loop against it stops at its refusal and touches nothing else.
             results: list[Taken | NotTaken | StorageError] = []
@@ -217,6 +217,11 @@ class WiderBudgets:
             if isinstance(result, NotTaken):
                 return taken, (step, result.snapshot)
         return taken, None
+
+    def known_refusing(self, steps: Sequence[Step]) -> bool:
+        """Whether this container last saw one of these budgets refusing, in this window
+        and at this limit (a hint: the check then counts one scope at a time)."""
+        return any(self._refusing.get(step.key) == seen_as(step) for step in steps)
 
     def end_streaks(self, attempt: Attempt, taken: list[tuple[Step, BudgetSnapshot]]) -> None:
         """A call allowed at every scope ends its principal's streak of refusals in the
