@@ -256,6 +256,7 @@ class CheckService:
             expires_at_ms=attempt.now_ms + category.lease_seconds * 1000,
             lease_max=category.lease_max,
             lease_seconds=category.lease_seconds,
+            principal=attempt.principal,
         )
 
     def _refused_suspended(self, attempt: Attempt, snapshot: SessionSnapshot) -> Refused | None:
@@ -453,9 +454,9 @@ class CheckService:
         if snapshot is None:
             return 0
         if self._wider is not None:
-            self._wider.give_back_lease(
-                session, snapshot.principal, category, lease, unused, now_ms
-            )
+            # The principal the lease was charged to, as its id names it: the session
+            # took the calls back only if its grant binds that same principal.
+            self._wider.give_back_lease(session, lease.principal, category, lease, unused, now_ms)
         return unused
 
     def _principal_suspended(self, attempt: Attempt) -> Refused:
