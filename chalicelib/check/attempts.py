@@ -56,6 +56,5 @@ def attempt_of(
         server=request.server,
         client=request.client,
         shadow_limit=shadow_limit,
-        held=(request.refused_locally or {}).get(category.name, 0),
     )
     return with_repeat(attempt, category, request.args_digest)
