@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from chalicelib.auth.authorizer import Authenticator
     from chalicelib.check.hooks import BlockListener
     from chalicelib.check.shadow import ShadowListener
+    from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
@@ -127,6 +128,8 @@ class Container:
         self.seen_base_url = ""
         self._signer: LinkSigner | None = None
         self._signer_read_at: int | None = None
+        self._tickets: TicketSigner | None = None
+        self._tickets_read_at: int | None = None
 
     @cached_property
     def settings(self) -> Settings:
@@ -228,6 +231,33 @@ class Container:
             self._signer = LinkSigner(keys, reload=self._link_keys) if keys else None
             self._signer_read_at = now
         return self._signer
+
+    @property
+    def ticket_signer(self) -> TicketSigner | None:
+        """The signer of refusals' hold tickets, from the link keys (read again as
+        `link_signer` reads them); None where no link secret is configured.
+
+        Raises:
+            StorageError: the keys could not be read.
+        """
+        now = self.clock()
+        if self._tickets_read_at is None or now - self._tickets_read_at >= LINK_KEYS_CACHE_MS:
+            from chalicelib.check.tickets import TicketSigner
+
+            keys = self._link_keys()
+            self._tickets = TicketSigner(keys) if keys else None
+            self._tickets_read_at = now
+        return self._tickets
+
+    def hold_tickets(self) -> HoldTickets:
+        """Issues and redeems the tickets of clients' refusal holds."""
+        from chalicelib.check.tickets import HoldTickets
+
+        return HoldTickets(
+            lambda: self.ticket_signer,
+            lambda: self.link_uses,
+            self.policy.suspend_after_refusals,
+        )
 
     @property
     def base_url(self) -> str:
@@ -374,6 +404,7 @@ class Container:
             gate=self.gate,
             mark=self.mark_trouble,
             shadow_listener=OnFirstShadow(self.shadow_reporter),
+            tickets=self.hold_tickets(),
         )
 
     def shadow_reporter(self) -> ShadowListener:

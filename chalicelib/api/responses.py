@@ -144,6 +144,8 @@ def decision_response(decision: answers.Decision) -> Response:
     body["error"] = refusal_error(decision, decision.message)
     if decision.principal is not None:
         body["principal"] = decision.principal
+    if decision.hold_ticket is not None:
+        body["hold_ticket"] = decision.hold_ticket
     if decision.suspended:
         # Waiting does not help: only an administrator's resume does.
         body["resets_at"] = None

@@ -57,6 +57,7 @@ class Decision(TypedDict):
     error: NotRequired[RefusalError]
     principal: NotRequired[str]
     retry_after_seconds: NotRequired[int | None]
+    hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
 
 
 class LeaseReturned(TypedDict):

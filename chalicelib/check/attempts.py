@@ -56,7 +56,6 @@ def attempt_of(
         server=request.server,
         client=request.client,
         shadow_limit=shadow_limit,
-        held=(request.refused_locally or {}).get(category.name, 0),
         args_digest=request.args_digest,
     )
     return with_repeat(attempt, category, request.args_digest)

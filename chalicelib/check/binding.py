@@ -27,15 +27,12 @@ def bind_principal(identity: Identity, request: CheckRequest) -> CheckRequest:
 
 
 def count_fail_open(request: CheckRequest) -> None:
-    """Count the calls a client ran uncounted while it could not reach us (alarmed on),
-    and the refusals it answered itself during a refusal's hold."""
+    """Count the calls a client ran uncounted while it could not reach us (alarmed on).
+    The refusals it answered itself are counted where their hold ticket is redeemed
+    (`check/tickets.py`): only those the service vouched for count as refusals."""
     for category, uncounted in (request.fail_open or {}).items():
         if uncounted:
             count("ClientFailOpen", category, uncounted)
-    for category, held in (request.refused_locally or {}).items():
-        if held:  # refusals the client answered itself, during a refusal's hold
-            count("ChecksBlocked", category, held)
-            count("RefusedLocally", category, held)
 
 
 def report_refusal(tenant: str, decision: Refused) -> None:

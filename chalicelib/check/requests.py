@@ -50,8 +50,18 @@ ARGS_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 UNADDRESSABLE = frozenset({".", ".."})
 LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
 MAX_FAIL_OPEN = 1_000_000
+MAX_HOLD_TICKET = 2048
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
+
+
+@dataclass(frozen=True)
+class HeldReport:
+    """Refusals a client answered itself during a hold, with the hold's ticket (None: the
+    old shape, a bare count, which counts nothing)."""
+
+    refusals: int
+    ticket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class CheckRequest:
     lease: int | None = None  # calls to reserve, this one included (leased categories only)
     asked: int | None = None  # internal: the lease first asked, when cut to what remains
     units: int = 1  # what the call weighs: counted at every scope, all or nothing
-    refused_locally: Mapping[str, int] | None = None  # refusals the client answered itself
+    refused_locally: Mapping[str, HeldReport] | None = None  # refusals the client held
     args_digest: str | None = None  # SHA-256 of the arguments; for the loop breaker (#22)
     client: ClientInfo | None = None  # the MCP client the agent runs in, where known
 
@@ -257,8 +267,7 @@ def session_id_param(raw: str) -> str:
 
 
 def _fail_open(raw: Any, policy: Policy, field: str = "fail_open") -> Mapping[str, int] | None:
-    """The client's count of calls it let run uncounted while the service was unreachable
-    (`fail_open`), or refused itself during a refusal's hold (`refused_locally`)."""
+    """The client's count of calls it let run uncounted while the service was unreachable."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -272,6 +281,38 @@ def _fail_open(raw: Any, policy: Policy, field: str = "fail_open") -> Mapping[st
         if not 0 <= count <= MAX_FAIL_OPEN:
             raise InvalidRequest(f"Field '{name}' must be from 0 to {MAX_FAIL_OPEN}.", name)
     return {str(k): int(v) for k, v in raw.items()}
+
+
+def _held(raw: Any, policy: Policy) -> Mapping[str, HeldReport] | None:
+    """The refusals the client answered itself during a refusal's hold, per category:
+    `{"count": n, "ticket": "<the refusal's hold_ticket>"}`, or a bare count (the shape
+    from before hold tickets: accepted, counted nothing)."""
+    field = "refused_locally"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"Field '{field}' must be an object of category: report.", field)
+    reports: dict[str, HeldReport] = {}
+    for category, report in raw.items():
+        name = f"{field}.{category}"[:80]
+        if category not in policy.categories:
+            raise InvalidRequest(f"Field '{name}' names no category of this policy.", name)
+        if isinstance(report, dict):
+            reject_unknown(report, frozenset({"count", "ticket"}), f"{name}.")
+            ticket = report.get("ticket")
+            valid = isinstance(ticket, str) and 0 < len(ticket) <= MAX_HOLD_TICKET
+            if ticket is not None and not (valid and VISIBLE_ASCII.fullmatch(str(ticket))):
+                where = f"{name}.ticket"[:80]
+                raise InvalidRequest(f"Field '{where}' must be a refusal's hold_ticket.", where)
+            count, name = report.get("count"), f"{name}.count"[:80]
+        else:
+            ticket, count = None, report
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise InvalidRequest(f"Field '{name}' must be an integer.", name)
+        if not 0 <= count <= MAX_FAIL_OPEN:
+            raise InvalidRequest(f"Field '{name}' must be from 0 to {MAX_FAIL_OPEN}.", name)
+        reports[str(category)] = HeldReport(count, ticket)
+    return reports
 
 
 def _read_only_hint(raw: Any) -> bool | None:
@@ -345,7 +386,7 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         fail_open=_fail_open(body.get("fail_open"), policy),
         lease=None if body.get("lease") is None else int_field(body, "lease", 1, MAX_LEASE),
         units=units,
-        refused_locally=_fail_open(body.get("refused_locally"), policy, "refused_locally"),
+        refused_locally=_held(body.get("refused_locally"), policy),
         args_digest=digest,
         client=_client(body.get("client")),
     )

@@ -25,7 +25,7 @@ from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: 
 from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
 from chalicelib.check.life import admit
 from chalicelib.check.repeats import repeated
-from chalicelib.check.requests import CheckRequest, LeaseReturn
+from chalicelib.check.requests import CheckRequest, HeldReport, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
 from chalicelib.check.shadow import QuietShadow, ShadowListener, would_refuse
 from chalicelib.check.shaping import (
@@ -41,6 +41,7 @@ from chalicelib.check.steps import (
     retried,
     use_of,
 )
+from chalicelib.check.tickets import HoldTickets
 from chalicelib.check.verdicts import call_id_fault, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
@@ -89,8 +90,10 @@ class CheckService:
         budgets: BudgetCounters | None = None,
         gate: PrincipalGate | None = None,
         shadow_listener: ShadowListener | None = None,
+        tickets: HoldTickets | None = None,
     ) -> None:
         self._policy = policy
+        self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
         self._shadow_listener = shadow_listener or QuietShadow()
         self._store = store
         self._clock = clock
@@ -111,16 +114,24 @@ class CheckService:
         return attempt_of(self._policy, self._limits, tenant, request, self._clock(), self._idle_ms)
 
     def check(self, tenant: str, request: CheckRequest) -> Decision:
-        """Count the call against every budget that applies, or refuse it.
+        """Count the call against every budget that applies, or refuse it; a refusal
+        that starts the client's hold carries its ticket.
 
         Raises:
             CallIdConflict: the call id was counted for another tool or category.
             StorageError: the store failed, or the session kept changing under us. What
                 this check had counted was given back first.
         """
+        decision = self._decide(tenant, request)
+        if isinstance(decision, Refused):
+            return self._tickets.vouch(tenant, decision)
+        return decision
+
+    def _decide(self, tenant: str, request: CheckRequest) -> Decision:
+        """The check's decision, before a refusal is vouched for (raises as `check`)."""
         attempt = self.attempt_for(tenant, request)
         category = self._policy.categories[attempt.category]
-        escalated = self._count_held(attempt, request.refused_locally)
+        attempt, escalated = self._count_held(attempt, request.refused_locally)
         if escalated is not None:
             return escalated
         if self._gate is not None and attempt.principal is not None:
@@ -194,7 +205,9 @@ class CheckService:
         if attempt.leased and attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
-            return self.check(tenant, replace(request, lease=smaller, asked=attempt.asked))
+            # The client's report was counted above (its tickets are claimed): not again.
+            request = replace(request, lease=smaller, asked=attempt.asked, refused_locally=None)
+            return self._decide(tenant, request)
         since = snapshot.last_allowed_ms(besides=attempt, category=attempt.category)
         return self._refuse_wider(attempt, snapshot, refusal, taken, since)
 
@@ -363,20 +376,32 @@ class CheckService:
         self._shadow_listener.on_shadow(attempt.tenant, attempt, would)
         return replace(allowed, shadow=would)
 
-    def _count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> Refused | None:
-        """The principal's suspension, if the refusals the client answered locally take
-        its streak to `suspend_after_refusals` (the check is then refused).
+    def _count_held(
+        self, attempt: Attempt, held: Mapping[str, HeldReport] | None
+    ) -> tuple[Attempt, Refused | None]:
+        """Count the refusals the client held that the service vouched for (each ticket
+        once, up to its maximum) in the streak of the principal the ticket names. Returns
+        the attempt with the caller's own folded in, and its principal's suspension if
+        they took its streak to `suspend_after_refusals` (the check is then refused).
 
         Raises:
             StorageError: the store failed.
         """
-        streak = self._escalation.count_held(attempt, held)
-        if streak is None:
-            return None
-        decision = principal_suspended(attempt)
-        decision = replace(decision, escalated=self._escalation.suspend(attempt, streak))
-        self._listener.on_block(attempt.tenant, attempt, decision)
-        return decision
+        answer = None
+        for vouched in self._tickets.redeem(attempt, held or {}):
+            own = vouched.principal == attempt.principal
+            if own and vouched.category == attempt.category:
+                attempt = replace(attempt, held=attempt.held + vouched.refusals)
+            whose = replace(attempt, principal=vouched.principal, category=vouched.category)
+            streak = self._escalation.count_held(whose, {vouched.category: vouched.refusals})
+            if streak is None:
+                continue
+            decision = principal_suspended(attempt if own else whose)
+            decision = replace(decision, escalated=self._escalation.suspend(whose, streak))
+            self._listener.on_block(attempt.tenant, attempt if own else whose, decision)
+            if own:
+                answer = decision
+        return attempt, answer
 
     # -- the wider budgets ---------------------------------------------------------------
 
@@ -439,7 +464,7 @@ class CheckService:
         if snapshot is None:
             return 0
         if self._wider is not None:
-            self._wider.give_back_lease(
-                session, snapshot.principal, category, lease, unused, now_ms
-            )
+            # The principal the lease was charged to, as its id names it: the session
+            # took the calls back only if its grant binds that same principal.
+            self._wider.give_back_lease(session, lease.principal, category, lease, unused, now_ms)
         return unused

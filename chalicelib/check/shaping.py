@@ -52,6 +52,7 @@ def lease_of(attempt: Attempt, snapshot: SessionSnapshot, category: Category) ->
         expires_at_ms=attempt.now_ms + category.lease_seconds * 1000,
         lease_max=category.lease_max,
         lease_seconds=category.lease_seconds,
+        principal=attempt.principal,
     )
 
 

@@ -61,6 +61,7 @@ class Refused(_Answer):
     units: int = 1  # the units the call asked for at once, all or nothing
     repeat_limit: int = 0  # a repeated call: the calls its window allowed
     repeat_window_ms: int = 0
+    hold_ticket: str | None = None  # vouches for the refusals the client holds after it
 
     @property
     def allowed(self) -> bool:

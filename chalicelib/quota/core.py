@@ -447,7 +447,7 @@ class Attempt:
     @property
     def lease_grant(self) -> str:
         """How the session keeps the lease this attempt grants, to check a return by."""
-        return grant_of(self.check_id, self.now_ms, self.units)
+        return grant_of(self.check_id, self.now_ms, self.units, self.principal)
 
     @property
     def weight(self) -> int:

@@ -96,11 +96,13 @@ def test_a_leased_check_on_dynamodb_counts_and_returns_the_same(dynamo_api: Api)
 
 def test_a_forged_lease_id_gives_nothing_back(api: Api) -> None:
     lease = body(api.check(**READ, lease=10))["lease"]
-    category, check, granted, at, started = lease["id"].split(".")
+    category, check, granted, at, started, *whom = lease["id"].split(".")
     forged = [
-        ".".join((category, check, "20", at, started)),  # claims more calls
-        ".".join((category, check, granted, "1", started)),  # another grant time
-        ".".join((category, "AAAAAA", granted, at, started)),  # another check
+        ".".join((category, check, "20", at, started, *whom)),  # claims more calls
+        ".".join((category, check, granted, "1", started, *whom)),  # another grant time
+        ".".join((category, "AAAAAA", granted, at, started, *whom)),  # another check
+        ".".join((category, check, granted, at, started, "Ym9i")),  # another principal
+        ".".join((category, check, granted, at, started)),  # no principal
     ]
     for _ in range(3):
         for lease_id in forged:

@@ -61,8 +61,12 @@ def test_held_refusals_escalate_over_http(url: str) -> None:
     }
     replies = [call(f"{url}/v1/check", "POST", body) for _ in range(3)]
     assert [r.status for r in replies] == [200, 200, 429]
-    # The client held 49 more; with them the streak reaches 50: the principal is suspended.
-    held = call(f"{url}/v1/check", "POST", {**body, "refused_locally": {"strict": 49}})
+    # A bare count, vouched for by nobody, counts nothing (issue 28).
+    bare = call(f"{url}/v1/check", "POST", {**body, "refused_locally": {"strict": 49}})
+    assert bare.status == 429 and bare.body["error"]["code"] == "quota_exceeded"
+    # The client held 48 more under the refusal's ticket; with them the streak reaches 50.
+    report = {"count": 48, "ticket": bare.body["hold_ticket"]}
+    held = call(f"{url}/v1/check", "POST", {**body, "refused_locally": {"strict": report}})
     assert held.status == 429 and held.body["error"]["code"] == "principal_suspended"
     resumed = call(
         f"{url}/v1/principals/token%3Adev-server/resume",

@@ -197,6 +197,37 @@ def test_a_lease_takes_all_its_calls_from_a_wider_budget_and_gives_them_back(
     assert sum(snapshot.counts[start]["read"] for start in snapshot.counts) == 14
 
 
+def test_a_returned_lease_is_credited_to_the_principal_it_was_charged_to(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Defect class: what the client reports is trusted. A lease's unused calls went back
+    to the session's latest principal, not the one charged (P2 got 39 reads against a
+    limit of 30): the lease id binds its principal, checked against the session's grant."""
+    checks = service(stores, clock, WIDER)
+    lease = granted(checks.check("demo", read(10, principal="alice")))
+    assert checks.check("demo", read(None, principal="bob")).allowed  # the latest principal
+    assert checks.return_lease("demo", back(lease, 6)) == 6
+
+    def used(principal: str) -> int:
+        snapshot = stores.budgets.get(BudgetKey.principal("demo", principal))
+        assert snapshot is not None
+        return sum(counts.get("read", 0) for counts in snapshot.counts.values())
+
+    assert (used("alice"), used("bob")) == (4, 1)
+
+
+def test_a_lease_id_naming_another_principal_gives_nothing_back(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Defect class: what the client reports is trusted. A lease id altered to name
+    another principal matches no grant of the session: nothing goes back anywhere."""
+    checks = service(stores, clock, WIDER)
+    lease = granted(checks.check("demo", read(10, principal="alice")))
+    forged = replace(lease, principal="bob")
+    assert checks.return_lease("demo", back(forged, 6)) == 0
+    assert counted(stores) == (10, 10)
+
+
 def test_a_partial_grant_takes_only_what_it_granted_from_a_wider_budget(
     stores: Stores, clock: FixedClock
 ) -> None:

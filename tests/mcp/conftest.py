@@ -66,6 +66,9 @@ class FakeQuotaService:
     accepts_issue_22: bool = True
     """False: a service from before `units`, `refused_locally` and `args_digest`."""
     accepts_client: bool = True
+    issues_hold_tickets: bool = True
+    """A refusal with nothing left carries a `hold_ticket` ("ticket-1", "ticket-2", ...)."""
+    tickets: int = 0
     """False: a service from before the `client` object (issue 20)."""
 
     def bodies(self) -> list[dict[str, Any]]:
@@ -129,6 +132,9 @@ class FakeQuotaService:
                     "error": {"code": "quota_exceeded", "scope": "session", "message": message},
                 },
             )
+            if self.issues_hold_tickets and used >= limit:
+                self.tickets += 1
+                reply["hold_ticket"] = f"ticket-{self.tickets}"
         else:
             self.used[(session, category)] = used + units
             status, reply = (

@@ -106,6 +106,27 @@ async def test_a_shadowed_call_runs_and_its_result_carries_the_notice(
     assert result.meta is not None and result.meta[META_SHADOW_KEY] == notice
 
 
+async def test_each_report_carries_its_own_hold_ticket_once(
+    quota_service: FakeQuotaService, make_client: ClientFactory
+) -> None:
+    """Defect class: what the client reports is trusted. The service counts a report only
+    under the ticket of the refusal that started the hold, once: the client sends each
+    hold's count with that hold's ticket, and never a reported ticket again."""
+    quota_service.limits["write"] = 1
+    quota = make_client(hold_calls=2)
+    async with Client(build_server(quota, Library())) as client:
+        for i in range(8):
+            await client.call_tool_mcp("delete_tag", {"tag": f"t{i}"}, meta=META)
+    reports = [b.get("refused_locally") for b in quota_service.bodies()]
+    # allowed, refused (ticket-1), 2 held; reported (refused: ticket-2), 2 held; reported.
+    assert reports == [
+        None,
+        None,
+        {"write": {"count": 2, "ticket": "ticket-1"}},
+        {"write": {"count": 2, "ticket": "ticket-2"}},
+    ]
+
+
 async def test_refusals_are_held_locally_then_reported(
     quota_service: FakeQuotaService, make_client: ClientFactory
 ) -> None:
@@ -124,6 +145,7 @@ async def test_refusals_are_held_locally_then_reported(
     # with the count; then a new hold.
     assert len(bodies) == 4
     assert "refused_locally" not in bodies[2]
-    assert bodies[3]["refused_locally"] == {"write": 4}
+    # The count goes with the ticket of the refusal that started the hold (issue 28).
+    assert bodies[3]["refused_locally"] == {"write": {"count": 4, "ticket": "ticket-1"}}
     stats = quota.stats()
     assert stats.refused_locally == 4 and stats.refused_locally_unreported == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcp_quota_client import CheckRequest, Decision, Outcome
-from mcp_quota_client.hold import RefusalHold
+from mcp_quota_client.hold import HeldReport, RefusalHold, report_body
 
 
 class Clock:
@@ -42,7 +42,7 @@ def test_a_hold_lasts_at_most_five_seconds() -> None:
     assert hold.refuse(request()) is not None
     clock.now += 0.2
     assert hold.refuse(request()) is None
-    assert hold.report("s") == {"write": 2}
+    assert hold.report("s") == {"write": HeldReport(2)}
 
 
 def test_a_hold_never_outlasts_retry_after() -> None:
@@ -100,3 +100,33 @@ def test_a_held_refusal_names_the_tool_asked_now() -> None:
     held = hold.refuse(request(tool="delete_tags"))
     assert held is not None and held.tool == "delete_tags"
     assert held.message == "The tool 'delete_tags' was NOT run: spent."
+
+
+def test_the_report_carries_the_ticket_of_the_refusal_that_started_the_hold() -> None:
+    """Defect class: what the client reports is trusted. The service counts a report only
+    under the hold ticket its refusal carried: the client keeps it with the hold, sends it
+    with the count, and drops it once reported."""
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal(hold_ticket="h1-ticket"))
+    assert hold.refuse(request()) is not None
+    assert hold.refuse(request()) is not None
+    report = hold.report("s")
+    assert report == {"write": HeldReport(2, "h1-ticket")}
+    assert report_body(report) == {"write": {"count": 2, "ticket": "h1-ticket"}}
+    assert hold.report("s") == {}  # taken: reported once, with its ticket
+
+
+def test_a_report_put_back_keeps_its_ticket_and_a_newer_hold_brings_its_own() -> None:
+    hold = RefusalHold(Clock(), 5.0, 10)
+    hold.learn(request(), refusal(hold_ticket="first"))
+    assert hold.refuse(request()) is not None
+    hold.restore("s", hold.report("s"))  # the service did not answer
+    assert hold.report("s") == {"write": HeldReport(1, "first")}
+    hold.learn(request(), refusal(hold_ticket="second"))
+    assert hold.refuse(request()) is not None
+    hold.restore("s", {"write": HeldReport(1, "first")})
+    assert hold.report("s") == {"write": HeldReport(2, "second")}
+
+
+def test_a_report_without_a_ticket_goes_bare() -> None:
+    assert report_body({"write": HeldReport(3)}) == {"write": 3}

@@ -37,7 +37,9 @@ from mcp_quota_client.hold import (
     DEFAULT_HOLD_CALLS,
     MAX_HOLD_SECONDS,
     REFUSED_LOCALLY_FIELD,
+    HeldReport,
     RefusalHold,
+    report_body,
 )
 from mcp_quota_client.leases import LeaseBook, LeaseReturn
 
@@ -379,7 +381,7 @@ class QuotaClient:
         report: Counter[str] = Counter()
         if self._reports_accepted:
             report, self._unreported = self._unreported, Counter()
-        refused_here = hold.report(request.session_id) if hold is not None else Counter()
+        refused_here = hold.report(request.session_id) if hold is not None else {}
         try:
             decision = await self._decide(request, report, refused_here)
         finally:
@@ -434,7 +436,10 @@ class QuotaClient:
             logger.info("mcp-quota: lease return answered %s", response.status_code)
 
     async def _decide(
-        self, request: CheckRequest, report: Counter[str], held: Counter[str] | None = None
+        self,
+        request: CheckRequest,
+        report: Counter[str],
+        held: dict[str, HeldReport] | None = None,
     ) -> Decision:
         attempts = 0
         deadline = _now() + self.config.deadline
@@ -533,13 +538,13 @@ class QuotaClient:
         attempt: int,
         report: Mapping[str, int],
         left: float,
-        held: Mapping[str, int] | None = None,
+        held: Mapping[str, HeldReport] | None = None,
     ) -> Decision:
         body = request.to_json()
         if report:
             body[FAIL_OPEN_FIELD] = dict(report)
         if held:
-            body[REFUSED_LOCALLY_FIELD] = dict(held)
+            body[REFUSED_LOCALLY_FIELD] = report_body(held)
         if left <= 0:
             raise _Fault("did not answer within the deadline", retryable=False)
         read = min(self.config.read_timeout, left)
@@ -730,6 +735,7 @@ def _service_decision(
         http_status=status,
         attempts=attempt,
         shadow=_shadow(body.get("shadow")) if allowed else None,
+        hold_ticket=None if allowed else _str_or_none(body.get("hold_ticket")),
         raw=dict(body),
     )
 

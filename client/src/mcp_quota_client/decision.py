@@ -192,6 +192,9 @@ class Decision:
     session and category; the message is the service's refusal's."""
     shadow: ShadowNotice | None = None
     """Shadow mode: the call is allowed, but an enforcing policy would have refused it."""
+    hold_ticket: str | None = None
+    """A refusal's: the service's ticket for the calls refused here during its hold,
+    sent back with their count (opaque)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -5,10 +5,11 @@ After the service refuses a call with nothing left (a spent budget or a suspensi
 same session's further calls in that category are refused here, with the service's own
 message, for at most `seconds` (5 s at most, and never past the refusal's Retry-After)
 and at most `calls` calls; then the service is asked again. The calls refused here go to
-the service with that session's next check (`refused_locally`), so escalation, the
-session's record and the metrics see every refused call; and since every `calls + 1`th
-call reaches the service, escalation is at most `calls` refusals late. A raise or a
-resume reaches a held session within the hold.
+the service with that session's next check (`refused_locally`), each category's count
+with the hold ticket of the refusal that started its hold: the service counts a report
+only under its own ticket, once, so escalation, the session's record and the metrics see
+every refused call; and since every `calls + 1`th call reaches the service, escalation is
+at most `calls` refusals late. A raise or a resume reaches a held session within the hold.
 
 A weighed call refused while its budget still has room does not start a hold: fewer
 units may still fit. The category of a call is the one the service gave the same tool
@@ -18,9 +19,9 @@ classified yet is always asked. Pure bookkeeping: no I/O, the clock is passed in
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mcp_quota_client.decision import CheckRequest, Decision, Outcome
 
@@ -29,6 +30,31 @@ DEFAULT_HOLD_CALLS = 10
 REFUSED_LOCALLY_FIELD = "refused_locally"
 """Check-body field reporting the calls refused here since the session's last check."""
 _MAX_SESSIONS = 10_000
+
+
+@dataclass(frozen=True)
+class HeldReport:
+    """Calls refused here in one category, not yet reported, and the ticket the service
+    gave the refusal whose hold refused them (None: a service that gives none)."""
+
+    count: int
+    ticket: str | None = None
+
+    def merged(self, older: HeldReport) -> HeldReport:
+        """This report with an older one put back: the counts add, the newer ticket wins."""
+        return HeldReport(self.count + older.count, self.ticket or older.ticket)
+
+
+def report_body(report: Mapping[str, HeldReport]) -> dict[str, Any]:
+    """The `refused_locally` field: `{"write": {"count": 4, "ticket": "..."}}`; a count
+    without a ticket goes bare (a service from before tickets counts it; a newer one
+    counts it nothing)."""
+    return {
+        category: held.count
+        if held.ticket is None
+        else {"count": held.count, "ticket": held.ticket}
+        for category, held in report.items()
+    }
 
 
 @dataclass
@@ -43,7 +69,7 @@ class _Hold:
 @dataclass
 class _Session:
     holds: dict[str, _Hold] = field(default_factory=dict)
-    unreported: Counter[str] = field(default_factory=Counter)
+    unreported: dict[str, HeldReport] = field(default_factory=dict)
 
 
 def _tool_key(request: CheckRequest) -> tuple[str, str | None, bool | None]:
@@ -74,27 +100,34 @@ class RefusalHold:
             del session.holds[category]
             return None
         hold.left -= 1
-        session.unreported[category] += 1
         refusal = hold.refusal
+        now = HeldReport(1, refusal.hold_ticket)
+        earlier = session.unreported.get(category)
+        session.unreported[category] = now if earlier is None else now.merged(earlier)
         # The service's words, about the tool asked now (another tool of the category).
         message = refusal.message.replace(f"'{refusal.tool}'", f"'{request.tool}'")
         return replace(
             refusal, tool=request.tool, message=message, refused_locally=True, attempts=0
         )
 
-    def report(self, session_id: str) -> Counter[str]:
-        """Take out the calls refused here in this session, to send with its next check
-        (give them back with `restore` if the service does not answer it)."""
+    def report(self, session_id: str) -> dict[str, HeldReport]:
+        """Take out the calls refused here in this session, with their tickets, to send
+        with its next check (give them back with `restore` if the service does not answer
+        it; once it has, they and their tickets are gone)."""
         session = self._sessions.get(session_id)
         if session is None or not session.unreported:
-            return Counter()
-        taken, session.unreported = session.unreported, Counter()
+            return {}
+        taken, session.unreported = session.unreported, {}
         return taken
 
-    def restore(self, session_id: str, report: Counter[str]) -> None:
+    def restore(self, session_id: str, report: Mapping[str, HeldReport]) -> None:
         """Put back a report the service did not take."""
-        if report:
-            self._session(session_id).unreported.update(report)
+        if not report:
+            return
+        unreported = self._session(session_id).unreported
+        for category, older in report.items():
+            newer = unreported.get(category)
+            unreported[category] = older if newer is None else newer.merged(older)
 
     def learn(self, request: CheckRequest, decision: Decision) -> None:
         """Remember the category the service gave this tool; start a hold after a refusal
@@ -122,7 +155,7 @@ class RefusalHold:
 
     def unreported(self) -> int:
         """Calls refused here and not yet reported, in every session."""
-        return sum(sum(s.unreported.values()) for s in self._sessions.values())
+        return sum(h.count for s in self._sessions.values() for h in s.unreported.values())
 
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
