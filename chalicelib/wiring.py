@@ -67,6 +67,9 @@ MISCONFIGURED_METRIC = "Misconfigured"
 STORE_CONNECT_SECONDS = 0.5
 STORE_READ_SECONDS = 1.0
 STORE_ATTEMPTS = 2
+# The longest one store request may take, its botocore retry and backoff included: a
+# check starts a request only if this much is left before its deadline.
+STORE_STEP_SECONDS = STORE_ATTEMPTS * (STORE_CONNECT_SECONDS + STORE_READ_SECONDS) + 0.025
 CLIENT_CONFIG = Config(
     connect_timeout=STORE_CONNECT_SECONDS,
     read_timeout=STORE_READ_SECONDS,

@@ -13,11 +13,14 @@ from chalicelib.api.responses import decision_response, handled, json_response
 from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
-    from chalicelib.check import binding
+    from chalicelib import wiring
+    from chalicelib.check import binding, deadline
     from chalicelib.check import requests as validation
 else:
     binding = lazy_module("chalicelib.check.binding")
+    deadline = lazy_module("chalicelib.check.deadline")
     validation = lazy_module("chalicelib.check.requests")
+    wiring = lazy_module("chalicelib.wiring")
 
 checks = Blueprint(__name__)
 
@@ -37,7 +40,17 @@ def check() -> Response:
     identity = server_caller(request)
     container = deps()
     parsed = validation.parse_check(request_body(request), container.policy)
-    return decision_response(binding.check_as(identity, parsed, container.checks))
+    # Answered before the client gives up, and no store request left running past it.
+    by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
+    with deadline.answering_by(by):
+        return decision_response(binding.check_as(identity, parsed, container.checks))
+
+
+def _remaining_ms() -> int | None:
+    """The Lambda's remaining time, if this runs in one."""
+    context = checks.lambda_context
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return int(remaining()) if callable(remaining) else None
 
 
 @checks.route("/v1/leases/return", methods=["POST"], authorizer=bearer)

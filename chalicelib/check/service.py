@@ -19,11 +19,14 @@ from dataclasses import replace
 from functools import partial
 from typing import TypeAlias
 
+from chalicelib.check import deadline
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
+from chalicelib.check.lease_returns import return_lease
 from chalicelib.check.life import admit
+from chalicelib.check.repairs import Repairs
 from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, HeldReport, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
@@ -39,6 +42,7 @@ from chalicelib.check.steps import (
     WiderBudgets,
     compensate,
     retried,
+    surely_not_written,
     use_of,
 )
 from chalicelib.check.tickets import HoldTickets
@@ -51,7 +55,6 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     RefusalReason,
     Scope,
-    SessionKey,
     SessionSnapshot,
     Verdict,
 )
@@ -61,9 +64,11 @@ from chalicelib.quota.rules import explain_refusal
 from chalicelib.storage.ports import (
     BudgetCounters,
     Consumed,
+    NotConsumed,
     RecordChanged,
     SessionChecks,
     StorageError,
+    StoreUnavailable,
 )
 
 # A call counted in its session: the allowance, the session as counting it left it, and
@@ -103,7 +108,9 @@ class CheckService:
         self._keep = keep_calls
         self._budgets = budgets
         self._gate = gate or (PrincipalGate(budgets, clock) if budgets else None)
-        self._wider = WiderBudgets(budgets, self._limits) if budgets else None
+        # Give-backs owed to a session's next check (a deadline came, the store was down).
+        self._repairs = Repairs()
+        self._wider = WiderBudgets(budgets, self._limits, self._repairs) if budgets else None
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
@@ -130,6 +137,8 @@ class CheckService:
     def _decide(self, tenant: str, request: CheckRequest) -> Decision:
         """The check's decision, before a refusal is vouched for (raises as `check`)."""
         attempt = self.attempt_for(tenant, request)
+        if self._repairs.pending(attempt.session):
+            self._repairs.run(attempt.session)
         category = self._policy.categories[attempt.category]
         attempt, escalated = self._count_held(attempt, request.refused_locally)
         if escalated is not None:
@@ -156,12 +165,30 @@ class CheckService:
             self._counted(attempt, allowed)
             return self._shadowed(attempt, allowed, snapshot)
         try:
+            deadline.ensure("counting a call above its session")
             taken, refusal = wider.take_all(attempt, steps)
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
-            compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
+            self._undo(attempt, snapshot, [])
             raise
         return self._settle(tenant, request, (allowed, snapshot, attempt), taken, refusal)
+
+    def _undo(
+        self,
+        attempt: Attempt,
+        snapshot: SessionSnapshot,
+        taken: list[tuple[Step, BudgetSnapshot]],
+    ) -> bool:
+        """Give back what this check counted (the wider budgets that took, then its
+        session); whether all of it was given back before answering (else it is owed to
+        the session's next check here)."""
+        wider, repairs = self._wider, self._repairs
+        done = True
+        if wider is not None and taken:
+            undo = partial(wider.give_back, [s for s, _ in taken])
+            done = compensate(undo, attempt, repairs)
+        uncount = partial(self._store.uncount, attempt, snapshot.started_ms)
+        return compensate(uncount, attempt, repairs) and done
 
     def _settle(
         self,
@@ -189,16 +216,15 @@ class CheckService:
                 # Counted everywhere, but the principal's streak still stands or the call
                 # is not admitted: answered 503, so nothing may stay counted (a retry
                 # counts it anew).
-                compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
-                compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
+                self._undo(attempt, snapshot, taken)
                 raise
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
-        compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
-        compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
+        if not self._undo(attempt, snapshot, taken):
+            raise StoreUnavailable("giving back a call a wider budget refused")
         step, seen = refusal
         suspended = seen is not None and seen.suspended
         remaining = use_of(step, seen or BudgetSnapshot()).remaining
@@ -235,9 +261,27 @@ class CheckService:
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
+    def _consume(self, attempt: Attempt) -> Consumed | NotConsumed:
+        """One conditional count of the call in its session, before the deadline.
+
+        Raises:
+            DeadlineReached: it could not end before the check's deadline.
+            StorageError: the store failed. If the count may have been applied (a
+                timeout, not a throttle), taking it back is owed to the session's next
+                check here: it may land after this check's 503.
+        """
+        deadline.ensure("counting a call")
+        try:
+            return self._store.consume(attempt)
+        except StorageError as exc:
+            if not surely_not_written(exc):
+                undo = partial(self._store.uncount, attempt, None)
+                self._repairs.add(attempt.session, undo, final=False)
+            raise
+
     def _count_session(self, attempt: Attempt) -> Counted | Refused:
         for _ in range(MAX_ROUNDS):
-            result = self._store.consume(attempt)
+            result = self._consume(attempt)
             if isinstance(result, Consumed):
                 self._spent.forget(attempt.session)  # its last calls changed
                 return self._allowed(attempt, result.snapshot), result.snapshot, attempt
@@ -444,27 +488,13 @@ class CheckService:
     # -- returned leases -------------------------------------------------------------
 
     def return_lease(self, tenant: str, request: LeaseReturn) -> int:
-        """Give back the calls of a lease that the client did not spend: to the session
-        only if it is the category's last lease, exactly as granted, to counters still
-        live (the same generation, not idle-expired), once; then to a wider budget, best
-        effort, only in the window that granted it. Returns the calls given back to the
-        session (0: nothing applied).
+        """`leases.return_lease` with this service's policy, stores and clock.
 
         Raises:
             StorageError: the store failed before the session took the calls back.
         """
-        lease = request.lease
-        category = self._policy.categories.get(lease.category)
-        if category is None or not category.lease or request.unused < 1:
-            return 0
-        unused = min(request.unused, lease.granted, category.lease_max)
-        session = SessionKey(tenant, request.session_id)
         now_ms = self._clock()
-        snapshot = self._store.return_lease(session, lease, unused, now_ms - self._idle_ms)
-        if snapshot is None:
-            return 0
-        if self._wider is not None:
-            # The principal the lease was charged to, as its id names it: the session
-            # took the calls back only if its grant binds that same principal.
-            self._wider.give_back_lease(session, lease.principal, category, lease, unused, now_ms)
-        return unused
+        cutoff_ms = now_ms - self._idle_ms
+        return return_lease(
+            self._policy, self._store, self._wider, tenant, request, now_ms, cutoff_ms
+        )

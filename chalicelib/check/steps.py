@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
+from chalicelib.check import deadline
+from chalicelib.check.repairs import Repairs
 from chalicelib.check.shadow import SHADOW_CEILING
 from chalicelib.observability import count, logger
 from chalicelib.quota.core import (
@@ -74,12 +76,15 @@ COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
 
 
 def retried(write: Callable[[], object]) -> None:
-    """A write the check needs before it answers, tried again over a throttle.
+    """A write the check needs before it answers, tried again over a throttle, each try
+    only if it can end before the check's deadline.
 
     Raises:
+        DeadlineReached: one more try could not end before the deadline.
         StorageError: the store kept failing.
     """
     for pause in (*COMPENSATION_PAUSES_S, None):
+        deadline.ensure("finishing a check")
         try:
             write()
             return
@@ -89,32 +94,48 @@ def retried(write: Callable[[], object]) -> None:
             time.sleep(pause)
 
 
-def compensate(undo: Callable[[], object], attempt: Attempt) -> None:
-    """Undo what a failed check counted, trying again over a throttle. If the store stays
-    down, the count stays one too high (under-admission, never over) and says so: an
-    error log line and the CompensationFailed metric, never a silent miscount.
-
-    Raises:
-        StorageError: the store kept failing.
-    """
+def compensate(
+    undo: Callable[[], object], attempt: Attempt, repairs: Repairs | None = None
+) -> bool:
+    """Undo what a failed check counted, trying again over a throttle while the check's
+    deadline allows; whether it was undone. What cannot be undone in time, or while the
+    store keeps failing, is owed to the session's next check here (`repairs`); until then
+    the count stays one too high (under-admission, never over), and says so: a log line
+    and the CompensationFailed or CompensationDeferred metric, never a silent miscount."""
     for pause in (*COMPENSATION_PAUSES_S, None):
+        if not deadline.allows_step():
+            _owe(undo, attempt, repairs, "CompensationDeferred", "its deadline came")
+            return False
         try:
             undo()
-            return
+            return True
         except StorageError as exc:
             if pause is None:
-                logger.error(
-                    "could not give back a call answered 503; its count stays",
-                    extra={
-                        "tenant": attempt.tenant,
-                        "session_id": attempt.session_id,
-                        "category": attempt.category,
-                        "error": exc.doing,
-                    },
-                )
-                count("CompensationFailed", attempt.category)
-                raise
+                _owe(undo, attempt, repairs, "CompensationFailed", exc.doing)
+                return False
             time.sleep(pause)
+    return False
+
+
+def _owe(
+    undo: Callable[[], object],
+    attempt: Attempt,
+    repairs: Repairs | None,
+    metric: str,
+    why: str,
+) -> None:
+    logger.error(
+        "could not give back a call before answering; it is owed to the session's next check",
+        extra={
+            "tenant": attempt.tenant,
+            "session_id": attempt.session_id,
+            "category": attempt.category,
+            "error": why,
+        },
+    )
+    if repairs is not None:
+        repairs.add(attempt.session, undo)
+    count(metric, attempt.category)
 
 
 def surely_not_written(exc: StorageError) -> bool:
@@ -145,9 +166,12 @@ Outcome: TypeAlias = tuple[
 class WiderBudgets:
     """The steps of a check above its session, and what undoes them."""
 
-    def __init__(self, budgets: BudgetCounters, limits: LimitResolver) -> None:
+    def __init__(
+        self, budgets: BudgetCounters, limits: LimitResolver, repairs: Repairs | None = None
+    ) -> None:
         self._budgets = budgets
         self._limits = limits
+        self._repairs = repairs
         # Wider budgets this container last saw refusing (category, window, limit): a
         # hint for the order of the steps, never a decision.
         self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
@@ -211,7 +235,7 @@ class WiderBudgets:
         for result in results:
             if isinstance(result, StorageError):
                 undo = partial(self.give_back, [s for s, _ in taken])
-                compensate(undo, attempt)
+                compensate(undo, attempt, self._repairs)
                 raise result
         for step, result in zip(steps, results, strict=True):
             if isinstance(result, NotTaken):

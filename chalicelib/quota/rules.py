@@ -13,6 +13,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     Spend,
     Verdict,
+    call_id_key,
 )
 from chalicelib.quota.facts import (
     And,
@@ -168,6 +169,17 @@ def take_back(attempt: Attempt, started_ms: int) -> Condition:
     """When a counted call comes off the count (a wider budget refused it): the counters
     are still the generation that counted it, and hold it."""
     return all_of(SameCounters(started_ms), CountAtLeast(attempt.category, attempt.units))
+
+
+def take_back_recorded(attempt: Attempt) -> Condition:
+    """When a call whose count may or may not have been applied (the store timed out) is
+    taken back later: only if the session records this very check's count, in counters
+    that started by its time (an administrator's reset since starts them later)."""
+    counted: Condition = Recorded(attempt.record(allowed=True))
+    life = attempt.life()
+    if attempt.call_id is not None and life is not None:
+        counted = CallLifeIs(call_id_key(attempt.call_id), life)
+    return all_of(StartedBy(attempt.now_ms), CountAtLeast(attempt.category, attempt.units), counted)
 
 
 def lease_return(lease: LeaseId, unused: int, cutoff_ms: int) -> Condition:

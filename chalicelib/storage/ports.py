@@ -140,9 +140,12 @@ class SessionChecks(SessionReads, Protocol):
             StorageError: the store failed.
         """
 
-    def uncount(self, attempt: Attempt, started_ms: int) -> None:
+    def uncount(self, attempt: Attempt, started_ms: int | None) -> None:
         """Take back a call `consume` counted (a wider budget refused it): the count goes
         down if the counters are still those of `started_ms`; the call shows as refused.
+        `started_ms` None: whether `consume` applied is unknown (the store timed out);
+        only a count the session records as this check's is taken back
+        (`rules.take_back_recorded`), else nothing is written.
 
         Raises:
             StorageError: the store failed.

@@ -48,6 +48,7 @@ from chalicelib.quota.rules import (
     lease_return,
     session_consume,
     take_back,
+    take_back_recorded,
 )
 from chalicelib.storage.dynamodb.changes import (
     APPEND_CALL,
@@ -246,7 +247,7 @@ class CounterStore(RefusalWrites):
         item = self._restart(attempt, restarted_suspended(attempt, seen), rule, doing)
         return snapshot_from_item(item) if item is not None else None
 
-    def uncount(self, attempt: Attempt, started_ms: int) -> None:
+    def uncount(self, attempt: Attempt, started_ms: int | None) -> None:
         """Take back a counted call that a wider budget refused.
 
         Where this check's own record still ends the list, it becomes the refusal in place
@@ -262,7 +263,9 @@ class CounterStore(RefusalWrites):
         entry = f"{UNCOUNTED}{record.call_id or ''}{SEP}{attempt.check_id}"
         key = key_of(attempt.session)
         doing = "taking back a counted call"
-        rendered = render(take_back(attempt, started_ms))
+        unknown = started_ms is None
+        rule = take_back_recorded(attempt) if started_ms is None else take_back(attempt, started_ms)
+        rendered = render(rule)
         change = taken_back(attempt)
         tail = self._tails.get(key)
         counted_id = stored_id(attempt.record(allowed=True))
@@ -293,6 +296,8 @@ class CounterStore(RefusalWrites):
                 doing,
             )
         except _ConditionFailed:
+            if unknown:
+                return  # this check's count never landed: nothing to take back
             # Reset meanwhile: nothing to take back; the call still shows as refused.
             update = self._change(
                 taken_back(attempt, counts=False), APPEND_CALL, {":cidl": {"L": [_s(entry)]}}

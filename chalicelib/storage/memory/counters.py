@@ -54,6 +54,7 @@ from chalicelib.quota.rules import (
     still_spent,
     suspended_refusal,
     take_back,
+    take_back_recorded,
 )
 from chalicelib.storage.memory.changes import apply
 from chalicelib.storage.ports import (
@@ -304,11 +305,16 @@ class MemoryCounters:
             self._write(attempt.session, admitted(key, life))
             return True
 
-    def uncount(self, attempt: Attempt, started_ms: int) -> None:
-        """Take back a counted call that a wider budget refused."""
+    def uncount(self, attempt: Attempt, started_ms: int | None) -> None:
+        """Take back a counted call that a wider budget refused (`started_ms` None: only
+        if the session records it)."""
         with self._lock:
             now = self._snapshot(attempt.session)
             if now is None:
+                return
+            if started_ms is None:
+                if take_back_recorded(attempt).holds(now):
+                    self._write(attempt.session, taken_back(attempt))
                 return
             counts = take_back(attempt, started_ms).holds(now)
             self._write(attempt.session, taken_back(attempt, counts))
