@@ -29,9 +29,10 @@ grant_of = leases.grant_of
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
 # How long a call counted in its session may stay in progress: longer than any check
-# runs (the Lambda's timeout is 10 s). A copy that finds it in progress later knows its
-# check ended without admitting it (a crash), and counts the call anew.
-IN_PROGRESS_MS = 30_000
+# runs (a check answers within its 4 s deadline; the Lambda's timeout is 10 s). A copy
+# that finds it in progress later knows its check ended without admitting it (a crash),
+# and counts the call anew.
+IN_PROGRESS_MS = 10_000
 # Hex digits of an arguments digest the loop breaker keeps: 48 bits tell a session's
 # calls of one tool apart, and keep the session item small.
 REPEAT_DIGEST_CHARS = 12
