@@ -17,3 +17,10 @@ package: $(BIN)/.installed
 rotate-link-key: $(BIN)/.installed
 	@test -n "$(STACK)" || { echo "usage: make rotate-link-key STACK=<stack name> [FORCE=1]"; exit 2; }
 	$(BIN)/python -m deploy.rotate_link_key --stack $(STACK) $(if $(FORCE),--force)
+
+.PHONY: tenant-limit
+
+## Give TENANT its own request limit on STACK (its usage-plan key); run once per new tenant.
+tenant-limit: $(BIN)/.installed
+	@test -n "$(STACK)" -a -n "$(TENANT)" || { echo "usage: make tenant-limit STACK=<stack name> TENANT=<tenant>"; exit 2; }
+	$(BIN)/python -m deploy.tenant_limit --stack $(STACK) --tenant $(TENANT)

@@ -140,7 +140,7 @@ def test_one_token_past_its_rate_gets_429_alone(packaged: Packaged) -> None:
     assert acl["Condition"] == "RateLimitTokens"
     properties = acl["Properties"]
     assert (properties["Scope"], properties["DefaultAction"]) == ("REGIONAL", {"Allow": {}})
-    (rule,) = properties["Rules"]
+    (rule,) = [r for r in properties["Rules"] if r["Name"] == "per-token-rate"]
     rate = rule["Statement"]["RateBasedStatement"]
     assert rate["Limit"] == {"Ref": "TokenRateLimitPerMinute"}
     assert rate["EvaluationWindowSec"] == 60
