@@ -39,6 +39,7 @@ from deploy.monitoring import (  # noqa: E402
     alarm,
     api_dimensions,
     blocked_writes_alarm,
+    canary_alarms,
     concurrency_alarm,
     dashboard,
     delivery_alarms,
@@ -76,6 +77,7 @@ OPENAPI_VERSION = "2.0"
 RATE_LIMIT_TOKENS = "RateLimitTokens"
 TOKEN_RATE_ACL = "TokenRateLimitAcl"
 TENANT_PLAN = "TenantUsagePlan"
+PRE_TRAFFIC = "PreTrafficHook"
 UNVERIFIED_KEY = "UnverifiedUsageKey"
 # The authorizer's accepted header, lowercased (RFC 6750's b64token): anything else is
 # counted by address. PCRE, as WAF reads it.
@@ -84,8 +86,8 @@ WELL_FORMED_AUTHORIZATION = r"^bearer [a-z0-9._~+/-]+=*$"
 # token's case too, which only merges tokens that differ in case alone) and runs of
 # whitespace (COMPRESS_WHITE_SPACE), so each token is one bucket however it is spelled.
 TOKEN_KEY_TRANSFORMATIONS = ("LOWERCASE", "COMPRESS_WHITE_SPACE")
-# Canary: 10 % of calls go to the new version for 5 minutes; its errors or the API's 5xx
-# roll it back (docs/operations.md, "Deploys and rollback").
+# Canary: 10 % of calls go to the new version for 5 minutes; the new version's own errors
+# (one-minute alarms) roll it back (docs/operations.md, "Deploys and rollback").
 ALIAS = "live"
 DEPLOYMENT_TYPE = "Canary10Percent5Minutes"
 CANARY_FUNCTIONS = (API_HANDLER, "bearer")
@@ -454,13 +456,96 @@ def lambda_settings(runtime: str) -> Template:
 
 
 def canary(function: str, alarms: list[str]) -> Template:
-    """A published alias the API calls, and CodeDeploy shifting it: 10 % for 5 minutes,
-    rolled back if any of `alarms` fires meanwhile."""
+    """A published alias the API calls, and CodeDeploy shifting it: 10 % for 5 minutes
+    once the pre-traffic check passed, rolled back if any of `alarms` fires meanwhile."""
     return {
         "AutoPublishAlias": ALIAS,
         "DeploymentPreference": {
             "Type": DEPLOYMENT_TYPE,
             "Alarms": [{"Ref": name} for name in alarms],
+            "Hooks": {"PreTraffic": {"Ref": PRE_TRAFFIC}},
+        },
+    }
+
+
+def pre_traffic_hook(runtime: str, retention: int) -> Template:
+    """CodeDeploy's PreTraffic hook (deploy/pre_traffic.py, inlined): invokes the new
+    versions of the API handler and the authorizer before any traffic moves. Named
+    `CodeDeployHook_*`: SAM's CodeDeploy role may invoke only such functions."""
+    handler, authorizer = (lambda_names(name).function for name in CANARY_FUNCTIONS)
+    groups = [f"{function}DeploymentGroup" for function in (handler, authorizer)]
+    group_arn = (
+        "arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:"
+        "deploymentgroup:${ServerlessDeploymentApplication}/${%s}"
+    )
+    role = f"{PRE_TRAFFIC}Role"
+    log_group = f"{PRE_TRAFFIC}LogGroup"
+    statements = [
+        {
+            "Sid": "InvokeTheNewVersions",
+            "Effect": "Allow",
+            "Action": ["lambda:InvokeFunction"],
+            "Resource": [{"Ref": f"{handler}.Version"}, {"Ref": f"{authorizer}.Version"}],
+        },
+        {
+            "Sid": "ReportTheCheck",
+            "Effect": "Allow",
+            "Action": ["codedeploy:PutLifecycleEventHookExecutionStatus"],
+            "Resource": [{"Fn::Sub": group_arn % group} for group in groups],
+        },
+        {
+            "Sid": "WriteOwnLogGroup",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": [{"Fn::GetAtt": [log_group, "Arn"]}],
+        },
+    ]
+    return {
+        log_group: {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"RetentionInDays": retention},
+        },
+        role: {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "lambda.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                },
+                "Policies": [
+                    {
+                        "PolicyName": "pre-traffic-check",
+                        "PolicyDocument": {"Version": "2012-10-17", "Statement": statements},
+                    }
+                ],
+            },
+        },
+        PRE_TRAFFIC: {
+            "Type": "AWS::Serverless::Function",
+            "Properties": {
+                "FunctionName": {"Fn::Sub": "CodeDeployHook_${AWS::StackName}"},
+                "Description": "mcp-quota: checks a new version before CodeDeploy shifts to it",
+                "InlineCode": (ROOT / "deploy" / "pre_traffic.py").read_text(),
+                "Handler": "index.handler",
+                "Runtime": runtime,
+                "Architectures": ["arm64"],
+                "MemorySize": 128,
+                "Timeout": 60,  # two cold invocations at most
+                "Role": {"Fn::GetAtt": [role, "Arn"]},
+                "LoggingConfig": {**LOGGING_CONFIG, "LogGroup": {"Ref": log_group}},
+                "Environment": {
+                    "Variables": {
+                        "API_VERSION": {"Ref": f"{handler}.Version"},
+                        "AUTHORIZER_VERSION": {"Ref": f"{authorizer}.Version"},
+                    }
+                },
+            },
         },
     }
 
@@ -724,8 +809,9 @@ def function_resources(functions: list[LambdaNames], runtime: str, xray: bool) -
     for name in CANARY_FUNCTIONS:
         function = lambda_names(name).function
         if function in resources:
-            rollback = [f"{function}ErrorsAlarm", "Api5xxAlarm"]
-            resources[function]["Properties"].update(canary(function, rollback))
+            rollback = canary_alarms(function, ALIAS, faults=name == API_HANDLER)
+            resources.update(rollback)
+            resources[function]["Properties"].update(canary(function, list(rollback)))
     handler = lambda_names(API_HANDLER).function
     if handler in resources:
         # Never below the stage's burst: a burst the gateway lets through must not meet a
@@ -908,6 +994,9 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     resources.update(token_rate_limit(api_stage))
     resources.update(tenant_usage_plan(api_stage))
     resources.update(function_resources(functions, runtime, xray))
+    canaried = [lambda_names(name).function for name in CANARY_FUNCTIONS]
+    if all(function in resources for function in canaried):
+        resources.update(pre_traffic_hook(runtime, retention))
     handler = lambda_names(API_HANDLER).function
     notifier = lambda_names(NOTIFIER).function
     if notifier in resources:

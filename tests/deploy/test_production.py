@@ -174,7 +174,45 @@ def test_the_api_and_authorizer_deploy_as_a_10_percent_canary(packaged: Packaged
         assert properties["AutoPublishAlias"] == "live"
         preference = properties["DeploymentPreference"]
         assert preference["Type"] == "Canary10Percent5Minutes"
-        assert preference["Alarms"] == [{"Ref": f"{name}ErrorsAlarm"}, {"Ref": "Api5xxAlarm"}]
+        expected = [f"{name}CanaryErrorsAlarm"]
+        if name == "APIHandler":
+            expected.append("APIHandlerCanaryFaultsAlarm")
+        assert preference["Alarms"] == [{"Ref": alarm} for alarm in expected]
+
+
+def test_canary_rollback_watches_the_new_version_minute_by_minute(
+    packaged: Packaged, deployed: dict[str, Any]
+) -> None:
+    """Defect class: a rollback alarm that cannot tell the new version from the old
+    (function- and stage-wide) and that cannot fire inside the canary (a 300 s period
+    for a 300 s canary)."""
+    canary_seconds = 5 * 60
+    for name in CANARIED:
+        (rollback,) = [
+            ref["Ref"] for ref in props(packaged, name)["DeploymentPreference"]["Alarms"][:1]
+        ]
+        found = alarm(packaged, rollback)
+        dimensions = {d["Name"]: d["Value"] for d in found["Dimensions"]}
+        assert dimensions == {
+            "FunctionName": {"Ref": name},
+            "Resource": {"Fn::Sub": f"${{{name}}}:live"},
+            "ExecutedVersion": {"Fn::GetAtt": [f"{name}.Version", "Version"]},
+        }
+        assert found["Period"] == 60
+        assert found["Period"] * found["EvaluationPeriods"] * 2 <= canary_seconds
+    faults = alarm(packaged, "APIHandlerCanaryFaultsAlarm")
+    assert faults["MetricName"] == "UnhandledError" and faults["Period"] == 60
+    assert {d["Name"]: d["Value"] for d in faults["Dimensions"]}["version"] == {
+        "Fn::GetAtt": ["APIHandler.Version", "Version"]
+    }
+    # SAM resolves the new version: the deployed alarm names the published version.
+    resources = deployed["Resources"]
+    versions = {k for k, v in resources.items() if v["Type"] == "AWS::Lambda::Version"}
+    deployed_alarm = resources["APIHandlerCanaryErrorsAlarm"]["Properties"]
+    (executed,) = [d for d in deployed_alarm["Dimensions"] if d["Name"] == "ExecutedVersion"]
+    (target, attribute) = executed["Value"]["Fn::GetAtt"]
+    assert target in versions and target.startswith("APIHandlerVersion")
+    assert attribute == "Version"
 
 
 def test_api_gateway_calls_the_aliases_only(deployed: dict[str, Any]) -> None:
