@@ -94,6 +94,7 @@ CANARY_FUNCTIONS = (API_HANDLER, "bearer")
 # SQS: a message is tried this often before it goes to the dead-letter queue; it stays
 # invisible for 6 function timeouts while one try runs (AWS's advice for event sources).
 NOTIFY_MAX_RECEIVES = 5
+NOTIFIER_CONCURRENCY = 2  # SQS event sources' least MaximumConcurrency
 DEAD_LETTER_RETENTION_SECONDS = 14 * 86_400
 THROTTLED_BODY = json.dumps(
     {
@@ -765,7 +766,7 @@ def meter_tenants(definition: Template) -> Template:
 
 
 def operational_alarms(
-    functions: list[LambdaNames], api_stage: str, categories: list[str], notify: list[str]
+    functions: list[LambdaNames], api_stage: str, categories: list[str]
 ) -> Template:
     """Every alarm of the stack; each tells the operators' topic when it fires and clears."""
     alarms: Template = {ALARM: blocked_writes_alarm(ALARM_CATEGORY)}
@@ -783,7 +784,8 @@ def operational_alarms(
             table_throttles(spec.logical_name),
         )
     alarms.update(fail_open_alarms(categories))
-    alarms.update(delivery_alarms(notify))
+    # Every category: a suspension's mail goes out whatever the category's `notify`.
+    alarms.update(delivery_alarms(categories))
     handler = lambda_names(API_HANDLER).function
     if any(names.function == handler for names in functions):
         alarms["ApiConcurrencyAlarm"] = concurrency_alarm(handler)
@@ -832,11 +834,17 @@ def notifier_resources(notifier: str, timeout: int) -> Template:
     resources = notification_queues(timeout)
     resources[notifier] = {
         "Properties": {
+            # Mail is a trickle: a cap keeps a flood of refusals from taking the account's
+            # concurrency, and the event source never invokes past it (no throttles).
+            "ReservedConcurrentExecutions": NOTIFIER_CONCURRENCY,
             "Events": {
                 f"{notifier}SqsEventSource": {
-                    "Properties": {"FunctionResponseTypes": ["ReportBatchItemFailures"]}
+                    "Properties": {
+                        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                        "ScalingConfig": {"MaximumConcurrency": NOTIFIER_CONCURRENCY},
+                    }
                 }
-            }
+            },
         }
     }
     return resources
@@ -965,7 +973,6 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     (env, *_) = stage_environments(config, stage)
     policy = load_policy(env.get("QUOTA_POLICY", "default.json"))
     categories = list(policy.categories)
-    notify = [name for name, category in policy.categories.items() if category.notify]
 
     resources: Template = {
         spec.logical_name: table_resource(key, spec) for key, spec in ALL_TABLES.items()
@@ -980,7 +987,7 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
             "GenerateSecretString": {"PasswordLength": 64, "ExcludePunctuation": True},
         },
     }
-    resources.update(operational_alarms(functions, api_stage, categories, notify))
+    resources.update(operational_alarms(functions, api_stage, categories))
     log_policies = [f"{names.role}Logs" for names in functions]
     for policy_name, names in zip(log_policies, functions, strict=True):
         resources[policy_name] = logs_policy(names)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chalicelib.notify import PUBLISH_WORST_MS
 from chalicelib.quota.policy import load_policy
 from deploy.build_template import LOGGING_CONFIG, load_config
 from deploy.package import release, release_version
@@ -54,6 +55,17 @@ def test_refusals_enqueue_and_the_notifier_reads_the_stacks_own_queue(
     assert notifier["Handler"] == "chalicelib.api.notifier.notifier"
 
 
+def test_the_notifier_fits_its_timeout_and_is_capped(packaged: Packaged) -> None:
+    """Defect class: a consumer whose batch can outlast its timeout (SQS then resends
+    the mails already sent) and whose concurrency nothing bounds."""
+    notifier = props(packaged, "Notifier")
+    ((_, source),) = notifier["Events"].items()
+    batch = source["Properties"]["BatchSize"]
+    assert batch * PUBLISH_WORST_MS < notifier["Timeout"] * 1000
+    assert notifier["ReservedConcurrentExecutions"] == 2
+    assert source["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
 def test_the_deployed_notifier_polls_the_queue(deployed: dict[str, Any]) -> None:
     (mapping,) = of_type(deployed["Resources"], "AWS::Lambda::EventSourceMapping").values()
     assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["NotificationQueue", "Arn"]}
@@ -70,13 +82,13 @@ def alarm(packaged: Packaged, name: str) -> dict[str, Any]:
     return found
 
 
-def test_notification_failures_are_alarmed_for_every_category_that_notifies(
-    packaged: Packaged,
-) -> None:
+def test_notification_failures_are_alarmed_for_every_category(packaged: Packaged) -> None:
+    """Defect class: an alarm narrower than what it guards (it watched the categories
+    that notify on refusal, but a suspension's mail goes out for any category)."""
     prod = load_config()["stages"]["prod"]["environment_variables"]
     policy = load_policy(prod["QUOTA_POLICY"])
-    notify = {name for name, category in policy.categories.items() if category.notify}
-    assert notify
+    notify = set(policy.categories)
+    assert {name for name, c in policy.categories.items() if not c.notify}  # read: silent
     found = alarm(packaged, "NotificationFailedAlarm")
     metrics = [m["MetricStat"]["Metric"] for m in found["Metrics"] if "MetricStat" in m]
     assert {m["MetricName"] for m in metrics} == {"NotificationFailed"}
