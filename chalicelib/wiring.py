@@ -73,13 +73,13 @@ CLIENT_CONFIG = Config(
     max_pool_connections=50,
     parameter_validation=False,
 )
-# A token look-up tries once: the authorizer and then the route may both look a token up
-# while the store hangs, and the two together must still fit the budget above.
 # A warm container re-reads the link keys this often: a key withdrawn after a leak
 # (`make rotate-link-key LEAKED=1`) stops signing and verifying within a minute, and at
 # once where a link names the new key (LinkSigner's reload). One GetSecretValue pair a
 # minute per container that handles links: the refusals and the link pages only.
 LINK_KEYS_CACHE_MS = 60 * 1000
+# A token look-up tries once: the authorizer and then the route may both look a token up
+# while the store hangs, and the two together must still fit the budget above.
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
     Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
