@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -97,6 +97,13 @@ def decode(raw: str) -> Notification:
     return Notification(subject, body, {str(k): str(v) for k, v in attributes.items()})
 
 
+PUBLISH_TRIES = 2
+# One publish at worst: PUBLISH_TRIES tries, each botocore's 2 attempts of 0.5 s connect
+# + 1 s read with up to 1 s of backoff between (chalicelib/wiring.py, CLIENT_CONFIG).
+# The notifier starts a publish only with this much of its invocation left.
+PUBLISH_WORST_MS = 8_000
+
+
 class Notifier:
     """Publishes to one topic; retries once; optionally echoes to the console (local)."""
 
@@ -125,7 +132,7 @@ class Notifier:
             for name, value in note.attributes.items()
         }
         last: Exception | None = None
-        for _ in range(2):
+        for _ in range(PUBLISH_TRIES):
             try:
                 response = self._client().publish(
                     TopicArn=self._topic,
@@ -181,15 +188,31 @@ class Delivered:
     sent: list[str]
     failed: list[str]  # message ids SQS should deliver again (then dead-letter)
     failed_categories: list[str]
+    deferred: list[str] = field(default_factory=list)  # not tried: too little time left
+
+    @property
+    def again(self) -> list[str]:
+        """The message ids SQS should deliver again: the failed and the deferred."""
+        return [*self.failed, *self.deferred]
 
 
-def deliver(messages: Iterable[tuple[str, str]], notifier: Publisher) -> Delivered:
+def deliver(
+    messages: Iterable[tuple[str, str]],
+    notifier: Publisher,
+    time_left_ms: Callable[[], int] | None = None,
+) -> Delivered:
     """Publish each queued (message id, body) to SNS; never raises, so one bad message
-    cannot fail (and repeat) the batch's good ones."""
+    cannot fail (and repeat) the batch's good ones, and never starts a publish that could
+    outlast the invocation (`time_left_ms`), so a timeout never makes SQS resend the
+    batch's sent ones: those not tried are deferred."""
     sent: list[str] = []
     failed: list[str] = []
     categories: list[str] = []
+    deferred: list[str] = []
     for message_id, raw in messages:
+        if deferred or (time_left_ms is not None and time_left_ms() < PUBLISH_WORST_MS):
+            deferred.append(message_id)
+            continue
         try:
             note = decode(raw)
         except MalformedNotification:
@@ -203,4 +226,4 @@ def deliver(messages: Iterable[tuple[str, str]], notifier: Publisher) -> Deliver
             categories.append(note.attributes.get("category", ""))
         else:
             sent.append(message_id)
-    return Delivered(sent, failed, categories)
+    return Delivered(sent, failed, categories, deferred)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 
 SERVICE = "mcp-quota"
 NAMESPACE = "McpQuota"
+# A 500 the service answered for an unexpected exception (Lambda's Errors does not see
+# it: the function returned), per function version, so that a canary's rollback alarm
+# watches the new version alone (deploy/monitoring.py).
+FAULT_METRIC = "UnhandledError"
 
 
 class LazyLogger:
@@ -85,3 +90,15 @@ def count(name: str, category: str | None = None, value: int = 1) -> None:
         metric.add_dimension(name="service", value=SERVICE)
         if category is not None:
             metric.add_dimension(name="category", value=category)
+
+
+def count_fault() -> None:
+    """Count one unhandled error, dimensioned by the function version that answered it."""
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    version = os.environ.get("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+    with single_metric(
+        name=FAULT_METRIC, unit=MetricUnit.Count, value=1, namespace=NAMESPACE
+    ) as metric:
+        metric.add_dimension(name="service", value=SERVICE)
+        metric.add_dimension(name="version", value=version)

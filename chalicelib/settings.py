@@ -80,6 +80,7 @@ class Settings:
     link_secret_arn: str = ""  # or: a Secrets Manager secret the stack creates (prod)
     public_url: str = ""  # the base URL of links and of the console in the email
     notify_queue_url: str = ""  # refusals enqueue their email here (prod); empty: SNS direct
+    usage_key_scope: str = ""  # the stack's name: the authorizer names tenants' usage keys
 
     @property
     def is_local(self) -> bool:
@@ -123,4 +124,5 @@ class Settings:
             link_secret_arn=env.get("QUOTA_LINK_SECRET_ARN", ""),
             public_url=_url(env, "QUOTA_PUBLIC_URL"),
             notify_queue_url=env.get("QUOTA_NOTIFY_QUEUE_URL", ""),
+            usage_key_scope=env.get("QUOTA_USAGE_KEY_SCOPE", ""),
         )

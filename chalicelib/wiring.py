@@ -77,11 +77,13 @@ CLIENT_CONFIG = Config(
     max_pool_connections=50,
     parameter_validation=False,
 )
+# A warm container re-reads the link keys this often: a key withdrawn after a leak
+# (`make rotate-link-key LEAKED=1`) stops signing and verifying within a minute, and at
+# once where a link names the new key (LinkSigner's reload). One GetSecretValue pair a
+# minute per container that handles links: the refusals and the link pages only.
+LINK_KEYS_CACHE_MS = 60 * 1000
 # A token look-up tries once: the authorizer and then the route may both look a token up
 # while the store hangs, and the two together must still fit the budget above.
-# A warm container re-reads the link keys this often: with links living 24 h, a key
-# signs for at most 25 h after a rotation, inside the two days between rotations.
-LINK_KEYS_CACHE_MS = 3600 * 1000
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
     Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
@@ -224,8 +226,8 @@ class Container:
     @property
     def link_signer(self) -> LinkSigner | None:
         """The signer of the email's links, or None where no secret is configured. Read
-        again every LINK_KEYS_CACHE_MS, so a warm container signs with a rotated key
-        within the hour (and sooner verifies one it has not seen)."""
+        again every LINK_KEYS_CACHE_MS, so a warm container signs with a rotated key, and
+        drops a withdrawn one, within a minute (and verifies one it has not seen at once)."""
         now = self.clock()
         if self._signer_read_at is None or now - self._signer_read_at >= LINK_KEYS_CACHE_MS:
             from chalicelib.links.signing import LinkSigner

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
 
 from chalice.utils import to_cfn_resource_name  # noqa: E402
 
+from chalicelib.auth.authorizer import UNVERIFIED_USAGE_KEY, USAGE_KEY_PREFIX  # noqa: E402
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
 from deploy.monitoring import (  # noqa: E402
@@ -38,6 +39,7 @@ from deploy.monitoring import (  # noqa: E402
     alarm,
     api_dimensions,
     blocked_writes_alarm,
+    canary_alarms,
     concurrency_alarm,
     dashboard,
     delivery_alarms,
@@ -74,14 +76,25 @@ ACCESS_LOG_GROUP = "ApiAccessLogGroup"
 OPENAPI_VERSION = "2.0"
 RATE_LIMIT_TOKENS = "RateLimitTokens"
 TOKEN_RATE_ACL = "TokenRateLimitAcl"
-# Canary: 10 % of calls go to the new version for 5 minutes; its errors or the API's 5xx
-# roll it back (docs/operations.md, "Deploys and rollback").
+TENANT_PLAN = "TenantUsagePlan"
+PRE_TRAFFIC = "PreTrafficHook"
+UNVERIFIED_KEY = "UnverifiedUsageKey"
+# The authorizer's accepted header, lowercased (RFC 6750's b64token): anything else is
+# counted by address. PCRE, as WAF reads it.
+WELL_FORMED_AUTHORIZATION = r"^bearer [a-z0-9._~+/-]+=*$"
+# The per-token key folds what the authorizer folds: the scheme's case (LOWERCASE; the
+# token's case too, which only merges tokens that differ in case alone) and runs of
+# whitespace (COMPRESS_WHITE_SPACE), so each token is one bucket however it is spelled.
+TOKEN_KEY_TRANSFORMATIONS = ("LOWERCASE", "COMPRESS_WHITE_SPACE")
+# Canary: 10 % of calls go to the new version for 5 minutes; the new version's own errors
+# (one-minute alarms) roll it back (docs/operations.md, "Deploys and rollback").
 ALIAS = "live"
 DEPLOYMENT_TYPE = "Canary10Percent5Minutes"
 CANARY_FUNCTIONS = (API_HANDLER, "bearer")
 # SQS: a message is tried this often before it goes to the dead-letter queue; it stays
 # invisible for 6 function timeouts while one try runs (AWS's advice for event sources).
 NOTIFY_MAX_RECEIVES = 5
+NOTIFIER_CONCURRENCY = 2  # SQS event sources' least MaximumConcurrency
 DEAD_LETTER_RETENTION_SECONDS = 14 * 86_400
 THROTTLED_BODY = json.dumps(
     {
@@ -89,6 +102,16 @@ THROTTLED_BODY = json.dumps(
             "code": "throttled",
             "message": "Too many requests with this token; retry shortly. This is not a "
             "quota refusal: nothing was counted.",
+        }
+    },
+    separators=(",", ":"),
+)
+ADDRESS_THROTTLED_BODY = json.dumps(
+    {
+        "error": {
+            "code": "throttled",
+            "message": "Too many requests without a valid 'Authorization: Bearer <token>' "
+            "from this address; retry later.",
         }
     },
     separators=(",", ":"),
@@ -138,7 +161,11 @@ GATEWAY_ERRORS: dict[str, GatewayError] = {
     ),
     "EXPIRED_TOKEN": GatewayError("forbidden", "The token is not valid."),
     "INVALID_SIGNATURE": GatewayError("forbidden", "The token is not valid."),
-    "INVALID_API_KEY": GatewayError("forbidden", "The token is not valid."),
+    # The authorizer named a tenant usage key the stack does not hold (`make tenant-limit`).
+    "INVALID_API_KEY": GatewayError(
+        "forbidden",
+        "This tenant has no request limit on this stack yet; its operators must add it.",
+    ),
     "WAF_FILTERED": GatewayError("forbidden", "The request was refused."),
     # In this API, API Gateway sends this for a path or method no route has.
     "MISSING_AUTHENTICATION_TOKEN": GatewayError(
@@ -255,13 +282,40 @@ def parameters() -> Template:
             "Type": "Number",
             "Default": 200,
             "MinValue": 1,
-            "Description": "API Gateway steady-state requests per second, whole stage.",
+            "Description": (
+                "API Gateway steady-state requests per second, per method (each route and "
+                "method has its own bucket of this size)."
+            ),
         },
         "ApiThrottleBurstLimit": {
             "Type": "Number",
             "Default": 400,
             "MinValue": 1,
-            "Description": "API Gateway burst capacity (requests), whole stage.",
+            "Description": "API Gateway burst capacity (requests), per method.",
+        },
+        "TenantRateLimit": {
+            "Type": "Number",
+            "Default": 50,
+            "MinValue": 1,
+            "Description": (
+                "Requests per second one tenant may send, all its tokens together (its "
+                "usage-plan key; `make tenant-limit` adds a tenant)."
+            ),
+        },
+        "TenantBurstLimit": {
+            "Type": "Number",
+            "Default": 100,
+            "MinValue": 1,
+            "Description": "Burst capacity (requests) of one tenant, all its tokens together.",
+        },
+        "AddressRateLimitPerMinute": {
+            "Type": "Number",
+            "Default": 300,
+            "MinValue": 10,
+            "Description": (
+                "Requests per minute one client address may send with a missing or "
+                "malformed Authorization header (pages, junk, floods) before WAF answers 429."
+            ),
         },
         "BlockedWritesAlarmThreshold": {
             "Type": "Number",
@@ -290,12 +344,11 @@ def parameters() -> Template:
         },
         "TokenRateLimitPerMinute": {
             "Type": "Number",
-            "Default": 6000,
+            "Default": 1200,
             "MinValue": 0,
             "Description": (
                 "Requests per minute one bearer token may send before WAF answers it 429 "
-                "(per token, so one tenant's flood does not throttle the others); 0: no "
-                "rule and no web ACL."
+                "(a tenth of a method's ApiThrottleRateLimit by default); 0: no web ACL."
             ),
         },
         "LatencyP99AlarmMs": {
@@ -404,13 +457,96 @@ def lambda_settings(runtime: str) -> Template:
 
 
 def canary(function: str, alarms: list[str]) -> Template:
-    """A published alias the API calls, and CodeDeploy shifting it: 10 % for 5 minutes,
-    rolled back if any of `alarms` fires meanwhile."""
+    """A published alias the API calls, and CodeDeploy shifting it: 10 % for 5 minutes
+    once the pre-traffic check passed, rolled back if any of `alarms` fires meanwhile."""
     return {
         "AutoPublishAlias": ALIAS,
         "DeploymentPreference": {
             "Type": DEPLOYMENT_TYPE,
             "Alarms": [{"Ref": name} for name in alarms],
+            "Hooks": {"PreTraffic": {"Ref": PRE_TRAFFIC}},
+        },
+    }
+
+
+def pre_traffic_hook(runtime: str, retention: int) -> Template:
+    """CodeDeploy's PreTraffic hook (deploy/pre_traffic.py, inlined): invokes the new
+    versions of the API handler and the authorizer before any traffic moves. Named
+    `CodeDeployHook_*`: SAM's CodeDeploy role may invoke only such functions."""
+    handler, authorizer = (lambda_names(name).function for name in CANARY_FUNCTIONS)
+    groups = [f"{function}DeploymentGroup" for function in (handler, authorizer)]
+    group_arn = (
+        "arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:"
+        "deploymentgroup:${ServerlessDeploymentApplication}/${%s}"
+    )
+    role = f"{PRE_TRAFFIC}Role"
+    log_group = f"{PRE_TRAFFIC}LogGroup"
+    statements = [
+        {
+            "Sid": "InvokeTheNewVersions",
+            "Effect": "Allow",
+            "Action": ["lambda:InvokeFunction"],
+            "Resource": [{"Ref": f"{handler}.Version"}, {"Ref": f"{authorizer}.Version"}],
+        },
+        {
+            "Sid": "ReportTheCheck",
+            "Effect": "Allow",
+            "Action": ["codedeploy:PutLifecycleEventHookExecutionStatus"],
+            "Resource": [{"Fn::Sub": group_arn % group} for group in groups],
+        },
+        {
+            "Sid": "WriteOwnLogGroup",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": [{"Fn::GetAtt": [log_group, "Arn"]}],
+        },
+    ]
+    return {
+        log_group: {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"RetentionInDays": retention},
+        },
+        role: {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "lambda.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                },
+                "Policies": [
+                    {
+                        "PolicyName": "pre-traffic-check",
+                        "PolicyDocument": {"Version": "2012-10-17", "Statement": statements},
+                    }
+                ],
+            },
+        },
+        PRE_TRAFFIC: {
+            "Type": "AWS::Serverless::Function",
+            "Properties": {
+                "FunctionName": {"Fn::Sub": "CodeDeployHook_${AWS::StackName}"},
+                "Description": "mcp-quota: checks a new version before CodeDeploy shifts to it",
+                "InlineCode": (ROOT / "deploy" / "pre_traffic.py").read_text(),
+                "Handler": "index.handler",
+                "Runtime": runtime,
+                "Architectures": ["arm64"],
+                "MemorySize": 128,
+                "Timeout": 60,  # two cold invocations at most
+                "Role": {"Fn::GetAtt": [role, "Arn"]},
+                "LoggingConfig": {**LOGGING_CONFIG, "LogGroup": {"Ref": log_group}},
+                "Environment": {
+                    "Variables": {
+                        "API_VERSION": {"Ref": f"{handler}.Version"},
+                        "AUTHORIZER_VERSION": {"Ref": f"{authorizer}.Version"},
+                    }
+                },
+            },
         },
     }
 
@@ -464,19 +600,76 @@ def notification_queues(notifier_timeout: int) -> Template:
     }
 
 
-def token_rate_limit(api_stage: str) -> Template:
-    """WAF's per-token rate rule on the stage: a token past TokenRateLimitPerMinute gets
-    429 with Retry-After, alone; other tenants' tokens are not slowed.
+def _throttle_action(body_key: str) -> Template:
+    """WAF's 429 with Retry-After and one of the ACL's static bodies."""
+    return {
+        "Block": {
+            "CustomResponse": {
+                "ResponseCode": 429,
+                "CustomResponseBodyKey": body_key,
+                "ResponseHeaders": [{"Name": "Retry-After", "Value": str(RETRY_AFTER_SECONDS)}],
+            }
+        }
+    }
 
-    WAF rather than usage plans: a usage plan meters API keys, which the authorizer would
-    have to hand out per tenant (one API key and usage-plan key provisioned per tenant,
-    and API Gateway's 10,000-key quota); the rate rule keys on the bearer token itself
-    and needs nothing provisioned per tenant.
-    """
+
+def _transformations(*names: str) -> list[Template]:
+    return [{"Priority": index, "Type": name} for index, name in enumerate(names)]
+
+
+def token_rate_limit(api_stage: str) -> Template:
+    """WAF on the stage: a token past TokenRateLimitPerMinute gets 429 with Retry-After,
+    alone, however its header is spelled (the key folds case and whitespace, as the
+    authorizer does); a client address past AddressRateLimitPerMinute with a missing or
+    malformed Authorization header gets 429 too (junk tokens and floods are not each a
+    bucket of their own). Tenants' own limits are the usage plan (`tenant_usage_plan`)."""
     visibility = {
         "SampledRequestsEnabled": True,
         "CloudWatchMetricsEnabled": True,
         "MetricName": "mcp-quota-token-rate",
+    }
+    per_token = {
+        "Name": "per-token-rate",
+        "Priority": 0,
+        "Statement": {
+            "RateBasedStatement": {
+                "Limit": {"Ref": "TokenRateLimitPerMinute"},
+                "EvaluationWindowSec": 60,
+                "AggregateKeyType": "CUSTOM_KEYS",
+                "CustomKeys": [
+                    {
+                        "Header": {
+                            "Name": "authorization",
+                            "TextTransformations": _transformations(*TOKEN_KEY_TRANSFORMATIONS),
+                        }
+                    }
+                ],
+            }
+        },
+        "Action": _throttle_action("throttled"),
+        "VisibilityConfig": {**visibility, "MetricName": "mcp-quota-per-token"},
+    }
+    well_formed = {
+        "RegexMatchStatement": {
+            "RegexString": WELL_FORMED_AUTHORIZATION,
+            "FieldToMatch": {"SingleHeader": {"Name": "authorization"}},
+            "TextTransformations": _transformations("LOWERCASE"),
+        }
+    }
+    per_address = {
+        "Name": "per-address-rate",
+        "Priority": 1,
+        "Statement": {
+            "RateBasedStatement": {
+                "Limit": {"Ref": "AddressRateLimitPerMinute"},
+                "EvaluationWindowSec": 60,
+                "AggregateKeyType": "IP",
+                # A missing header does not match the regex, so it is in scope too.
+                "ScopeDownStatement": {"NotStatement": {"Statement": well_formed}},
+            }
+        },
+        "Action": _throttle_action("address_throttled"),
+        "VisibilityConfig": {**visibility, "MetricName": "mcp-quota-per-address"},
     }
     acl: Template = {
         "Type": "AWS::WAFv2::WebACL",
@@ -486,41 +679,13 @@ def token_rate_limit(api_stage: str) -> Template:
             "DefaultAction": {"Allow": {}},
             "VisibilityConfig": visibility,
             "CustomResponseBodies": {
-                "throttled": {"ContentType": "APPLICATION_JSON", "Content": THROTTLED_BODY}
+                "throttled": {"ContentType": "APPLICATION_JSON", "Content": THROTTLED_BODY},
+                "address_throttled": {
+                    "ContentType": "APPLICATION_JSON",
+                    "Content": ADDRESS_THROTTLED_BODY,
+                },
             },
-            "Rules": [
-                {
-                    "Name": "per-token-rate",
-                    "Priority": 0,
-                    "Statement": {
-                        "RateBasedStatement": {
-                            "Limit": {"Ref": "TokenRateLimitPerMinute"},
-                            "EvaluationWindowSec": 60,
-                            "AggregateKeyType": "CUSTOM_KEYS",
-                            "CustomKeys": [
-                                {
-                                    "Header": {
-                                        "Name": "authorization",
-                                        "TextTransformations": [{"Priority": 0, "Type": "NONE"}],
-                                    }
-                                }
-                            ],
-                        }
-                    },
-                    "Action": {
-                        "Block": {
-                            "CustomResponse": {
-                                "ResponseCode": 429,
-                                "CustomResponseBodyKey": "throttled",
-                                "ResponseHeaders": [
-                                    {"Name": "Retry-After", "Value": str(RETRY_AFTER_SECONDS)}
-                                ],
-                            }
-                        }
-                    },
-                    "VisibilityConfig": {**visibility, "MetricName": "mcp-quota-per-token"},
-                }
-            ],
+            "Rules": [per_token, per_address],
         },
     }
     stage_arn = (
@@ -540,8 +705,68 @@ def token_rate_limit(api_stage: str) -> Template:
     return {TOKEN_RATE_ACL: acl, "TokenRateLimitAssociation": association}
 
 
+def tenant_usage_plan(api_stage: str) -> Template:
+    """Each tenant's own request limit: one usage plan whose throttle applies per API key,
+    and the authorizer naming the tenant's key (`apiKeySource: AUTHORIZER`, set by
+    `finish`). Tenants' keys are added by `make tenant-limit` (deploy/tenant_limit.py);
+    the stack holds the key of requests the authorizer could not attribute (the token
+    store was down: the route answers them itself)."""
+    stage = f"{REST_API}{api_stage}Stage"
+    return {
+        TENANT_PLAN: {
+            "Type": "AWS::ApiGateway::UsagePlan",
+            "DependsOn": [stage],
+            "Properties": {
+                "UsagePlanName": {"Fn::Sub": "${AWS::StackName}-tenants"},
+                "Description": "mcp-quota: each tenant's request limit (one API key each)",
+                "ApiStages": [{"ApiId": {"Ref": REST_API}, "Stage": api_stage}],
+                "Throttle": {
+                    "RateLimit": {"Ref": "TenantRateLimit"},
+                    "BurstLimit": {"Ref": "TenantBurstLimit"},
+                },
+            },
+        },
+        UNVERIFIED_KEY: {
+            "Type": "AWS::ApiGateway::ApiKey",
+            "Properties": {
+                "Name": {"Fn::Sub": f"${{AWS::StackName}}-{UNVERIFIED_USAGE_KEY}"},
+                "Description": "mcp-quota: requests the authorizer could not attribute",
+                "Enabled": True,
+                "Value": {
+                    "Fn::Sub": f"{USAGE_KEY_PREFIX}${{AWS::StackName}}-{UNVERIFIED_USAGE_KEY}"
+                },
+            },
+        },
+        f"{UNVERIFIED_KEY}InPlan": {
+            "Type": "AWS::ApiGateway::UsagePlanKey",
+            "Properties": {
+                "KeyId": {"Ref": UNVERIFIED_KEY},
+                "KeyType": "API_KEY",
+                "UsagePlanId": {"Ref": TENANT_PLAN},
+            },
+        },
+    }
+
+
+def meter_tenants(definition: Template) -> Template:
+    """`definition` (the API's swagger) with every method behind the token authorizer
+    metered by the usage-plan key the authorizer names."""
+    definition["x-amazon-apigateway-api-key-source"] = "AUTHORIZER"
+    definition.setdefault("securityDefinitions", {})["api_key"] = {
+        "type": "apiKey",
+        "name": "x-api-key",
+        "in": "header",
+    }
+    for methods in definition["paths"].values():
+        for method in methods.values():
+            security = method.get("security", []) if isinstance(method, dict) else []
+            if {"bearer": []} in security and {"api_key": []} not in security:
+                security.append({"api_key": []})  # as Chalice writes api_key_required
+    return definition
+
+
 def operational_alarms(
-    functions: list[LambdaNames], api_stage: str, categories: list[str], notify: list[str]
+    functions: list[LambdaNames], api_stage: str, categories: list[str]
 ) -> Template:
     """Every alarm of the stack; each tells the operators' topic when it fires and clears."""
     alarms: Template = {ALARM: blocked_writes_alarm(ALARM_CATEGORY)}
@@ -559,7 +784,8 @@ def operational_alarms(
             table_throttles(spec.logical_name),
         )
     alarms.update(fail_open_alarms(categories))
-    alarms.update(delivery_alarms(notify))
+    # Every category: a suspension's mail goes out whatever the category's `notify`.
+    alarms.update(delivery_alarms(categories))
     handler = lambda_names(API_HANDLER).function
     if any(names.function == handler for names in functions):
         alarms["ApiConcurrencyAlarm"] = concurrency_alarm(handler)
@@ -585,8 +811,9 @@ def function_resources(functions: list[LambdaNames], runtime: str, xray: bool) -
     for name in CANARY_FUNCTIONS:
         function = lambda_names(name).function
         if function in resources:
-            rollback = [f"{function}ErrorsAlarm", "Api5xxAlarm"]
-            resources[function]["Properties"].update(canary(function, rollback))
+            rollback = canary_alarms(function, ALIAS, faults=name == API_HANDLER)
+            resources.update(rollback)
+            resources[function]["Properties"].update(canary(function, list(rollback)))
     handler = lambda_names(API_HANDLER).function
     if handler in resources:
         # Never below the stage's burst: a burst the gateway lets through must not meet a
@@ -607,11 +834,17 @@ def notifier_resources(notifier: str, timeout: int) -> Template:
     resources = notification_queues(timeout)
     resources[notifier] = {
         "Properties": {
+            # Mail is a trickle: a cap keeps a flood of refusals from taking the account's
+            # concurrency, and the event source never invokes past it (no throttles).
+            "ReservedConcurrentExecutions": NOTIFIER_CONCURRENCY,
             "Events": {
                 f"{notifier}SqsEventSource": {
-                    "Properties": {"FunctionResponseTypes": ["ReportBatchItemFailures"]}
+                    "Properties": {
+                        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                        "ScalingConfig": {"MaximumConcurrency": NOTIFIER_CONCURRENCY},
+                    }
                 }
-            }
+            },
         }
     }
     return resources
@@ -643,7 +876,7 @@ def finish(sam: Template) -> Template:
     canaried = [lambda_names(name).function for name in CANARY_FUNCTIONS]
     canaried = [name for name in canaried if name in resources]
     api = resources[REST_API]["Properties"]
-    api["DefinitionBody"] = _aliased(api["DefinitionBody"], canaried)
+    api["DefinitionBody"] = meter_tenants(_aliased(api["DefinitionBody"], canaried))
     for function in canaried:
         permission = resources.get(f"{function}InvokePermission")
         if permission is not None:
@@ -691,6 +924,29 @@ def function_timeout(config: Template, stage: str, function: str) -> int:
     return int(stage_config.get("lambda_timeout", config.get("lambda_timeout", 60)))
 
 
+def wiring_and_outputs(with_notifier: bool) -> tuple[Template, Template]:
+    """The functions' environment (this stack's resources) and the stack's outputs."""
+    variables: Template = {
+        table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()
+    }
+    variables["QUOTA_TOPIC_ARN"] = {"Ref": TOPIC}
+    variables["QUOTA_LINK_SECRET_ARN"] = {"Ref": LINK_SECRET}
+    variables["QUOTA_PUBLIC_URL"] = {"Ref": "PublicUrl"}
+    variables["QUOTA_USAGE_KEY_SCOPE"] = {"Ref": "AWS::StackName"}  # the usage keys' names
+    outputs: Template = {
+        f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
+        for spec in ALL_TABLES.values()
+    }
+    outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
+    outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
+    outputs["LinkSecretArn"] = {"Value": {"Ref": LINK_SECRET}}  # make rotate-link-key
+    outputs["TenantUsagePlanId"] = {"Value": {"Ref": TENANT_PLAN}}  # make tenant-limit
+    if with_notifier:
+        variables["QUOTA_NOTIFY_QUEUE_URL"] = {"Ref": NOTIFY_QUEUE}
+        outputs["NotificationDeadLetterQueueUrl"] = {"Value": {"Ref": DEAD_LETTERS}}
+    return variables, outputs
+
+
 def build_merge_template(stage: str, config: Template, function_names: list[str]) -> Template:
     """The merge template for `stage`, given `.chalice/config.json` and the function names.
 
@@ -717,7 +973,6 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     (env, *_) = stage_environments(config, stage)
     policy = load_policy(env.get("QUOTA_POLICY", "default.json"))
     categories = list(policy.categories)
-    notify = [name for name, category in policy.categories.items() if category.notify]
 
     resources: Template = {
         spec.logical_name: table_resource(key, spec) for key, spec in ALL_TABLES.items()
@@ -732,7 +987,7 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
             "GenerateSecretString": {"PasswordLength": 64, "ExcludePunctuation": True},
         },
     }
-    resources.update(operational_alarms(functions, api_stage, categories, notify))
+    resources.update(operational_alarms(functions, api_stage, categories))
     log_policies = [f"{names.role}Logs" for names in functions]
     for policy_name, names in zip(log_policies, functions, strict=True):
         resources[policy_name] = logs_policy(names)
@@ -744,7 +999,11 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     # run before its function may log.
     resources[REST_API] = {"DependsOn": log_policies, "Properties": api_properties(xray)}
     resources.update(token_rate_limit(api_stage))
+    resources.update(tenant_usage_plan(api_stage))
     resources.update(function_resources(functions, runtime, xray))
+    canaried = [lambda_names(name).function for name in CANARY_FUNCTIONS]
+    if all(function in resources for function in canaried):
+        resources.update(pre_traffic_hook(runtime, retention))
     handler = lambda_names(API_HANDLER).function
     notifier = lambda_names(NOTIFIER).function
     if notifier in resources:
@@ -753,24 +1012,7 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
         resources.update(wiring)
     resources["Dashboard"] = dashboard(api_stage, handler, [names.function for names in functions])
 
-    variables: Template = {
-        table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()
-    }
-    variables["QUOTA_TOPIC_ARN"] = {"Ref": TOPIC}
-    variables["QUOTA_LINK_SECRET_ARN"] = {"Ref": LINK_SECRET}
-    variables["QUOTA_PUBLIC_URL"] = {"Ref": "PublicUrl"}
-    if notifier in resources:
-        variables["QUOTA_NOTIFY_QUEUE_URL"] = {"Ref": NOTIFY_QUEUE}
-    outputs: Template = {
-        f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
-        for spec in ALL_TABLES.values()
-    }
-    outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
-    outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
-    outputs["LinkSecretArn"] = {"Value": {"Ref": LINK_SECRET}}  # make rotate-link-key
-    if notifier in resources:
-        outputs["NotificationDeadLetterQueueUrl"] = {"Value": {"Ref": DEAD_LETTERS}}
-
+    variables, outputs = wiring_and_outputs(notifier in resources)
     return {
         "Description": f"mcp-quota ({stage}): per-session tool-call quotas for MCP servers",
         "Parameters": parameters(),

@@ -11,7 +11,7 @@ from typing import Any
 
 from chalice.utils import to_cfn_resource_name
 
-from chalicelib.observability import NAMESPACE, SERVICE
+from chalicelib.observability import FAULT_METRIC, NAMESPACE, SERVICE
 
 Template = dict[str, Any]
 
@@ -19,6 +19,9 @@ OPS_TOPIC = "OpsTopic"
 NOTIFY_QUEUE = "NotificationQueue"
 DEAD_LETTERS = "NotificationDeadLetterQueue"
 ALARM_PERIOD_SECONDS = 300
+# A canary's rollback alarms: one-minute sums of the new version's own figures, so that
+# a fault in the 5-minute canary window fires within about two minutes of it.
+CANARY_PERIOD_SECONDS = 60
 RESERVE_CONCURRENCY = "ReserveApiConcurrency"
 HEARTBEAT = "HeartbeatEnabled"
 # Of the reservation, the share of concurrent executions that raises the alarm (percent).
@@ -243,6 +246,51 @@ def function_alarms(function: str) -> Template:
             metric_sum("AWS/Lambda", "Throttles", dims),
         ),
     }
+
+
+def new_version(function: str) -> Template:
+    """The version number the current deploy published (SAM's `Function.Version`)."""
+    return {"Fn::GetAtt": [f"{function}.Version", "Version"]}
+
+
+def canary_alarms(function: str, alias: str, faults: bool) -> Template:
+    """The rollback alarms of one canaried function: errors of the version being shifted
+    to, through the alias (Lambda's Resource and ExecutedVersion dimensions), and, where
+    the function answers its own 500s (`faults`), the service's UnhandledError of that
+    version. Never the old version's figures, nor the stage's."""
+    version = new_version(function)
+    errors = alarm(
+        f"The new version of {function} failed during its canary (Errors > 0 in a minute): "
+        "CodeDeploy rolls it back.",
+        {
+            "Namespace": "AWS/Lambda",
+            "MetricName": "Errors",
+            "Dimensions": [
+                {"Name": "FunctionName", "Value": {"Ref": function}},
+                {"Name": "Resource", "Value": {"Fn::Sub": f"${{{function}}}:{alias}"}},
+                {"Name": "ExecutedVersion", "Value": version},
+            ],
+            "Statistic": "Sum",
+            "Period": CANARY_PERIOD_SECONDS,
+        },
+    )
+    alarms = {f"{function}CanaryErrorsAlarm": errors}
+    if faults:
+        alarms[f"{function}CanaryFaultsAlarm"] = alarm(
+            f"The new version of {function} answered 500 for an unexpected exception during "
+            "its canary (UnhandledError > 0 in a minute): CodeDeploy rolls it back.",
+            {
+                "Namespace": NAMESPACE,
+                "MetricName": FAULT_METRIC,
+                "Dimensions": [
+                    {"Name": "service", "Value": SERVICE},
+                    {"Name": "version", "Value": version},
+                ],
+                "Statistic": "Sum",
+                "Period": CANARY_PERIOD_SECONDS,
+            },
+        )
+    return alarms
 
 
 def fail_open_alarms(categories: list[str]) -> Template:

@@ -3,7 +3,7 @@ function imports this module alone (handler `chalicelib.api.authorizer.bearer`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Blueprint
 
@@ -12,15 +12,38 @@ from chalicelib.lazy import lazy_module
 from chalicelib.observability import logger
 
 if TYPE_CHECKING:
+    from chalicelib.auth import authorizer as auth
     from chalicelib.auth import tokens
     from chalicelib.storage import ports
 else:
+    auth = lazy_module("chalicelib.auth.authorizer")
     ports = lazy_module("chalicelib.storage.ports")
     tokens = lazy_module("chalicelib.auth.tokens")
 
 authorizers = Blueprint(__name__)
 
 SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return", ["POST"])]
+
+
+class MeteredAuthResponse(AuthResponse):
+    """An allow that names the usage-plan key API Gateway meters the request under (the
+    tenant's own limit; `apiKeySource: AUTHORIZER` in the packaged stack)."""
+
+    def __init__(self, *args: Any, usage_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_key = usage_key
+
+    def to_dict(self, request: AuthRequest) -> dict[str, Any]:
+        answer = super().to_dict(request)
+        if self.usage_key is not None:
+            answer["usageIdentifierKey"] = self.usage_key
+        return answer
+
+
+def _usage_key(tenant: str | None) -> str | None:
+    """The usage-plan key of `tenant` (None: unattributed) where the stack meters tenants."""
+    scope = deps().settings.usage_key_scope
+    return auth.usage_key(scope, tenant) if scope else None
 
 
 # API Gateway keeps the answer this long: auth.AUTHORIZER_TTL_SECONDS (with the container's
@@ -37,7 +60,12 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
         # authenticates again itself (`context.caller`), and answers 503 with Retry-After
         # if the store is still down, instead of the gateway's bare 500.
         logger.warning("token store unavailable in the authorizer", extra={"error": exc.doing})
-        return AuthResponse(routes=["*"], principal_id="unverified", context={"unverified": "1"})
+        return MeteredAuthResponse(
+            routes=["*"],
+            principal_id="unverified",
+            context={"unverified": "1"},
+            usage_key=_usage_key(None),
+        )
     identity = result.identity
     if identity is None:
         logger.info("token refused", extra={"reason": result.reason})
@@ -45,8 +73,11 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
             # A revoked or expired admin token: the route answers 401 itself, as it does
             # while the gateway still holds this token's earlier "allow" (this answer is
             # cached the same way, and lets nothing through: `context.caller` refuses it).
-            return AuthResponse(
-                routes=["*"], principal_id="refused", context={"refused": result.reason}
+            return MeteredAuthResponse(
+                routes=["*"],
+                principal_id="refused",
+                context={"refused": result.reason},
+                usage_key=_usage_key(None),
             )
         return AuthResponse(routes=[], principal_id="anonymous")
     routes: list[str | AuthRoute] = ["*"] if identity.role == tokens.ADMIN else list(SERVER_ROUTES)
@@ -57,4 +88,13 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
         "name": identity.name,
         "principals": tokens.encode_principals(identity.principals),  # context values are strings
     }
-    return AuthResponse(routes=routes, principal_id=identity.token_id, context=context)
+    if result.expires_at_ms is not None:
+        # The gateway keeps this answer AUTHORIZER_TTL_SECONDS: the route refuses it
+        # past the token's expiry (`context.caller`).
+        context["expires_at_ms"] = str(result.expires_at_ms)
+    return MeteredAuthResponse(
+        routes=routes,
+        principal_id=identity.token_id,
+        context=context,
+        usage_key=_usage_key(identity.tenant),
+    )

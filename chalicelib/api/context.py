@@ -87,7 +87,8 @@ def caller(request: Request) -> tokens.Identity:
 
     Raises:
         errors.Unauthorized: an admin token that is revoked or expired.
-        errors.Forbidden: the authorizer could not verify the token, and it is not valid.
+        errors.Forbidden: the authorizer could not verify the token, and it is not valid;
+            or the gateway's cached answer outlived the token's expiry.
         ports.StorageError: the token store is unavailable.
     """
     context = request.context.get("authorizer", {})
@@ -99,6 +100,10 @@ def caller(request: Request) -> tokens.Identity:
             raise errors.Forbidden("The token is not valid.")
         identity = result.identity
     else:
+        expires = context.get("expires_at_ms")
+        if expires is not None and deps().clock() >= int(expires):
+            # The gateway kept the authorizer's answer past the token's expiry.
+            raise errors.Forbidden("The token is not valid (expired token).")
         identity = tokens.Identity(
             tenant=context["tenant"],
             role=context["role"],

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from chalice.app import Response
 
 from chalicelib.lazy import lazy_module
-from chalicelib.observability import logger
+from chalicelib.observability import count_fault, logger
 
 if TYPE_CHECKING:
     from chalicelib import clock, errors
@@ -63,6 +63,7 @@ def handled(view: Callable[..., Response]) -> Callable[..., Response]:
             return error_response(exc)
         except Exception:
             logger.exception("unhandled error")
+            count_fault()
             return error_response(errors.QuotaServiceError("Internal error; it has been logged."))
 
     return wrapper

@@ -2,13 +2,22 @@
 
 The cache keeps an allowed check at one DynamoDB request: a token is looked up at most
 once per `token_cache_seconds` (at most 30 s) per container, and API Gateway keeps the
-authorizer's answer for `AUTHORIZER_TTL_SECONDS` (30 s): a revocation or an expiry stops
-a server token's checks within 60 s. An admin token is looked up `fresh`, past both
-caches, on every route, so a revoked or expired admin token answers 401 at once.
+authorizer's answer for `AUTHORIZER_TTL_SECONDS` (30 s): a revocation stops a server
+token's checks within 60 s. An expiry stops them at once: neither cache keeps a token
+past its expiry (the container's cache ends there, and the route refuses an answer the
+gateway kept past it). An admin token is looked up `fresh`, past both caches, on every
+route, so a revoked or expired admin token answers 401 at once.
+
+One header shape is accepted, `Bearer <token>`: the scheme in any ASCII case (RFC 9110
+§11.1 makes it case-insensitive), one space, a token with no whitespace around or in it.
+WAF's per-token rate key lowercases the header and compresses its whitespace, so every
+header accepted for one token falls in one rate bucket (docs/operations.md, "Tenant
+isolation").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,10 +26,30 @@ from chalicelib.clock import Clock
 from chalicelib.settings import Settings
 from chalicelib.storage.ports import TokenRepository
 
-BEARER = "bearer "
+SCHEME = "bearer"  # compared case-folded, ASCII only
+# RFC 6750's b64token: what WAF's address rule treats as a well-formed header too.
+B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 AUTHORIZER_TTL_SECONDS = 30
 """How long API Gateway keeps the authorizer's answer; with the per-container cache
 (`Settings.token_cache_seconds`, at most `TOKEN_CACHE_MAX_SECONDS`), the bound of 60 s."""
+USAGE_KEY_PREFIX = "mcp-quota-"
+UNVERIFIED_USAGE_KEY = "unverified"
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` value, or None for any other shape."""
+    scheme, space, token = header.partition(" ")
+    if not scheme.isascii() or scheme.lower() != SCHEME or not space:
+        return None
+    return token if B64TOKEN.fullmatch(token) else None
+
+
+def usage_key(scope: str, tenant: str | None) -> str:
+    """The API key value API Gateway meters a tenant's requests under (its usage plan):
+    public, never sent by a client (the key source is the authorizer); None is the one
+    shared by requests the authorizer could not attribute to a tenant."""
+    name = f"tenant-{tenant}" if tenant is not None else UNVERIFIED_USAGE_KEY
+    return f"{USAGE_KEY_PREFIX}{scope}-{name}"
 
 
 @dataclass(frozen=True)
@@ -30,6 +59,7 @@ class AuthResult:
     identity: Identity | None
     reason: str = ""
     refused_role: str | None = None  # a real token's role, when it is revoked or expired
+    expires_at_ms: int | None = None  # an accepted token's expiry, if it has one
 
 
 class Authenticator:
@@ -60,9 +90,9 @@ class Authenticator:
         Raises:
             StorageError: the token store failed.
         """
-        if header[: len(BEARER)].lower() != BEARER:
+        token = bearer_token(header)
+        if token is None:
             return AuthResult(None, "the Authorization header is not 'Bearer <token>'")
-        token = header[len(BEARER) :].strip()
         if token in self._dev:
             return AuthResult(self._dev[token])
         now = self._clock()
@@ -90,4 +120,6 @@ class Authenticator:
             return AuthResult(None, "revoked token", record.role), None
         if record.expired(now_ms):
             return AuthResult(None, "expired token", record.role), None
-        return AuthResult(record.identity()), record.expires_at_ms
+        return AuthResult(record.identity(), expires_at_ms=record.expires_at_ms), (
+            record.expires_at_ms
+        )

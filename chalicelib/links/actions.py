@@ -149,8 +149,19 @@ class LinkDesk:
                 403,
                 "This link is not valid",
                 paragraph(
-                    "The link was changed or was not issued by this service, so it does "
-                    "nothing. Use the links of the email exactly as they are, or the console."
+                    "The link was changed, was not issued by this service, or its signing "
+                    "key was withdrawn, so it does nothing. Use the links of the email "
+                    "exactly as they are, or the console."
+                ),
+                "bad",
+            )
+        if verified is LinkProblem.RETIRED:
+            return render(
+                410,
+                "This link no longer works",
+                paragraph(
+                    "It comes from an email sent by an earlier version of the service, whose "
+                    "links are retired. Act from the console or the CLI."
                 ),
                 "bad",
             )

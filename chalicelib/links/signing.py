@@ -5,7 +5,10 @@ key. Verifying a link is pure: a clock is passed in; the single use lives in a s
 Keys rotate: a token names the id of the key that signed it (`v2-<key id>`), the newest
 key signs, and every key still held verifies, so during a rotation the current and the
 previous key are both valid (docs/operations.md, "Link key rotation"). A link lives 24 h:
-rotations at least two days apart never break a link already sent."""
+rotations at least two days apart never break a link already sent. A leaked key is
+withdrawn from the secret, and a signer re-read without it neither signs nor verifies
+with it. Tokens from before key ids (`v1`) are retired: one could have been signed with
+any key ever held, a withdrawn one included."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from chalicelib.auth.tokens import Identity
 
 LINK_TTL_MS = 24 * 3600 * 1000
 LINK_ACTOR = "email-link"  # the audit actor of every action taken through a link
-_LEGACY = "v1"  # before key ids: verified against every key held
+_RETIRED = "v1"  # before key ids: no longer accepted (LinkProblem.RETIRED)
 _VERSION = "v2"
 MAX_TOKEN = 2048
 KEY_ID_LENGTH = 8
@@ -41,10 +44,11 @@ class LinkAction(enum.StrEnum):
 
 
 class LinkProblem(enum.StrEnum):
-    """Why a link cannot be used: its answer is 403 (tampered) or 410 (expired)."""
+    """Why a link cannot be used: its answer is 403 (tampered) or 410 (expired, retired)."""
 
-    TAMPERED = "tampered"
+    TAMPERED = "tampered"  # or signed by a key no longer held (withdrawn after a leak)
     EXPIRED = "expired"
+    RETIRED = "retired"  # a version-less (v1) link: from before key ids
 
 
 @dataclass(frozen=True)
@@ -190,8 +194,6 @@ class LinkSigner:
 
     def _candidates(self, version: str, now_ms: int) -> list[bytes]:
         """The keys that may have signed a token of this version segment."""
-        if version == _LEGACY:
-            return list(self._keys.values())
         prefix, _, kid = version.partition("-")
         if prefix != _VERSION or len(kid) != KEY_ID_LENGTH:
             return []
@@ -212,6 +214,8 @@ class LinkSigner:
         if len(token) > MAX_TOKEN or not token.isascii() or token.count(".") != 2:
             return LinkProblem.TAMPERED
         version, encoded, mac = token.split(".")
+        if version == _RETIRED:
+            return LinkProblem.RETIRED
         body = f"{version}.{encoded}"
         keys = self._candidates(version, now_ms)
         if not any(hmac.compare_digest(self._mac(key, body), mac) for key in keys):

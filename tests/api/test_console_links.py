@@ -89,6 +89,17 @@ def test_tampered_links_are_403_and_expired_ones_410(linked: Api, clock: FixedCl
     assert body(linked.get("/v1/sessions/run-1"))["state"] != "suspended"
 
 
+def test_a_version_less_link_is_retired_with_a_clear_page(linked: Api) -> None:
+    """Defect class: a credential no key revocation reaches (v1 links verified against
+    every key held)."""
+    exhaust(linked)
+    link = email_links(linked)[1].removeprefix("http://links.test")
+    _, payload, mac = link.removeprefix("/actions/").split(".")
+    retired = linked.client.http.get(f"/actions/v1.{payload}.{mac}")
+    assert retired.status_code == 410
+    assert b"earlier version of the service" in retired.body
+
+
 def test_link_pages_escape_what_they_show(linked: Api) -> None:
     exhaust(linked, session="<script>alert(1)</script>")
     path = email_links(linked)[1].removeprefix("http://links.test")

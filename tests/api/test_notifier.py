@@ -10,8 +10,17 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from chalicelib.api.notifier import notifier
-from chalicelib.notify import Notification, NotificationFailed, QueuedNotifier, deliver, encode
+from chalicelib.api.notifier import BATCH_SIZE, notifier
+from chalicelib.notify import (
+    PUBLISH_TRIES,
+    PUBLISH_WORST_MS,
+    Notification,
+    NotificationFailed,
+    QueuedNotifier,
+    deliver,
+    encode,
+)
+from deploy.build_template import load_config
 from tests.api.conftest import Api, running_api
 from tests.support import FixedClock
 
@@ -114,3 +123,52 @@ def test_an_unreachable_queue_is_a_notification_failure() -> None:
         QueuedNotifier(Down, "https://sqs.invalid/q").publish(note("x"))
     with pytest.raises(NotificationFailed, match="no notification queue"):
         QueuedNotifier(Down, "").publish(note("x"))
+
+
+class SlowPublisher:
+    """Each publish takes the worst a publish can take, on the invocation's clock."""
+
+    enabled = True
+
+    def __init__(self, remaining: list[int]) -> None:
+        self.remaining = remaining
+        self.sent: list[str] = []
+
+    def publish(self, note: Notification) -> str:
+        self.remaining[0] -= PUBLISH_WORST_MS
+        self.sent.append(note.subject)
+        return note.subject
+
+
+def test_a_batch_never_outlasts_its_invocation_nor_resends_what_it_sent() -> None:
+    """Defect class: a batch that can pass the function's timeout, after which SQS
+    delivers every message again, the mails already sent included."""
+    remaining = [30_000]  # the notifier's timeout, as Lambda counts it down
+    publisher = SlowPublisher(remaining)
+    batch = [(f"m{i}", encode(note(f"n{i}"))) for i in range(10)]
+    delivered = deliver(batch, publisher, lambda: remaining[0])
+    assert remaining[0] >= 0  # never past the timeout
+    assert delivered.sent == ["m0", "m1", "m2"] == [f"m{i}" for i in range(len(publisher.sent))]
+    assert delivered.deferred == [f"m{i}" for i in range(3, 10)]
+    assert delivered.again == delivered.deferred  # only the unsent go back to SQS
+    assert delivered.failed_categories == []  # deferring is not a notification failure
+
+
+def test_the_notifier_defers_through_the_lambda_context(queued_api: Api) -> None:
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return PUBLISH_WORST_MS - 1
+
+    messages = [{"MessageId": "m1", "ReceiptHandle": "r1", "Body": encode(note("late"))}]
+    answer = notifier(sqs_event(messages), Context())
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "m1"}]}
+    assert queued_api.sent() == []
+
+
+def test_the_batch_fits_the_timeout_at_the_worst_publish() -> None:
+    from chalicelib import wiring  # noqa: PLC0415
+
+    one_try = wiring.STORE_ATTEMPTS * (wiring.STORE_CONNECT_SECONDS + wiring.STORE_READ_SECONDS)
+    assert PUBLISH_TRIES * (one_try + 1) * 1000 <= PUBLISH_WORST_MS  # + backoff
+    timeout = load_config()["stages"]["prod"]["lambda_functions"]["notifier"]["lambda_timeout"]
+    assert timeout * 1000 > BATCH_SIZE * PUBLISH_WORST_MS

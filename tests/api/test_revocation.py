@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from chalice.app import ChaliceAuthorizer
 
 import app as app_module
 from chalicelib.auth.authorizer import AUTHORIZER_TTL_SECONDS
@@ -158,3 +159,34 @@ def test_a_refused_admin_token_answers_401_on_every_route_at_once(
         assert api.admin("/v1/sessions/s1/suspend", {"reason": "x"}, admin).status_code == 401
         deleted = api.client.http.delete(f"/v1/tokens/{token_id}", headers=admin)
         assert deleted.status_code == 401
+
+
+def test_the_gateways_cached_answer_never_outlives_a_tokens_expiry(
+    cached_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect class: a cache that outlives what it caches. API Gateway keeps the
+    authorizer's allow AUTHORIZER_TTL_SECONDS; a token expiring inside that window must
+    stop checking at its expiry, not up to 30 s later."""
+    api = cached_api
+    authorizer = app_module.app.routes["/v1/check"]["POST"].authorizer
+    assert isinstance(authorizer, ChaliceAuthorizer)
+    real = authorizer.func
+    kept: dict[str, tuple[int, Any]] = {}
+
+    def gateway_cached(request: Any) -> Any:  # the gateway's cache, keyed by the header
+        hit = kept.get(request.token)
+        if hit is None or hit[0] <= api.clock():
+            hit = (api.clock() + AUTHORIZER_TTL_SECONDS * 1000, real(request))
+            kept[request.token] = hit
+        return hit[1]
+
+    monkeypatch.setattr(authorizer, "func", gateway_cached)
+    _, token = stored_token(api, "server", expires_at_ms=api.clock() + 10_000)
+    assert api.check(bearer(token), **WRITE).status_code == 200
+    api.clock.advance(9.999)
+    assert api.check(bearer(token), **WRITE).status_code == 200
+    api.clock.advance(0.001)
+    refused = api.check(bearer(token), **WRITE)
+    assert refused.status_code == 403
+    assert "expired" in body(refused)["error"]["message"]
+    assert len(kept) == 1  # the gateway's answer was the cached one throughout

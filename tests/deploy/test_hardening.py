@@ -153,7 +153,7 @@ def test_every_alarm_tells_the_operators_when_it_fires_and_when_it_clears(
 def test_each_function_has_error_and_throttle_alarms(packaged: Packaged) -> None:
     watched: dict[str, set[str]] = defaultdict(set)
     for props in alarms(packaged).values():
-        if props.get("Namespace") == "AWS/Lambda":
+        if props.get("Namespace") == "AWS/Lambda" and "Resource" not in dimensions(props):
             assert props["Statistic"] == "Sum" and props["Period"] == 300
             assert (props["Threshold"], props["ComparisonOperator"]) == (0, "GreaterThanThreshold")
             (function,) = dimensions(props)["FunctionName"].values()

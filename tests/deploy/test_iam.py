@@ -203,6 +203,8 @@ def granted(packaged: Packaged) -> dict[str, set[Grant]]:
     for name, resource in packaged.resources.items():
         if resource["Type"] != "AWS::Serverless::Function":
             continue
+        if "InlineCode" in resource["Properties"]:
+            continue  # the deploy's pre-traffic hook, not the app: test_pre_traffic_hook_*
         role, _ = resource["Properties"]["Role"]["Fn::GetAtt"]
         pairs: set[Grant] = set()
         for statement in statements_of_role(packaged, role):
@@ -373,3 +375,29 @@ def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> Non
     assert changing - NOT_ADMIN_CHANGES
     for name in sorted(changing - NOT_ADMIN_CHANGES):
         assert any(call in sources[name] for call in FRESH_ADMIN_CALLS), name
+
+
+def test_pre_traffic_hook_may_invoke_the_new_versions_and_report_only(
+    packaged: Packaged, deployed: dict[str, Any]
+) -> None:
+    """The deploy's hook (deploy/pre_traffic.py) runs with the one role it needs."""
+    hook = packaged.resources["PreTrafficHook"]["Properties"]
+    assert hook["Role"] == {"Fn::GetAtt": ["PreTrafficHookRole", "Arn"]}
+    statements = statements_of_role(packaged, "PreTrafficHookRole")
+    actions = {(s["Sid"], tuple(s["Action"])) for s in statements}
+    assert actions == {
+        ("InvokeTheNewVersions", ("lambda:InvokeFunction",)),
+        ("ReportTheCheck", ("codedeploy:PutLifecycleEventHookExecutionStatus",)),
+        ("WriteOwnLogGroup", ("logs:CreateLogStream", "logs:PutLogEvents")),
+    }
+    by_sid = {s["Sid"]: s["Resource"] for s in statements}
+    assert by_sid["InvokeTheNewVersions"] == [
+        {"Ref": "APIHandler.Version"},
+        {"Ref": "Bearer.Version"},
+    ]
+    assert by_sid["WriteOwnLogGroup"] == [{"Fn::GetAtt": ["PreTrafficHookLogGroup", "Arn"]}]
+    # Every name the report's ARNs use is a resource SAM makes of the template.
+    for target in by_sid["ReportTheCheck"]:
+        for name in re.findall(r"\$\{(\w+)\}", target["Fn::Sub"]):
+            assert name in deployed["Resources"], name
+    assert '"*"' not in json.dumps(statements)

@@ -4,6 +4,7 @@ rotation, `make rotate-link-key` refusing to drop a key that still signs live li
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,8 +21,9 @@ from chalicelib.links.signing import (
     LinkSigner,
     key_id,
 )
-from deploy.rotate_link_key import RotationRefused, main, rotate
-from tests.support import T0
+from chalicelib.wiring import LINK_KEYS_CACHE_MS, Container
+from deploy.rotate_link_key import RotationRefused, main, rotate, versions
+from tests.support import ROOT, T0, FixedClock, fresh_settings
 
 OLD = b"k" * 64
 NEW = b"n" * 64
@@ -51,7 +53,9 @@ def test_a_token_names_its_key_and_any_held_key_verifies_it() -> None:
     assert LinkSigner([NEW]).verify(token, T0) is LinkProblem.TAMPERED  # key dropped
 
 
-def test_a_link_from_before_key_ids_still_verifies() -> None:
+def test_a_link_from_before_key_ids_is_retired() -> None:
+    """Defect class: a credential that outlives its key's revocation (a v1 link verified
+    against every key held, whichever signed it)."""
     import base64  # noqa: PLC0415
     import hashlib  # noqa: PLC0415
     import hmac  # noqa: PLC0415
@@ -62,7 +66,7 @@ def test_a_link_from_before_key_ids_still_verifies() -> None:
     body = f"v1.{encoded}"
     mac = base64.urlsafe_b64encode(hmac.new(OLD, body.encode(), hashlib.sha256).digest())
     legacy = f"{body}.{mac.decode().rstrip('=')}"
-    assert LinkSigner([NEW, OLD]).verify(legacy, T0) == payload()
+    assert LinkSigner([NEW, OLD]).verify(legacy, T0) is LinkProblem.RETIRED
 
 
 def test_an_unseen_key_id_rereads_the_keys_at_most_once_a_minute() -> None:
@@ -110,3 +114,57 @@ def test_the_make_target_refuses_with_status_2(
     assert "FORCE=1" in capsys.readouterr().err
     assert main(["--secret-id", "link-secret", "--force"]) == 0
     assert "new key version" in capsys.readouterr().out
+
+
+def test_a_leaked_rotation_revokes_the_old_key_in_a_running_instance(
+    secrets_client: Any,
+) -> None:
+    """Defect class: a revocation that revokes nothing (after a forced rotation a warm
+    container still signed and accepted links of the leaked key, for up to an hour)."""
+    clock = FixedClock()
+    settings = replace(fresh_settings("leak"), link_secret="", link_secret_arn="link-secret")
+    running = Container(settings=settings, clock=clock)
+    signer = running.link_signer
+    assert signer is not None and signer.current_key_id == key_id(OLD)
+    leaked_link = signer.sign(payload())
+
+    rotate(secrets_client, "link-secret", datetime.now(UTC), leaked=True)
+
+    (only,) = read_link_keys(secrets_client, "link-secret")  # no AWSPREVIOUS left
+    assert only != OLD
+    labels = [v.get("VersionStages", []) for v in versions(secrets_client, "link-secret")]
+    assert [stages for stages in labels if stages] == [["AWSCURRENT"]]
+    clock.advance(LINK_KEYS_CACHE_MS / 1000 - 1)
+    assert running.link_signer is signer  # still within the reload interval
+    clock.advance(1)
+    reloaded = running.link_signer
+    assert reloaded is not None
+    assert reloaded.current_key_id == key_id(only)
+    assert reloaded.sign(payload()).startswith(f"v2-{key_id(only)}.")
+    assert reloaded.verify(leaked_link, clock()) is LinkProblem.TAMPERED
+    assert LINK_KEYS_CACHE_MS <= 60_000
+
+
+def test_a_link_of_the_new_key_drops_the_leaked_one_at_once(secrets_client: Any) -> None:
+    """Defect class: a revocation that waits on a cache (the unknown key id re-read)."""
+    clock = FixedClock()
+    settings = replace(fresh_settings("leak"), link_secret="", link_secret_arn="link-secret")
+    running = Container(settings=settings, clock=clock)
+    signer = running.link_signer
+    assert signer is not None
+    leaked_link = signer.sign(payload())
+    rotate(secrets_client, "link-secret", datetime.now(UTC), leaked=True)
+    fresh = LinkSigner(read_link_keys(secrets_client, "link-secret")).sign(payload())
+    assert signer.verify(fresh, clock()) == payload()  # re-read on the unknown key id
+    assert signer.verify(leaked_link, clock()) is LinkProblem.TAMPERED
+    assert signer.current_key_id != key_id(OLD)
+
+
+def test_make_rotate_link_key_leaked_withdraws_within_48_hours(
+    secrets_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--secret-id", "link-secret", "--leaked"]) == 0
+    assert "every other key withdrawn" in capsys.readouterr().out
+    assert len(read_link_keys(secrets_client, "link-secret")) == 1
+    make = (ROOT / "mk" / "package.mk").read_text()
+    assert "$(if $(LEAKED),--leaked)" in make

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chalicelib.notify import PUBLISH_WORST_MS
 from chalicelib.quota.policy import load_policy
 from deploy.build_template import LOGGING_CONFIG, load_config
 from deploy.package import release, release_version
@@ -54,6 +55,17 @@ def test_refusals_enqueue_and_the_notifier_reads_the_stacks_own_queue(
     assert notifier["Handler"] == "chalicelib.api.notifier.notifier"
 
 
+def test_the_notifier_fits_its_timeout_and_is_capped(packaged: Packaged) -> None:
+    """Defect class: a consumer whose batch can outlast its timeout (SQS then resends
+    the mails already sent) and whose concurrency nothing bounds."""
+    notifier = props(packaged, "Notifier")
+    ((_, source),) = notifier["Events"].items()
+    batch = source["Properties"]["BatchSize"]
+    assert batch * PUBLISH_WORST_MS < notifier["Timeout"] * 1000
+    assert notifier["ReservedConcurrentExecutions"] == 2
+    assert source["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
 def test_the_deployed_notifier_polls_the_queue(deployed: dict[str, Any]) -> None:
     (mapping,) = of_type(deployed["Resources"], "AWS::Lambda::EventSourceMapping").values()
     assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["NotificationQueue", "Arn"]}
@@ -70,13 +82,13 @@ def alarm(packaged: Packaged, name: str) -> dict[str, Any]:
     return found
 
 
-def test_notification_failures_are_alarmed_for_every_category_that_notifies(
-    packaged: Packaged,
-) -> None:
+def test_notification_failures_are_alarmed_for_every_category(packaged: Packaged) -> None:
+    """Defect class: an alarm narrower than what it guards (it watched the categories
+    that notify on refusal, but a suspension's mail goes out for any category)."""
     prod = load_config()["stages"]["prod"]["environment_variables"]
     policy = load_policy(prod["QUOTA_POLICY"])
-    notify = {name for name, category in policy.categories.items() if category.notify}
-    assert notify
+    notify = set(policy.categories)
+    assert {name for name, c in policy.categories.items() if not c.notify}  # read: silent
     found = alarm(packaged, "NotificationFailedAlarm")
     metrics = [m["MetricStat"]["Metric"] for m in found["Metrics"] if "MetricStat" in m]
     assert {m["MetricName"] for m in metrics} == {"NotificationFailed"}
@@ -140,7 +152,7 @@ def test_one_token_past_its_rate_gets_429_alone(packaged: Packaged) -> None:
     assert acl["Condition"] == "RateLimitTokens"
     properties = acl["Properties"]
     assert (properties["Scope"], properties["DefaultAction"]) == ("REGIONAL", {"Allow": {}})
-    (rule,) = properties["Rules"]
+    (rule,) = [r for r in properties["Rules"] if r["Name"] == "per-token-rate"]
     rate = rule["Statement"]["RateBasedStatement"]
     assert rate["Limit"] == {"Ref": "TokenRateLimitPerMinute"}
     assert rate["EvaluationWindowSec"] == 60
@@ -174,7 +186,45 @@ def test_the_api_and_authorizer_deploy_as_a_10_percent_canary(packaged: Packaged
         assert properties["AutoPublishAlias"] == "live"
         preference = properties["DeploymentPreference"]
         assert preference["Type"] == "Canary10Percent5Minutes"
-        assert preference["Alarms"] == [{"Ref": f"{name}ErrorsAlarm"}, {"Ref": "Api5xxAlarm"}]
+        expected = [f"{name}CanaryErrorsAlarm"]
+        if name == "APIHandler":
+            expected.append("APIHandlerCanaryFaultsAlarm")
+        assert preference["Alarms"] == [{"Ref": alarm} for alarm in expected]
+
+
+def test_canary_rollback_watches_the_new_version_minute_by_minute(
+    packaged: Packaged, deployed: dict[str, Any]
+) -> None:
+    """Defect class: a rollback alarm that cannot tell the new version from the old
+    (function- and stage-wide) and that cannot fire inside the canary (a 300 s period
+    for a 300 s canary)."""
+    canary_seconds = 5 * 60
+    for name in CANARIED:
+        (rollback,) = [
+            ref["Ref"] for ref in props(packaged, name)["DeploymentPreference"]["Alarms"][:1]
+        ]
+        found = alarm(packaged, rollback)
+        dimensions = {d["Name"]: d["Value"] for d in found["Dimensions"]}
+        assert dimensions == {
+            "FunctionName": {"Ref": name},
+            "Resource": {"Fn::Sub": f"${{{name}}}:live"},
+            "ExecutedVersion": {"Fn::GetAtt": [f"{name}.Version", "Version"]},
+        }
+        assert found["Period"] == 60
+        assert found["Period"] * found["EvaluationPeriods"] * 2 <= canary_seconds
+    faults = alarm(packaged, "APIHandlerCanaryFaultsAlarm")
+    assert faults["MetricName"] == "UnhandledError" and faults["Period"] == 60
+    assert {d["Name"]: d["Value"] for d in faults["Dimensions"]}["version"] == {
+        "Fn::GetAtt": ["APIHandler.Version", "Version"]
+    }
+    # SAM resolves the new version: the deployed alarm names the published version.
+    resources = deployed["Resources"]
+    versions = {k for k, v in resources.items() if v["Type"] == "AWS::Lambda::Version"}
+    deployed_alarm = resources["APIHandlerCanaryErrorsAlarm"]["Properties"]
+    (executed,) = [d for d in deployed_alarm["Dimensions"] if d["Name"] == "ExecutedVersion"]
+    (target, attribute) = executed["Value"]["Fn::GetAtt"]
+    assert target in versions and target.startswith("APIHandlerVersion")
+    assert attribute == "Version"
 
 
 def test_api_gateway_calls_the_aliases_only(deployed: dict[str, Any]) -> None:
