@@ -28,6 +28,7 @@ from chalice.utils import to_cfn_resource_name  # noqa: E402
 
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
+from deploy import sign_in  # noqa: E402
 from deploy.monitoring import (  # noqa: E402
     DEAD_LETTERS,
     HEARTBEAT,
@@ -754,7 +755,8 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     resources["Dashboard"] = dashboard(api_stage, handler, [names.function for names in functions])
 
     variables: Template = {
-        table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()
+        **{table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()},
+        **sign_in.variables(),
     }
     variables["QUOTA_TOPIC_ARN"] = {"Ref": TOPIC}
     variables["QUOTA_LINK_SECRET_ARN"] = {"Ref": LINK_SECRET}
@@ -762,8 +764,11 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     if notifier in resources:
         variables["QUOTA_NOTIFY_QUEUE_URL"] = {"Ref": NOTIFY_QUEUE}
     outputs: Template = {
-        f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
-        for spec in ALL_TABLES.values()
+        **{
+            f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
+            for spec in ALL_TABLES.values()
+        },
+        **sign_in.outputs(),
     }
     outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
     outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
@@ -773,19 +778,26 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
 
     return {
         "Description": f"mcp-quota ({stage}): per-session tool-call quotas for MCP servers",
-        "Parameters": parameters(),
+        "Parameters": {**parameters(), **sign_in.parameters()},
         "Conditions": {
             RESERVE_CONCURRENCY: {"Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]},
             RATE_LIMIT_TOKENS: {
                 "Fn::Not": [{"Fn::Equals": [{"Ref": "TokenRateLimitPerMinute"}, 0]}]
             },
             HEARTBEAT: {"Fn::Not": [{"Fn::Equals": [{"Ref": "HeartbeatMinutes"}, 0]}]},
+            **sign_in.conditions(),
         },
         "Globals": {
             "Function": {"Environment": {"Variables": variables}},
             "Api": {"OpenApiVersion": OPENAPI_VERSION},
         },
-        "Resources": resources,
+        # Every function that authenticates a caller (not the notifier) may find the client.
+        "Resources": {
+            **resources,
+            **sign_in.resources(
+                REST_API, api_stage, stage, [n.role for n in functions if n.function != notifier]
+            ),
+        },
         "Outputs": outputs,
     }
 

@@ -37,6 +37,7 @@ LOG_ACTIONS = frozenset({"logs:CreateLogStream", "logs:PutLogEvents"})
 # The whole grant, reviewed: a change here is a change to production permissions.
 EXPECTED_ACTIONS = {
     API_HANDLER: {
+        "cognito-idp:ListUserPoolClients",  # finds the sign-in client's id (deploy/sign_in.py)
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
         "dynamodb:PutItem",
@@ -48,7 +49,12 @@ EXPECTED_ACTIONS = {
         "secretsmanager:GetSecretValue",
         "sqs:SendMessage",
     },
-    AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
+    AUTHORIZER: {
+        "cognito-idp:ListUserPoolClients",
+        "dynamodb:GetItem",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+    },
     NOTIFIER: {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
@@ -66,6 +72,13 @@ EVENT_SOURCE_GRANTS = {
         ("sqs:DeleteMessage", QUEUE),
         ("sqs:GetQueueAttributes", QUEUE),
     }
+}
+# Not read by the scan (a paginator of another service): wherever a caller is
+# authenticated, the sign-in client's id is found in the stack's own user pool
+# (`wiring.Container.cognito_client_id`).
+SIGN_IN_GRANTS = {
+    function: {("cognito-idp:ListUserPoolClients", "SignInUserPool")}
+    for function in (API_HANDLER, AUTHORIZER)
 }
 # In a deployed stack the topic is published to by the notifier only: the API handler
 # enqueues (`QueuedNotifier`); `Notifier.publish` is its path under `make run` alone.
@@ -162,7 +175,7 @@ def required_grants() -> dict[str, set[Grant]]:
             functions = {API_HANDLER}
         for function in functions:
             required[function].add((call.action, target))
-    for function, grants in EVENT_SOURCE_GRANTS.items():
+    for function, grants in (*EVENT_SOURCE_GRANTS.items(), *SIGN_IN_GRANTS.items()):
         required[function] |= grants
     return required
 
