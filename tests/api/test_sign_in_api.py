@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from local_issuer import SigningKey
 
 from chalicelib.auth import jwt
 from chalicelib.auth.oidc import IssuerKeys, OidcVerifier
-from scripts.local_issuer import SigningKey
 from tests.api.conftest import SERVER, Api, body, running_api
 from tests.support import FixedClock
 from tests.unit.test_sign_in_tokens import CLIENT, ISSUER, FakeIssuer, claims

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from local_issuer import SigningKey, b64url
 
 from chalicelib.auth import jwt
 from chalicelib.auth.oidc import (
@@ -22,7 +23,6 @@ from chalicelib.auth.oidc import (
     SignInRefused,
 )
 from chalicelib.auth.roles import Permission, may, refusal
-from scripts.local_issuer import SigningKey, b64url
 from tests.support import FixedClock
 
 ISSUER = "https://issuer.example"
