@@ -272,7 +272,12 @@ def _add_token_commands(root: argparse._SubParsersAction[argparse.ArgumentParser
     commands = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = _leaf(commands, "create", "create a token and print it once", _token, http=False)
     create.add_argument("--tenant", help="tenant the token belongs to (not with --api)")
-    create.add_argument("--role", required=True, choices=ROLES, help="server or admin")
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=ROLES,
+        help="server (checks), viewer, operator or admin (the admin API)",
+    )
     create.add_argument("--name", default="", help="what the token is for, e.g. the host")
     create.add_argument(
         "--principal",

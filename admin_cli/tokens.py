@@ -23,7 +23,8 @@ from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 from admin_cli.render import Output
 from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.admin.views import token_view
-from chalicelib.auth.tokens import ROLES, TENANT_NAME, TokenRecord, hash_secret, new_token
+from chalicelib.auth.roles import TENANT_NAME
+from chalicelib.auth.tokens import ROLES, TokenRecord, hash_secret, new_token
 from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
 from chalicelib.storage.dynamodb.audit import AuditStore

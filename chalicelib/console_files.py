@@ -12,9 +12,10 @@ CONTENT_TYPES = {
     "console.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-# Same-origin only: the token pasted into the page goes nowhere but this API.
+# Same-origin only: the token goes nowhere but this API, and the authorization code only
+# to the identity provider's token endpoint (`connect`, when sign-in is configured).
 CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'{connect}; "
     "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 
@@ -28,11 +29,11 @@ def console_file(name: str) -> tuple[str, str] | None:
     return (CONSOLE_DIR / name).read_text(encoding="utf-8"), content_type
 
 
-def console_headers(content_type: str) -> dict[str, str | list[str]]:
-    """Headers of a console file."""
+def console_headers(content_type: str, connect: str = "") -> dict[str, str | list[str]]:
+    """Headers of a console file; `connect`: one more origin the page may fetch from."""
     return {
         "Content-Type": content_type,
-        "Content-Security-Policy": CSP,
+        "Content-Security-Policy": CSP.format(connect=f" {connect}" if connect else ""),
         "X-Content-Type-Options": "nosniff",
         "X-Frame-Options": "DENY",
         "Referrer-Policy": "no-referrer",

@@ -55,6 +55,22 @@ def _url(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _sign_in(env: Mapping[str, str]) -> tuple[str, str, str]:
+    """The identity provider: its issuer, and the console's client id or (the stack's own
+    Cognito user pool) the app client's name to look its id up by."""
+    issuer = _url(env, "QUOTA_OIDC_ISSUER")
+    client_id = env.get("QUOTA_OIDC_CLIENT_ID", "")
+    client_name = env.get("QUOTA_OIDC_COGNITO_CLIENT_NAME", "")
+    if issuer and bool(client_id) == bool(client_name):
+        raise ConfigurationError(
+            "QUOTA_OIDC_ISSUER needs exactly one of QUOTA_OIDC_CLIENT_ID and "
+            "QUOTA_OIDC_COGNITO_CLIENT_NAME"
+        )
+    if not issuer and (client_id or client_name):
+        raise ConfigurationError("QUOTA_OIDC_CLIENT_ID needs QUOTA_OIDC_ISSUER")
+    return issuer, client_id, client_name
+
+
 @dataclass(frozen=True)
 class Settings:
     """The service's settings for one stage."""
@@ -81,6 +97,10 @@ class Settings:
     public_url: str = ""  # the base URL of links and of the console in the email
     notify_queue_url: str = ""  # refusals enqueue their email here (prod); empty: SNS direct
     usage_key_scope: str = ""  # the stack's name: the authorizer names tenants' usage keys
+    oidc_issuer: str = ""  # people sign in through this OpenID Connect issuer; empty: none
+    oidc_client_id: str = ""  # the console's client id there (the tokens' audience)
+    oidc_cognito_client_name: str = ""  # or: the stack's user pool client, found by name
+    oidc_groups_claim: str = "cognito:groups"  # the claim of mcp-quota:<tenant>:<role> groups
 
     @property
     def is_local(self) -> bool:
@@ -95,6 +115,7 @@ class Settings:
             ConfigurationError: a variable has an invalid value.
         """
         env = os.environ if env is None else env
+        sign_in = _sign_in(env)
         return cls(
             stage=env.get("QUOTA_STAGE", "prod"),
             backend=_choice(env, "QUOTA_BACKEND", BACKENDS),
@@ -125,4 +146,8 @@ class Settings:
             public_url=_url(env, "QUOTA_PUBLIC_URL"),
             notify_queue_url=env.get("QUOTA_NOTIFY_QUEUE_URL", ""),
             usage_key_scope=env.get("QUOTA_USAGE_KEY_SCOPE", ""),
+            oidc_issuer=sign_in[0],
+            oidc_client_id=sign_in[1],
+            oidc_cognito_client_name=sign_in[2],
+            oidc_groups_claim=env.get("QUOTA_OIDC_GROUPS_CLAIM") or "cognito:groups",
         )

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from chalicelib.admin.tokens import TokenAdmin
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
+    from chalicelib.auth.oidc import OidcVerifier
     from chalicelib.check.hooks import BlockListener
     from chalicelib.check.shadow import ShadowListener
     from chalicelib.check.tickets import HoldTickets, TicketSigner
@@ -379,7 +380,52 @@ class Container:
     def authenticator(self) -> Authenticator:
         from chalicelib.auth.authorizer import Authenticator
 
-        return Authenticator(self.settings, lambda: self.tokens, self.clock)
+        return Authenticator(self.settings, lambda: self.tokens, self.clock, lambda: self.sign_in)
+
+    @cached_property
+    def sign_in(self) -> OidcVerifier | None:
+        """The identity provider's token verifier; None when none is configured. Built on
+        the first token that looks like a JWT (or the console's first visit).
+
+        Raises:
+            IssuerUnavailable: the stack's Cognito app client could not be looked up
+                (not kept: the next request tries again).
+        """
+        settings = self.settings
+        if not settings.oidc_issuer:
+            return None
+        from chalicelib.auth import oidc
+        from chalicelib.auth.jwt import Expected
+
+        client_id = settings.oidc_client_id or self.cognito_client_id()
+        keys = oidc.IssuerKeys(settings.oidc_issuer, oidc.fetch_json, self.clock)
+        expected = Expected(settings.oidc_issuer, client_id)
+        return oidc.OidcVerifier(keys, expected, settings.oidc_groups_claim, self.clock)
+
+    def cognito_client_id(self) -> str:
+        """The id of the stack's own user pool client, by its name: the client names the
+        API in its callback URL, so the functions cannot be given its id without a cycle.
+
+        Raises:
+            IssuerUnavailable: the pool cannot be listed, or has no client of that name.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from chalicelib.auth.oidc import IssuerUnavailable
+
+        pool = self.settings.oidc_issuer.rsplit("/", 1)[-1]
+        name = self.settings.oidc_cognito_client_name
+        doing = "looking up the sign-in app client"
+        try:
+            cognito = boto3.client("cognito-idp", config=CLIENT_CONFIG)
+            pages = cognito.get_paginator("list_user_pool_clients").paginate(UserPoolId=pool)
+            for page in pages:
+                for client in page.get("UserPoolClients", []):
+                    if client.get("ClientName") == name and client.get("ClientId"):
+                        return str(client["ClientId"])
+        except (BotoCoreError, ClientError) as exc:
+            raise IssuerUnavailable(doing) from exc
+        raise IssuerUnavailable(doing)
 
     def block_reporter(self) -> BlockListener:
         """Audits a refusal, and emails the administrators of a write refusal."""

@@ -29,6 +29,7 @@ from chalice.utils import to_cfn_resource_name  # noqa: E402
 from chalicelib.auth.authorizer import UNVERIFIED_USAGE_KEY, USAGE_KEY_PREFIX  # noqa: E402
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
+from deploy import sign_in  # noqa: E402
 from deploy.monitoring import (  # noqa: E402
     DEAD_LETTERS,
     HEARTBEAT,
@@ -927,15 +928,19 @@ def function_timeout(config: Template, stage: str, function: str) -> int:
 def wiring_and_outputs(with_notifier: bool) -> tuple[Template, Template]:
     """The functions' environment (this stack's resources) and the stack's outputs."""
     variables: Template = {
-        table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()
+        **{table_env_var(key): {"Ref": spec.logical_name} for key, spec in ALL_TABLES.items()},
+        **sign_in.variables(),
     }
     variables["QUOTA_TOPIC_ARN"] = {"Ref": TOPIC}
     variables["QUOTA_LINK_SECRET_ARN"] = {"Ref": LINK_SECRET}
     variables["QUOTA_PUBLIC_URL"] = {"Ref": "PublicUrl"}
     variables["QUOTA_USAGE_KEY_SCOPE"] = {"Ref": "AWS::StackName"}  # the usage keys' names
     outputs: Template = {
-        f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
-        for spec in ALL_TABLES.values()
+        **{
+            f"{spec.logical_name}Name": {"Value": {"Ref": spec.logical_name}}
+            for spec in ALL_TABLES.values()
+        },
+        **sign_in.outputs(),
     }
     outputs["AlertTopicArn"] = {"Value": {"Ref": TOPIC}}
     outputs["OpsTopicArn"] = {"Value": {"Ref": OPS_TOPIC}}
@@ -1015,19 +1020,26 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     variables, outputs = wiring_and_outputs(notifier in resources)
     return {
         "Description": f"mcp-quota ({stage}): per-session tool-call quotas for MCP servers",
-        "Parameters": parameters(),
+        "Parameters": {**parameters(), **sign_in.parameters()},
         "Conditions": {
             RESERVE_CONCURRENCY: {"Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]},
             RATE_LIMIT_TOKENS: {
                 "Fn::Not": [{"Fn::Equals": [{"Ref": "TokenRateLimitPerMinute"}, 0]}]
             },
             HEARTBEAT: {"Fn::Not": [{"Fn::Equals": [{"Ref": "HeartbeatMinutes"}, 0]}]},
+            **sign_in.conditions(),
         },
         "Globals": {
             "Function": {"Environment": {"Variables": variables}},
             "Api": {"OpenApiVersion": OPENAPI_VERSION},
         },
-        "Resources": resources,
+        # Every function that authenticates a caller (not the notifier) may find the client.
+        "Resources": {
+            **resources,
+            **sign_in.resources(
+                REST_API, api_stage, stage, [n.role for n in functions if n.function != notifier]
+            ),
+        },
         "Outputs": outputs,
     }
 

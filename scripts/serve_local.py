@@ -7,6 +7,10 @@ backlog, the service's error body for the gateway's own errors, a quiet log). Wi
 AWS_ENDPOINT_URL set it uses that endpoint instead (dynalite, DynamoDB Local, or AWS
 itself) and creates the tables if missing.
 
+Unless QUOTA_OIDC_ISSUER is set, it also serves a test OpenID Connect issuer
+(`scripts/local_issuer.py`, local only) that the console signs in through: a picker of
+an admin, an operator and a viewer of tenant demo.
+
 The log shows one line per refused check and per admin action, and the notifications;
 `VERBOSE=1` adds every access log line, the metrics and botocore's messages. Ctrl-C (or
 SIGTERM) stops it with status 0. Invalid settings or an impossible policy stop it before
@@ -72,6 +76,21 @@ def _stopped_early(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def start_sign_in(env: dict[str, str] | os._Environ[str], port: int) -> str:
+    """Serve the local test issuer and point the service at it, unless an issuer is
+    configured already; returns how the console signs in, for the banner."""
+    if env.get("QUOTA_OIDC_ISSUER"):
+        return f"sign in through {env['QUOTA_OIDC_ISSUER']}, or with the admin token"
+    import local_issuer
+
+    issuer_port = int(env.get("QUOTA_ISSUER_PORT") or free_port())
+    seconds = int(env.get("QUOTA_ISSUER_TOKEN_SECONDS") or 3600)
+    issuer = local_issuer.start(issuer_port, f"http://127.0.0.1:{port}/console", seconds)
+    env["QUOTA_OIDC_ISSUER"] = issuer.url
+    env["QUOTA_OIDC_CLIENT_ID"] = local_issuer.CLIENT_ID
+    return f"sign in through the local test issuer at {issuer.url}, or with the admin token"
+
+
 def configuration_problem() -> str | None:
     """What makes the settings or the policy unusable, in one line; None if nothing."""
     from chalicelib.errors import ConfigurationError
@@ -100,6 +119,7 @@ def main() -> int:
     # The email's one-click links: signed with a secret of this run, pointing here.
     env.setdefault("QUOTA_LINK_SECRET", secrets.token_urlsafe(32))
     env.setdefault("QUOTA_PUBLIC_URL", f"http://127.0.0.1:{port}")
+    sign_in = start_sign_in(env, port)
     # Before anything starts: a service that would answer every call 503 is no service.
     problem = configuration_problem()
     if problem is not None:
@@ -138,7 +158,7 @@ def main() -> int:
         f"  admin token:  {settings.dev_admin_token}\n"
         f"  idle timeout: {settings.idle_timeout_seconds}s, policy {settings.policy}\n"
         f"  alerts topic: {settings.topic_arn} (notifications are also printed here)\n"
-        f"  console:      {url}/console (sign in with the admin token)\n"
+        f"  console:      {url}/console ({sign_in})\n"
         "  try:\n"
         f"    curl -s {url}/v1/check -H 'Authorization: Bearer {settings.dev_server_token}' \\\n"
         "      -H 'Content-Type: application/json' \\\n"

@@ -48,17 +48,19 @@ def _usage_key(tenant: str | None) -> str | None:
 
 # API Gateway keeps the answer this long: auth.AUTHORIZER_TTL_SECONDS (with the container's
 # token cache, a revocation stops a server token's checks within 60 s). Its cache never
-# outlives an admin token's revocation: every route looks an admin token up afresh
-# (`context.caller`), so an "allow" kept from before the revocation meets a 401.
+# outlives a console caller's revocation or expiry: every route looks any token but a
+# server's up afresh (`context.caller`), so an "allow" kept from before meets a 401.
 @authorizers.authorizer(ttl_seconds=30)
 def bearer(auth_request: AuthRequest) -> AuthResponse:
-    """Server tokens may check; admin tokens may do everything."""
+    """Server tokens may check; every other role reaches the admin routes, which check
+    its permission themselves (`context.caller_may`)."""
     try:
         result = deps().authenticator.authenticate(auth_request.token or "")
     except ports.StorageError as exc:
-        # The token store is down. Let the request through unverified: every route
-        # authenticates again itself (`context.caller`), and answers 503 with Retry-After
-        # if the store is still down, instead of the gateway's bare 500.
+        # The token store (or the identity provider's keys) is down. Let the request
+        # through unverified: every route authenticates again itself (`context.caller`),
+        # and answers 503 with Retry-After if it is still down, instead of the gateway's
+        # bare 500.
         logger.warning("token store unavailable in the authorizer", extra={"error": exc.doing})
         return MeteredAuthResponse(
             routes=["*"],
@@ -69,10 +71,11 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
     identity = result.identity
     if identity is None:
         logger.info("token refused", extra={"reason": result.reason})
-        if result.refused_role == tokens.ADMIN:
-            # A revoked or expired admin token: the route answers 401 itself, as it does
-            # while the gateway still holds this token's earlier "allow" (this answer is
-            # cached the same way, and lets nothing through: `context.caller` refuses it).
+        if result.told_at_route:
+            # A console caller's real token, revoked or expired (or signed in with claims
+            # this service refuses): the route answers 401 itself, as it does while the
+            # gateway still holds this token's earlier "allow" (this answer is cached the
+            # same way, and lets nothing through: `context.caller` refuses it).
             return MeteredAuthResponse(
                 routes=["*"],
                 principal_id="refused",
@@ -80,7 +83,8 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
                 usage_key=_usage_key(None),
             )
         return AuthResponse(routes=[], principal_id="anonymous")
-    routes: list[str | AuthRoute] = ["*"] if identity.role == tokens.ADMIN else list(SERVER_ROUTES)
+    server = identity.role == tokens.SERVER
+    routes: list[str | AuthRoute] = list(SERVER_ROUTES) if server else ["*"]
     context = {
         "tenant": identity.tenant,
         "role": identity.role,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from chalicelib import errors, wiring
     from chalicelib.admin import requests as admin_requests
     from chalicelib.api import responses
-    from chalicelib.auth import tokens
+    from chalicelib.auth import roles, tokens
     from chalicelib.check import requests as validation
     from chalicelib.quota import core as quota
 else:
@@ -24,6 +24,7 @@ else:
     responses = lazy_module("chalicelib.api.responses")
     errors = lazy_module("chalicelib.errors")
     quota = lazy_module("chalicelib.quota.core")
+    roles = lazy_module("chalicelib.auth.roles")
     tokens = lazy_module("chalicelib.auth.tokens")
     validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
@@ -81,12 +82,13 @@ def learn_base_url(headers: Any, context: dict[str, Any]) -> None:
 
 
 def caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, from the authorizer's context; an admin token's read
-    from the token store now, past the authorizer's and the container's caches, so a
-    revoked or expired admin token is refused on every route from the moment it is.
+    """The authenticated identity, from the authorizer's context; any token but a
+    server's read afresh, past the authorizer's and the container's caches (a stored
+    token from the token store, a signed-in person's verified again), so a revoked or
+    expired one is refused on every route from the moment it is.
 
     Raises:
-        errors.Unauthorized: an admin token that is revoked or expired.
+        errors.Unauthorized: a console caller's token that is revoked or expired.
         errors.Forbidden: the authorizer could not verify the token, and it is not valid;
             or the gateway's cached answer outlived the token's expiry.
         ports.StorageError: the token store is unavailable.
@@ -97,6 +99,8 @@ def caller(request: Request) -> tokens.Identity:
     if context.get("unverified"):
         result = deps().authenticator.authenticate(request.headers.get("authorization", ""))
         if result.identity is None:
+            if result.told_at_route:
+                raise errors.Unauthorized(f"The token is not valid ({result.reason}).")
             raise errors.Forbidden("The token is not valid.")
         identity = result.identity
     else:
@@ -111,7 +115,7 @@ def caller(request: Request) -> tokens.Identity:
             name=context.get("name", ""),
             principals=tokens.decode_principals(context.get("principals")),
         )
-    if identity.role != tokens.ADMIN:
+    if identity.role == tokens.SERVER:
         return identity
     header = request.headers.get("authorization", "")
     fresh = deps().authenticator.authenticate(header, fresh=True)
@@ -120,43 +124,29 @@ def caller(request: Request) -> tokens.Identity:
     return fresh.identity
 
 
+def caller_may(request: Request, permission: roles.Permission) -> tokens.Identity:
+    """The caller (`caller`, read afresh), whose role must hold `permission`
+    (chalicelib/auth/roles.py says which role holds which).
+
+    Raises:
+        errors.Unauthorized: the token is revoked or expired.
+        errors.Forbidden: the role lacks the permission, or the token is not valid.
+        ports.StorageError: the token store is unavailable.
+    """
+    identity = caller(request)
+    if not roles.may(identity.role, permission):
+        raise errors.Forbidden(roles.refusal(identity.role, permission))
+    return identity
+
+
 def server_caller(request: Request) -> tokens.Identity:
     """The identity of a caller that may check: a server or an admin token.
 
     Raises:
         errors.Unauthorized: an admin token that is revoked or expired.
-        errors.QuotaServiceError: the token has a role this version does not know.
+        errors.Forbidden: the caller's role may not check.
     """
-    identity = caller(request)
-    if identity.role not in (tokens.SERVER, tokens.ADMIN):
-        raise errors.QuotaServiceError("Unknown role.")
-    return identity
-
-
-def admin_caller(request: Request) -> tokens.Identity:
-    """The authenticated identity, which must hold the admin role (read afresh: `caller`).
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the token is not an admin token.
-        ports.StorageError: the token store is unavailable.
-    """
-    identity = caller(request)
-    if identity.role != tokens.ADMIN:
-        raise errors.Forbidden("This endpoint needs an admin token.")
-    return identity
-
-
-def admin_writer(request: Request) -> tokens.Identity:
-    """The admin identity of a route that changes something: `admin_caller`, which reads
-    an admin token from the token store now, past every cache.
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the token is not an admin token.
-        ports.StorageError: the token store is unavailable.
-    """
-    return admin_caller(request)
+    return caller_may(request, roles.Permission.CHECK)
 
 
 def request_body(request: Request) -> dict[str, Any]:
@@ -170,30 +160,80 @@ def query(request: Request) -> dict[str, str]:
     return dict(request.query_params or {})
 
 
-def writer_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
-    """A changing admin route's admin (`admin_writer`) and its JSON body, in that order:
-    a refused token is answered before its body is read.
+def caller_and_body(
+    request: Request, permission: roles.Permission
+) -> tuple[tokens.Identity, dict[str, Any]]:
+    """A changing route's caller (`caller_may`) and its JSON body, in that order: a
+    refused token is answered before its body is read.
 
     Raises:
         errors.Unauthorized: the token is revoked, expired or unknown.
-        errors.Forbidden: the token is not an admin token.
+        errors.Forbidden: the role lacks the permission.
         ports.StorageError: the token store is unavailable.
         errors.PayloadTooLarge: the body is over the size limit.
         errors.InvalidRequest: the body is missing, not JSON, or not an object.
     """
-    who = admin_writer(request)
+    who = caller_may(request, permission)
     return who, request_body(request)
 
 
 def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]:
-    """A reading admin route's admin (`admin_caller`) and its query parameters.
+    """A reading route's caller (`caller_may`, READ) and its query parameters.
 
     Raises:
         errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the token is not an admin token, or not valid.
+        errors.Forbidden: the role may not read, or the token is not valid.
         ports.StorageError: the token store is still unavailable.
     """
-    return admin_caller(request), query(request)
+    return caller_may(request, roles.Permission.READ), query(request)
+
+
+def reader(request: Request) -> tokens.Identity:
+    """A reading route's caller: any role but a server's (`caller_may`, READ).
+
+    Raises:
+        errors.Unauthorized: the token is revoked or expired.
+        errors.Forbidden: the role may not read.
+        ports.StorageError: the token store is unavailable.
+    """
+    return caller_may(request, roles.Permission.READ)
+
+
+def operator_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
+    """A route acting on a session or a principal: an operator or an admin, and the body.
+
+    Raises:
+        errors.Unauthorized: the token is revoked or expired.
+        errors.Forbidden: the role may not act (a viewer).
+        ports.StorageError: the token store is unavailable.
+        errors.PayloadTooLarge: the body is over the size limit.
+        errors.InvalidRequest: the body is missing, not JSON, or not an object.
+    """
+    return caller_and_body(request, roles.Permission.ACT)
+
+
+def manager(request: Request) -> tokens.Identity:
+    """A route managing tokens or grants: an admin (`caller_may`, MANAGE).
+
+    Raises:
+        errors.Unauthorized: the token is revoked or expired.
+        errors.Forbidden: the role is not admin.
+        ports.StorageError: the token store is unavailable.
+    """
+    return caller_may(request, roles.Permission.MANAGE)
+
+
+def manager_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
+    """A route changing tokens or grants: an admin, and the body.
+
+    Raises:
+        errors.Unauthorized: the token is revoked or expired.
+        errors.Forbidden: the role is not admin.
+        ports.StorageError: the token store is unavailable.
+        errors.PayloadTooLarge: the body is over the size limit.
+        errors.InvalidRequest: the body is missing, not JSON, or not an object.
+    """
+    return caller_and_body(request, roles.Permission.MANAGE)
 
 
 def path_session(raw: str) -> str:

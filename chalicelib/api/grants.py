@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, admin_writer, deps, writer_and_body
+from chalicelib.api.context import deps, manager, manager_and_body, reader
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -23,7 +23,7 @@ grants = Blueprint(__name__)
 @handled
 def add_grant() -> Response:
     """Plan a raise for a principal in a time window."""
-    who, body = writer_and_body(grants.current_request)
+    who, body = manager_and_body(grants.current_request)
     container = deps()
     parsed = admin_requests.parse_grant(body, container.policy, container.clock())
     return json_response(container.admin.add_grant(who, parsed), status=201)
@@ -33,12 +33,12 @@ def add_grant() -> Response:
 @handled
 def list_grants() -> Response:
     """The tenant's grants."""
-    return json_response(deps().admin.list_grants(admin_caller(grants.current_request)))
+    return json_response(deps().admin.list_grants(reader(grants.current_request)))
 
 
 @grants.route("/v1/grants/{grant_id}", methods=["DELETE"], authorizer=bearer)
 @handled
 def delete_grant(grant_id: str) -> Response:
     """Delete a grant."""
-    who = admin_writer(grants.current_request)
+    who = manager(grants.current_request)
     return json_response(deps().admin.delete_grant(who, admin_requests.grant_id_param(grant_id)))

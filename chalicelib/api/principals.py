@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, deps, path_principal, writer_and_body
+from chalicelib.api.context import deps, operator_and_body, path_principal, reader
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -26,7 +26,7 @@ principals = Blueprint(__name__)
 @handled
 def show_principal(principal: str) -> Response:
     """A principal's windowed counters, limits and state, in every session."""
-    who = admin_caller(principals.current_request)
+    who = reader(principals.current_request)
     return json_response(deps().budget_admin.show(path_principal(who, principal)))
 
 
@@ -34,7 +34,7 @@ def show_principal(principal: str) -> Response:
 @handled
 def raise_principal(principal: str) -> Response:
     """Raise one category's principal budget."""
-    who, body = writer_and_body(principals.current_request)
+    who, body = operator_and_body(principals.current_request)
     parsed = admin_requests.parse_raise(body, deps().policy)
     return json_response(
         deps().budget_admin.raise_limit(who, path_principal(who, principal), parsed)
@@ -45,7 +45,7 @@ def raise_principal(principal: str) -> Response:
 @handled
 def suspend_principal(principal: str) -> Response:
     """Refuse every call made for this principal, in every session."""
-    who, body = writer_and_body(principals.current_request)
+    who, body = operator_and_body(principals.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.suspend(who, path_principal(who, principal), reason))
 
@@ -54,7 +54,7 @@ def suspend_principal(principal: str) -> Response:
 @handled
 def resume_principal(principal: str) -> Response:
     """Lift a principal's suspension, manual or automatic."""
-    who, body = writer_and_body(principals.current_request)
+    who, body = operator_and_body(principals.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.resume(who, path_principal(who, principal), reason))
 
@@ -63,7 +63,7 @@ def resume_principal(principal: str) -> Response:
 @handled
 def reset_principal(principal: str) -> Response:
     """Zero a principal's counters in every window."""
-    who, body = writer_and_body(principals.current_request)
+    who, body = operator_and_body(principals.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().budget_admin.reset(who, path_principal(who, principal), reason))
 
@@ -72,5 +72,5 @@ def reset_principal(principal: str) -> Response:
 @handled
 def show_tenant() -> Response:
     """The tenant's ceiling: counters, limits and windows."""
-    who = admin_caller(principals.current_request)
+    who = reader(principals.current_request)
     return json_response(deps().budget_admin.show(quota.BudgetKey.whole_tenant(who.tenant)))

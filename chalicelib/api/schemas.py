@@ -226,6 +226,27 @@ class ShadowView(TypedDict):
     truncated: bool
 
 
+class SignInConfig(TypedDict):
+    issuer: str
+    client_id: str
+    authorization_endpoint: str
+    token_endpoint: str
+    scope: str
+
+
+class ConsoleConfig(TypedDict):
+    sign_in: SignInConfig | None
+
+
+class Caller(TypedDict):
+    tenant: str
+    role: str
+    name: str
+    actor: str
+    signed_in: bool
+    permissions: list[str]
+
+
 Body = (
     Health
     | Decision
@@ -244,5 +265,7 @@ Body = (
     | TokenList
     | AuditPage
     | ShadowView
+    | ConsoleConfig
+    | Caller
 )
 """Every body the JSON routes answer with (errors aside: `errors.QuotaServiceError.body`)."""

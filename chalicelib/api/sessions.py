@@ -9,12 +9,12 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import (
-    admin_caller,
     deps,
+    operator_and_body,
     path_key,
     path_session,
+    reader,
     reader_and_query,
-    writer_and_body,
 )
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
@@ -40,7 +40,7 @@ def list_sessions() -> Response:
 @handled
 def show_session(session_id: str) -> Response:
     """A session's counters, limits, state and last calls."""
-    who = admin_caller(sessions.current_request)
+    who = reader(sessions.current_request)
     return json_response(deps().admin.show(path_key(who, session_id)))
 
 
@@ -48,7 +48,7 @@ def show_session(session_id: str) -> Response:
 @handled
 def raise_session(session_id: str) -> Response:
     """Raise one category's limit for this session, at once."""
-    who, body = writer_and_body(sessions.current_request)
+    who, body = operator_and_body(sessions.current_request)
     parsed = admin_requests.parse_raise(body, deps().policy)
     return json_response(deps().admin.raise_limit(who, path_session(session_id), parsed))
 
@@ -57,7 +57,7 @@ def raise_session(session_id: str) -> Response:
 @handled
 def lower_session(session_id: str) -> Response:
     """Bring a raised limit back down to the base."""
-    who, body = writer_and_body(sessions.current_request)
+    who, body = operator_and_body(sessions.current_request)
     parsed = admin_requests.parse_lower(body, deps().policy)
     return json_response(deps().admin.lower(who, path_session(session_id), parsed))
 
@@ -66,7 +66,7 @@ def lower_session(session_id: str) -> Response:
 @handled
 def suspend_session(session_id: str) -> Response:
     """Kill switch: refuse every check of this session until resumed."""
-    who, body = writer_and_body(sessions.current_request)
+    who, body = operator_and_body(sessions.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.suspend(who, path_session(session_id), reason))
 
@@ -75,7 +75,7 @@ def suspend_session(session_id: str) -> Response:
 @handled
 def resume_session(session_id: str) -> Response:
     """Lift a suspension."""
-    who, body = writer_and_body(sessions.current_request)
+    who, body = operator_and_body(sessions.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.resume(who, path_session(session_id), reason))
 
@@ -84,6 +84,6 @@ def resume_session(session_id: str) -> Response:
 @handled
 def reset_session(session_id: str) -> Response:
     """Zero this session's counters."""
-    who, body = writer_and_body(sessions.current_request)
+    who, body = operator_and_body(sessions.current_request)
     reason = admin_requests.parse_reason(body)
     return json_response(deps().admin.reset(who, path_session(session_id), reason))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import admin_caller, admin_writer, deps, writer_and_body
+from chalicelib.api.context import deps, manager, manager_and_body
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -23,7 +23,7 @@ tokens = Blueprint(__name__)
 @handled
 def create_token() -> Response:
     """A new token of the caller's tenant; the token itself is in this answer only."""
-    who, body = writer_and_body(tokens.current_request)
+    who, body = manager_and_body(tokens.current_request)
     parsed = admin_requests.parse_token(body)
     created = deps().token_admin.create(who, parsed)
     return json_response(created, status=201, headers={"Cache-Control": "no-store"})
@@ -33,12 +33,12 @@ def create_token() -> Response:
 @handled
 def list_tokens() -> Response:
     """The tenant's tokens, without secrets."""
-    return json_response(deps().token_admin.list(admin_caller(tokens.current_request)))
+    return json_response(deps().token_admin.list(manager(tokens.current_request)))
 
 
 @tokens.route("/v1/tokens/{token_id}", methods=["DELETE"], authorizer=bearer)
 @handled
 def revoke_token(token_id: str) -> Response:
     """Revoke one of the tenant's tokens (again is harmless)."""
-    who = admin_writer(tokens.current_request)
+    who = manager(tokens.current_request)
     return json_response(deps().token_admin.revoke(who, admin_requests.token_id_param(token_id)))

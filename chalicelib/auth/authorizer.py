@@ -8,6 +8,10 @@ past its expiry (the container's cache ends there, and the route refuses an answ
 gateway kept past it). An admin token is looked up `fresh`, past both caches, on every
 route, so a revoked or expired admin token answers 401 at once.
 
+A JSON Web Token of the configured identity provider (`chalicelib.auth.oidc`) is verified
+instead, never cached here: its signature, issuer, audience and expiry are checked on
+every look-up, which costs one RSA public-key operation.
+
 One header shape is accepted, `Bearer <token>`: the scheme in any ASCII case (RFC 9110
 §11.1 makes it case-insensitive), one space, a token with no whitespace around or in it.
 WAF's per-token rate key lowercases the header and compresses its whitespace, so every
@@ -20,11 +24,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from chalicelib.auth.jwt import looks_like_jwt
+from chalicelib.auth.oidc import SignInRefused
 from chalicelib.auth.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
 from chalicelib.clock import Clock
 from chalicelib.settings import Settings
 from chalicelib.storage.ports import TokenRepository
+
+if TYPE_CHECKING:
+    from chalicelib.auth.oidc import OidcVerifier
 
 SCHEME = "bearer"  # compared case-folded, ASCII only
 # RFC 6750's b64token: what WAF's address rule treats as a well-formed header too.
@@ -60,17 +70,29 @@ class AuthResult:
     reason: str = ""
     refused_role: str | None = None  # a real token's role, when it is revoked or expired
     expires_at_ms: int | None = None  # an accepted token's expiry, if it has one
+    signed_in: bool = False  # an identity provider's genuine token, refused for its claims
+
+    @property
+    def told_at_route(self) -> bool:
+        """Whether the route, not the gateway, refuses it with a 401 and the reason: a
+        console caller's real token, which the console then signs in again for."""
+        return self.signed_in or self.refused_role not in (None, SERVER)
 
 
 class Authenticator:
     """Resolves `Authorization` header values to identities."""
 
     def __init__(
-        self, settings: Settings, tokens: Callable[[], TokenRepository], clock: Clock
+        self,
+        settings: Settings,
+        tokens: Callable[[], TokenRepository],
+        clock: Clock,
+        sign_in: Callable[[], OidcVerifier | None] = lambda: None,
     ) -> None:
         self._settings = settings
         self._tokens = tokens
         self._clock = clock
+        self._sign_in = sign_in
         self._cache: dict[str, tuple[int, AuthResult]] = {}
         self._dev: dict[str, Identity] = {}
         if settings.dev_tokens:
@@ -88,13 +110,16 @@ class Authenticator:
         past the cache (and refreshes the cache with what it read).
 
         Raises:
-            StorageError: the token store failed.
+            StorageError: the token store failed (`IssuerUnavailable`: the identity
+                provider's keys could not be fetched).
         """
         token = bearer_token(header)
         if token is None:
             return AuthResult(None, "the Authorization header is not 'Bearer <token>'")
         if token in self._dev:
             return AuthResult(self._dev[token])
+        if looks_like_jwt(token):
+            return self._signed_in(token)
         now = self._clock()
         cached = self._cache.get(token)
         if not fresh and cached is not None and cached[0] > now:
@@ -108,6 +133,15 @@ class Authenticator:
                 expiry = min(expiry, expires_at_ms)  # an expiring token is not kept past it
             self._cache[token] = (expiry, result)
         return result
+
+    def _signed_in(self, token: str) -> AuthResult:
+        verifier = self._sign_in()
+        if verifier is None:
+            return AuthResult(None, "unknown token (no identity provider is configured)")
+        try:
+            return AuthResult(verifier.verify(token).identity)
+        except SignInRefused as exc:
+            return AuthResult(None, exc.reason, signed_in=exc.signed)
 
     def _lookup(self, token: str, now_ms: int) -> tuple[AuthResult, int | None]:
         token_id = split_token(token)

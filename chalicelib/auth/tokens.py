@@ -11,13 +11,15 @@ import secrets
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from chalicelib.auth.roles import Role
 from chalicelib.errors import PrincipalNotAllowed
 
-SERVER = "server"
-ADMIN = "admin"
-ROLES = (SERVER, ADMIN)
+SERVER = Role.SERVER.value
+VIEWER = Role.VIEWER.value
+OPERATOR = Role.OPERATOR.value
+ADMIN = Role.ADMIN.value
+ROLES = tuple(role.value for role in Role)  # what a token may be created with
 TOKEN_PREFIX = "mcpq"
-TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _TOKEN = re.compile(r"^mcpq_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")
 # A token's own principal, when a check claims none. The prefix is reserved: no token may
 # claim another token's own principal, whatever its binding.

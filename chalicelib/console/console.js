@@ -1,13 +1,24 @@
-// mcp-quota console: a small page over the admin API. The admin token lives in
-// sessionStorage only (never a URL, a cookie or localStorage); every value shown is set
-// as text, never as HTML.
+// mcp-quota console: a small page over the admin API. A person signs in through the
+// identity provider (authorization code with PKCE S256) or pastes a token; the token
+// lives in sessionStorage only (never a URL, a cookie or localStorage); every value shown
+// is set as text, never as HTML.
 "use strict";
 
 const TOKEN_KEY = "mcp-quota-admin-token";
+const SIGN_IN_KEY = "mcp-quota-sign-in";  // {refresh, expires}: a signed-in person's token
+const PKCE_KEY = "mcp-quota-pkce";  // {state, verifier} while the provider is asked
 const BASE = location.pathname.replace(/\/console\/?$/, "");
 const main = document.getElementById("main");
+let config = null;  // GET /v1/console-config's sign_in, once loaded
+let me = null;  // GET /v1/me: who is signed in, their role and permissions
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
+function may(permission) { return !me || me.permissions.includes(permission); }
+
+function forget() {
+  for (const key of [TOKEN_KEY, SIGN_IN_KEY, PKCE_KEY]) sessionStorage.removeItem(key);
+  me = null;
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -27,7 +38,7 @@ function el(tag, attrs, ...children) {
 const PLAIN = {
   400: "The request was not accepted",
   401: "You are not signed in",
-  403: "This token may not do that (it must be an admin token of this tenant)",
+  403: "Your role may not do that",
   404: "Not found",
   409: "That would contradict the current state",
   413: "The request is too large",
@@ -40,6 +51,7 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body) {
+  await fresh();
   const headers = { Authorization: `Bearer ${token()}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;
@@ -56,7 +68,7 @@ async function api(method, path, body) {
     const detail = data && data.error && data.error.message;
     const head = PLAIN[response.status] || `The service answered with an error (${response.status})`;
     if (response.status === 401 || response.status === 403) {
-      if (!detail || path.startsWith("/v1/sessions?")) sessionStorage.removeItem(TOKEN_KEY);
+      if (!detail || response.status === 401 || path === "/v1/me") forget();
     }
     throw new ApiError(response.status, detail ? `${head}: ${detail}` : `${head}.`);
   }
@@ -110,26 +122,113 @@ function show(...nodes) {
 
 // -- sign in ---------------------------------------------------------------------------
 
-function signIn(message) {
-  document.getElementById("nav").hidden = true;
+function b64url(bytes) {
+  return btoa(String.fromCharCode(...new Uint8Array(bytes)))
+    .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+function randomText() { return b64url(crypto.getRandomValues(new Uint8Array(32))); }
+function redirectUri() { return location.origin + location.pathname; }
+
+async function loadConfig() {
+  if (config !== null) return config;
+  try {
+    const response = await fetch(`${BASE}/v1/console-config`);
+    config = response.ok ? (await response.json()).sign_in || false : false;
+  } catch (err) { config = false; }
+  return config;
+}
+
+// To the identity provider: authorization code flow with PKCE (S256), no client secret.
+async function startSignIn() {
+  const verifier = randomText();
+  const state = randomText();
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+  sessionStorage.setItem(PKCE_KEY, JSON.stringify({ state, verifier }));
+  const query = new URLSearchParams({
+    response_type: "code", client_id: config.client_id, redirect_uri: redirectUri(),
+    scope: config.scope, state, code_challenge: b64url(digest), code_challenge_method: "S256",
+  });
+  location.assign(`${config.authorization_endpoint}?${query}`);
+}
+
+async function tokenRequest(form) {
+  const response = await fetch(config.token_endpoint, {
+    method: "POST", body: new URLSearchParams({ client_id: config.client_id, ...form }),
+  });
+  if (!response.ok) throw new Error(`The identity provider refused (${response.status}).`);
+  const answer = await response.json();
+  // The ID token is the bearer: it names the person and their groups for every issuer.
+  sessionStorage.setItem(TOKEN_KEY, answer.id_token);
+  sessionStorage.setItem(SIGN_IN_KEY, JSON.stringify({
+    refresh: answer.refresh_token || form.refresh_token || "",
+    expires: Date.now() + (answer.expires_in || 300) * 1000,
+  }));
+}
+
+// Back from the identity provider with ?code=&state=: the code and the verifier for tokens.
+async function finishSignIn(params) {
+  const pending = JSON.parse(sessionStorage.getItem(PKCE_KEY) || "null");
+  sessionStorage.removeItem(PKCE_KEY);
+  history.replaceState(null, "", redirectUri() + location.hash);
+  if (params.get("error")) throw new Error(`The identity provider said: ${params.get("error")}.`);
+  if (!pending || pending.state !== params.get("state")) throw new Error("That sign-in was not started here; sign in again.");
+  await tokenRequest({ grant_type: "authorization_code", code: params.get("code"),
+    redirect_uri: redirectUri(), code_verifier: pending.verifier });
+}
+
+// A signed-in person's token a minute before it expires: refreshed, else sign in again.
+async function fresh() {
+  const signedIn = JSON.parse(sessionStorage.getItem(SIGN_IN_KEY) || "null");
+  if (!signedIn || signedIn.expires - 60_000 > Date.now()) return;
+  try {
+    if (!signedIn.refresh) throw new Error("no refresh token");
+    await tokenRequest({ grant_type: "refresh_token", refresh_token: signedIn.refresh });
+  } catch (err) {
+    forget();
+    throw new ApiError(401, "Your sign-in has expired: sign in again.");
+  }
+}
+
+async function whoAmI() {
+  me = await api("GET", "/v1/me");
+  document.getElementById("who").textContent = `${me.name || me.actor} · ${me.role} · tenant ${me.tenant}`;
+}
+
+function tokenForm(primary) {
   const input = el("input", { id: "token", type: "password", autocomplete: "off",
     required: true, "aria-label": "Admin token" });
+  const form = el("form", { class: "actions", onsubmit: async (event) => {
+    event.preventDefault();
+    forget();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    try {
+      await whoAmI();
+      route();
+    } catch (err) {
+      forget();
+      signIn(err.message);
+    }
+  } }, el("label", {}, "Admin token", input),
+  el("button", { type: "submit", class: primary ? null : "secondary", text: primary ? "Sign in" : "Sign in with the token" }));
+  return { input, form };
+}
+
+async function signIn(message) {
+  document.getElementById("nav").hidden = true;
+  const provider = await loadConfig();
+  const paste = tokenForm(!provider);
+  const keep = "It is kept in this tab only and forgotten when the tab closes.";
   show(el("section", {},
     el("h1", { text: "Sign in" }),
     message ? notice("error", message) : null,
-    el("p", { class: "muted", text: "Paste an admin token. It is kept in this tab only and forgotten when the tab closes." }),
-    el("form", { class: "actions", onsubmit: async (event) => {
-      event.preventDefault();
-      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
-      try {
-        await api("GET", "/v1/sessions?limit=1");
-        route();
-      } catch (err) {
-        sessionStorage.removeItem(TOKEN_KEY);
-        signIn(err.message);
-      }
-    } }, el("label", {}, "Admin token", input), el("button", { type: "submit", text: "Sign in" }))));
-  input.focus();
+    provider ? el("div", { class: "buttons" }, el("button", { type: "button", id: "sign-in",
+      onclick: () => startSignIn().catch((err) => signIn(err.message)),
+      text: "Sign in with your identity provider" })) : null,
+    provider ? el("details", {}, el("summary", { text: "Use a token instead (automation)" }),
+      el("p", { class: "muted", text: `Paste a viewer, operator or admin token. ${keep}` }), paste.form)
+      : el("div", {}, el("p", { class: "muted", text: `Paste an admin token. ${keep}` }), paste.form)));
+  if (provider) document.getElementById("sign-in").focus();
+  else paste.input.focus();
 }
 
 // -- pages -----------------------------------------------------------------------------
@@ -178,6 +277,11 @@ async function overview() {
   );
 }
 
+function readOnly(what) {
+  return el("section", {}, el("h2", { text: `Act on ${what}` }),
+    el("p", { class: "muted", text: `Your role (${me.role}) may only read: an operator or an admin acts.` }));
+}
+
 function categoryRows(categories) {
   return Object.entries(categories).map(([name, c]) => [
     name, bar(c.used, c.limit), `${c.used} / ${c.limit}`, String(c.leased ?? "-"),
@@ -219,6 +323,7 @@ function actionForm(id, categories, state, after, chosen) {
     if (expires.value) body.expires_in_seconds = Number(expires.value) * 60;
     return act("raise", body);
   };
+  if (!may("act")) return readOnly("this session");
   return el("section", {}, el("h2", { text: "Act on this session" }), status,
     el("form", { class: "actions", onsubmit: (e) => { e.preventDefault(); raise(); } },
       el("label", {}, "Category", category), el("label", {}, "How", mode),
@@ -320,7 +425,7 @@ async function principalPage(p, message) {
       principalPage(p, notice("ok", `Done: ${action}.`)).catch(fail);
     } catch (err) { status.replaceChildren(notice("error", err.message)); }
   };
-  budgetPage(`Principal ${p}`, b, el("section", {}, el("h2", { text: "Act on this principal" }), status,
+  budgetPage(`Principal ${p}`, b, !may("act") ? readOnly("this principal") : el("section", {}, el("h2", { text: "Act on this principal" }), status,
     el("label", {}, "Reason", reason),
     el("div", { class: "buttons" },
       b.state === "suspended"
@@ -334,8 +439,9 @@ async function tenantPage() { budgetPage("Tenant", await api("GET", "/v1/tenant"
 async function grantsPage(message) {
   const data = await api("GET", "/v1/grants");
   const status = el("div", { "aria-live": "polite" }, message || null);
+  const manage = may("manage");
   const rows = data.grants.map((g) => [g.principal, g.category, String(g.limit), fmt(g.starts_at), fmt(g.ends_at), g.reason || "-",
-    el("button", { type: "button", class: "secondary", text: "Delete", onclick: async () => {
+    !manage ? "" : el("button", { type: "button", class: "secondary", text: "Delete", onclick: async () => {
       try { await api("DELETE", `/v1/grants/${g.grant_id}`); grantsPage(notice("ok", "Grant deleted.")).catch(fail); }
       catch (err) { status.replaceChildren(notice("error", err.message)); }
     } })]);
@@ -344,7 +450,7 @@ async function grantsPage(message) {
   show(el("h1", { text: "Grants" }), status,
     el("section", {}, rows.length ? table(["Principal", "Category", "Limit", "Starts", "Ends", "Reason", ""], rows)
       : el("p", { class: "muted", text: "No grants." })),
-    el("section", {}, el("h2", { text: "New grant" }),
+    !manage ? null : el("section", {}, el("h2", { text: "New grant" }),
       el("form", { class: "actions", onsubmit: async (event) => {
         event.preventDefault();
         const e = event.target.elements;
@@ -443,6 +549,7 @@ function fail(err) {
 
 function route() {
   if (!token()) { signIn(); return; }
+  if (!me) { whoAmI().then(route, fail); return; }
   document.getElementById("nav").hidden = false;
   const [path, search] = (location.hash.slice(1) || "/").split("?");
   const params = new URLSearchParams(search || "");
@@ -460,8 +567,14 @@ function route() {
 }
 
 document.getElementById("signout").addEventListener("click", () => {
-  sessionStorage.removeItem(TOKEN_KEY);
+  forget();
+  document.getElementById("who").textContent = "";
   signIn();
 });
 window.addEventListener("hashchange", route);
-route();
+const returned = new URLSearchParams(location.search);
+if (returned.has("code") || returned.has("error")) {
+  loadConfig().then(() => finishSignIn(returned)).then(route, (err) => { forget(); signIn(err.message); });
+} else {
+  route();
+}

@@ -196,6 +196,8 @@ def walk(api: Api) -> list[Answer]:
     r.send("GET", "/v1/audit?next=forged")  # 400
     r.send("GET", "/v1/audit?type=quota_exceeded&principal=bot-1")
     r.send("GET", "/v1/shadow")
+    r.send("GET", "/v1/me")
+    r.send("GET", "/v1/console-config")
     r.send("POST", "/v1/sessions/s-1/suspend", {"reason": "x" * 20_000})  # 413
     return r.answers
 

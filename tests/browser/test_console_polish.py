@@ -14,8 +14,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_console import sign_in
-from tests.e2e.http import ADMIN_TOKEN, call
+from tests.browser.test_console import paste_token, sign_in
+from tests.e2e.http import call
 from tests.e2e.inbox import Stack
 
 pytestmark = pytest.mark.browser
@@ -77,7 +77,9 @@ def run_away(
 
 def test_the_nav_is_hidden_until_sign_in(stack: Stack, watched: Watched) -> None:
     watched.page.goto(f"{stack.url}/console")
-    expect(watched.page.get_by_label("Admin token")).to_be_visible()
+    idp = watched.page.get_by_role("button", name="Sign in with your identity provider")
+    expect(idp).to_be_visible()
+    expect(watched.page.get_by_label("Admin token")).to_be_hidden()  # one click away
     expect(watched.page.locator("#nav")).to_be_hidden()
     watched.assert_clean()
     sign_in(watched.page, stack)
@@ -122,8 +124,7 @@ def test_the_category_keeps_its_value_after_a_raise(stack: Stack, watched: Watch
 
 def test_the_console_with_a_trailing_slash_loads_its_assets(stack: Stack, watched: Watched) -> None:
     watched.page.goto(f"{stack.url}/console/")
-    watched.page.get_by_label("Admin token").fill(ADMIN_TOKEN)
-    watched.page.get_by_role("button", name="Sign in").click()
+    paste_token(watched.page)
     expect(watched.page.get_by_role("heading", name="Overview: the last 24 hours")).to_be_visible()
     watched.assert_clean()
 

@@ -11,7 +11,8 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from chalicelib.quota.policy import POLICY_DIR
-from tests.e2e.http import ADMIN_TOKEN, call
+from tests.browser.test_console import paste_token
+from tests.e2e.http import call
 from tests.support import running_service
 
 pytestmark = pytest.mark.browser
@@ -32,8 +33,7 @@ def test_the_console_shows_what_would_have_been_refused(url: str, browser: Brows
     assert [call(f"{url}/v1/check", "POST", body).status for _ in range(18)] == [200] * 18
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.goto(f"{url}/console")
-    page.get_by_label("Admin token").fill(ADMIN_TOKEN)
-    page.get_by_role("button", name="Sign in").click()
+    paste_token(page)
     # Signed in once the overview has drawn: a click before it would be overtaken by it.
     expect(page.get_by_role("heading", name="By server and principal")).to_be_visible()
     page.get_by_role("link", name="Would refuse").click()

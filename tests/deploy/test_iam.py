@@ -37,6 +37,7 @@ LOG_ACTIONS = frozenset({"logs:CreateLogStream", "logs:PutLogEvents"})
 # The whole grant, reviewed: a change here is a change to production permissions.
 EXPECTED_ACTIONS = {
     API_HANDLER: {
+        "cognito-idp:ListUserPoolClients",  # finds the sign-in client's id (deploy/sign_in.py)
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
         "dynamodb:PutItem",
@@ -48,7 +49,12 @@ EXPECTED_ACTIONS = {
         "secretsmanager:GetSecretValue",
         "sqs:SendMessage",
     },
-    AUTHORIZER: {"dynamodb:GetItem", "logs:CreateLogStream", "logs:PutLogEvents"},
+    AUTHORIZER: {
+        "cognito-idp:ListUserPoolClients",
+        "dynamodb:GetItem",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+    },
     NOTIFIER: {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
@@ -66,6 +72,13 @@ EVENT_SOURCE_GRANTS = {
         ("sqs:DeleteMessage", QUEUE),
         ("sqs:GetQueueAttributes", QUEUE),
     }
+}
+# Not read by the scan (a paginator of another service): wherever a caller is
+# authenticated, the sign-in client's id is found in the stack's own user pool
+# (`wiring.Container.cognito_client_id`).
+SIGN_IN_GRANTS = {
+    function: {("cognito-idp:ListUserPoolClients", "SignInUserPool")}
+    for function in (API_HANDLER, AUTHORIZER)
 }
 # In a deployed stack the topic is published to by the notifier only: the API handler
 # enqueues (`QueuedNotifier`); `Notifier.publish` is its path under `make run` alone.
@@ -162,7 +175,7 @@ def required_grants() -> dict[str, set[Grant]]:
             functions = {API_HANDLER}
         for function in functions:
             required[function].add((call.action, target))
-    for function, grants in EVENT_SOURCE_GRANTS.items():
+    for function, grants in (*EVENT_SOURCE_GRANTS.items(), *SIGN_IN_GRANTS.items()):
         required[function] |= grants
     return required
 
@@ -302,7 +315,7 @@ TOKEN_ADMIN = "chalicelib/admin/tokens.py"
 @pytest.mark.parametrize("path", source_files())
 def test_only_the_token_admin_mints_or_revokes_tokens(path: Path) -> None:
     """Token changes in the Lambda go through one module, which the routes reach only after
-    `admin_caller()`; no Lambda code imports the operator's CLI."""
+    `manager()`; no Lambda code imports the operator's CLI."""
     module = relative(path)
     if module in ("chalicelib/storage/dynamodb/tokens.py", TOKEN_ADMIN):
         return
@@ -325,19 +338,23 @@ def view_sources() -> dict[str, str]:
     }
 
 
-# How a route names its admin: the two checks, or the helpers of chalicelib/api/context.py
-# that make them first (writer_and_body through admin_writer, reader_and_query through
-# admin_caller; the test below holds them to it).
-FRESH_ADMIN_CALLS = ("admin_writer(", "writer_and_body(")
-ADMIN_CALLS = (*FRESH_ADMIN_CALLS, "admin_caller(", "reader_and_query(")
+# How a route names the role it needs: the helpers of chalicelib/api/context.py, each of
+# which asks `caller_may` first (the test below holds them to it).
+FRESH_ADMIN_CALLS = ("operator_and_body(", "manager(", "manager_and_body(")
+ADMIN_CALLS = (*FRESH_ADMIN_CALLS, "reader(", "reader_and_query(")
+TOKEN_ADMIN_CALLS = ("manager(", "manager_and_body(")
 
 
-def test_the_route_helpers_check_the_admin_before_anything_else() -> None:
+def test_the_route_helpers_check_the_role_before_anything_else() -> None:
     from chalicelib.api import context  # noqa: PLC0415
 
     for helper, check in (
-        (context.writer_and_body, "admin_writer(request)"),
-        (context.reader_and_query, "admin_caller(request)"),
+        (context.caller_and_body, "caller_may(request, permission)"),
+        (context.reader_and_query, "caller_may(request, roles.Permission.READ)"),
+        (context.reader, "caller_may(request, roles.Permission.READ)"),
+        (context.operator_and_body, "caller_and_body(request, roles.Permission.ACT)"),
+        (context.manager, "caller_may(request, roles.Permission.MANAGE)"),
+        (context.manager_and_body, "caller_and_body(request, roles.Permission.MANAGE)"),
     ):
         body = [
             line.strip()
@@ -350,7 +367,7 @@ def test_the_route_helpers_check_the_admin_before_anything_else() -> None:
 def test_every_token_admin_route_needs_an_admin() -> None:
     for name, source in view_sources().items():
         if "token_admin" in source:
-            assert any(call in source for call in ADMIN_CALLS), name
+            assert any(call in source for call in TOKEN_ADMIN_CALLS), name
 
 
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -361,8 +378,8 @@ NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "perform_link"})
 
 def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> None:
     """A revoked admin token must stop changing things at once: each changing route
-    goes through `admin_writer()` (itself or by `writer_and_body()`), which reads the
-    token store past every cache."""
+    names the role it needs (`operator_and_body()`, `manager()`, `manager_and_body()`),
+    which reads the token afresh past every cache (`context.caller`)."""
     from app import app  # noqa: PLC0415
 
     changing = {

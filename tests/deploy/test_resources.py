@@ -99,7 +99,14 @@ def test_api_stage_is_throttled(packaged: Packaged) -> None:
 
 
 def _resolve(value: Any, parameters: dict[str, Any] | None = None) -> str:
-    """Stand-in physical values: a Ref becomes `<LogicalId>`, or a parameter's default."""
+    """Stand-in physical values: a Ref becomes `<LogicalId>`, or a parameter's default; a
+    condition on Cognito (the default: no OidcIssuer) its Cognito branch; a Sub its text."""
+    if isinstance(value, dict) and "Fn::If" in value:
+        condition, when_true, _ = value["Fn::If"]
+        assert condition == "UseCognito", value
+        return _resolve(when_true, parameters)
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        return str(value["Fn::Sub"])
     if isinstance(value, dict):
         (name,) = value.values()
         if parameters and name in parameters:
@@ -116,7 +123,7 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
     for name, function in functions.items():
         variables = function["Properties"]["Environment"]["Variables"]
         for value in variables.values():
-            if isinstance(value, dict):
+            if isinstance(value, dict) and "Ref" in value:
                 (target,) = value.values()
                 known = {**packaged.resources, **packaged.template.get("Parameters", {})}
                 known["AWS::StackName"] = "names the tenants' usage keys"
@@ -134,6 +141,9 @@ def test_every_function_is_wired_to_this_stacks_tables_and_topic(packaged: Packa
         assert settings.link_secret_arn == "<LinkSecret>"  # generated, never in clear
         assert settings.notify_queue_url == "<NotificationQueue>"  # refusals enqueue
         assert settings.idle_timeout_seconds == 3600
+        # People sign in through the stack's own user pool, its client found by name.
+        assert settings.oidc_issuer.endswith("amazonaws.com/${SignInUserPool}")
+        assert settings.oidc_cognito_client_name == "mcp-quota-console"
         assert variables["POWERTOOLS_LOG_LEVEL"] == "INFO"
         assert not any(key.startswith("QUOTA_DEV_") for key in variables)
         props = function["Properties"]

@@ -72,8 +72,9 @@ def test_the_spec_marks_only_health_as_public() -> None:
         for method, entry in entries.items()
         if entry.authorizer is None
     }
-    # Besides /health: the console's static files (the page asks for a token itself) and
-    # the email's links (a signed, single-use token in the path is their authority).
+    # Besides /health: the console's static files and its sign-in configuration (the page
+    # asks for a token itself) and the email's links (a signed, single-use token in the
+    # path is their authority).
     assert (
         public
         == authorized
@@ -83,6 +84,7 @@ def test_the_spec_marks_only_health_as_public() -> None:
             ("/console", "head"),
             ("/console/{name}", "get"),
             ("/console/{name}", "head"),
+            ("/v1/console-config", "get"),
             ("/favicon.ico", "get"),
             ("/favicon.ico", "head"),
             ("/actions/{token}", "get"),
