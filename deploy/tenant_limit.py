@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from botocore.exceptions import ClientError  # noqa: E402
 
 from chalicelib.auth.authorizer import usage_key  # noqa: E402
-from chalicelib.auth.tokens import TENANT_NAME  # noqa: E402
+from chalicelib.auth.roles import TENANT_NAME  # noqa: E402
 
 OUTPUT = "TenantUsagePlanId"
 MAX_KEY_LENGTH = 128  # API Gateway's bound on an API key's value
