@@ -29,7 +29,7 @@ grant_of = leases.grant_of
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
 # How long a call counted in its session may stay in progress: longer than any check
-# runs (a check answers within its 4 s deadline; the Lambda's timeout is 10 s). A copy
+# runs (a check answers within its 4 s deadline; the Lambda's timeout is 5 s). A copy
 # that finds it in progress later knows its check ended without admitting it (a crash),
 # and counts the call anew.
 IN_PROGRESS_MS = 10_000
