@@ -120,3 +120,34 @@ def test_another_argument_or_principal_under_a_used_id_is_a_409(service: Service
     assert {r.body["error"]["code"] for r in (*others, stranger)} == {"call_id_conflict"}
     assert principal_used(service, who) == 1
     assert principal_used(service, f"{who}-2") == 0
+
+
+def test_a_list_then_delete_loop_is_suspended_and_a_bare_report_suspends_nobody(
+    service: Service,
+) -> None:
+    """Class 4: escalation follows the refused category (a read in between no longer ends
+    a streak of refused deletes). Class 3: a report of held refusals without the
+    service's ticket counts nothing."""
+    who, session = f"p-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    codes = []
+    for i in range(40):
+        listed = check(
+            service, tool="list_tags", category="read", session_id=session, principal=who
+        )
+        assert listed.status in (200, 429)
+        deleted = check(service, session_id=session, principal=who, call_id=f"d{i}")
+        codes.append(deleted.body.get("error", {}).get("code", "allowed"))
+    # 5 deletes run (the session's limit), then 10 refused in a row suspend the principal.
+    assert codes[:5] == ["allowed"] * 5
+    assert codes[5:15] == ["quota_exceeded"] * 10
+    assert set(codes[15:]) == {"principal_suspended"}
+    shown = call(f"{service.url}/v1/principals/{who}", token=ADMIN_TOKEN).body
+    assert shown["state"] == "suspended"
+    innocent = f"p-{uuid.uuid4().hex[:8]}"
+    report = {"write": 50}
+    bare = check(
+        service, session_id=f"s-{uuid.uuid4().hex[:8]}", principal=innocent, refused_locally=report
+    )
+    assert bare.status == 200
+    shown = call(f"{service.url}/v1/principals/{innocent}", token=ADMIN_TOKEN).body
+    assert shown["state"] == "active"
