@@ -68,9 +68,11 @@ MISCONFIGURED_METRIC = "Misconfigured"
 STORE_CONNECT_SECONDS = 0.5
 STORE_READ_SECONDS = 1.0
 STORE_ATTEMPTS = 2
-# The longest one store request may take, its botocore retry and backoff included: a
-# check starts a request only if this much is left before its deadline.
-STORE_STEP_SECONDS = STORE_ATTEMPTS * (STORE_CONNECT_SECONDS + STORE_READ_SECONDS) + 0.025
+# The longest one attempt of a store request may take: a check starts a request only if
+# this much is left before its deadline. (Its botocore retry, after a timeout, may end up
+# to as much again past it: a hang that begins late in a check answers by about 5.5 s;
+# one at its first request, the usual case, by about 2 s.)
+STORE_STEP_SECONDS = STORE_CONNECT_SECONDS + STORE_READ_SECONDS
 CLIENT_CONFIG = Config(
     connect_timeout=STORE_CONNECT_SECONDS,
     read_timeout=STORE_READ_SECONDS,

@@ -37,6 +37,8 @@ class _Server(ThreadingHTTPServer):
     def losing(self, target: str, raw: bytes) -> bool:
         """Whether this request's answer is lost: chosen, and its first time (botocore's
         retry sends the very same bytes, and gets its answer)."""
+        if not target.startswith("DynamoDB_"):
+            return False  # SNS, SQS: form-encoded, never lost
         if not self.choose(target, json.loads(raw or b"{}")):
             return False
         with self.lock:
