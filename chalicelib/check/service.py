@@ -38,7 +38,9 @@ from chalicelib.check.steps import (
     Step,
     WiderBudgets,
     compensate,
+    leased_from,
     retried,
+    room_of,
     use_of,
 )
 from chalicelib.check.tickets import HoldTickets
@@ -194,14 +196,15 @@ class CheckService:
                 raise
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
-            return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
+            allowed = replace(allowed, scopes=scopes, lease=leased_from(allowed.lease, taken))
+            return self._shadowed(attempt, allowed, snapshot)
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
         compensate(partial(wider.give_back, [s for s, _ in taken]), attempt)
         compensate(partial(self._store.uncount, attempt, snapshot.started_ms), attempt)
         step, seen = refusal
         suspended = seen is not None and seen.suspended
-        remaining = use_of(step, seen or BudgetSnapshot()).remaining
+        remaining = room_of(step, seen or BudgetSnapshot())  # in one take (one shard)
         if attempt.leased and attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
@@ -431,8 +434,8 @@ class CheckService:
             streak, first = self._budgets.note_streak(
                 step.key, attempt.category, attempt.real_ms, since, mark
             )
-        elif not suspended and spent:
-            first = self._budgets.note_refusal(step.key, step.spend)
+        elif not suspended and spent and self._wider is not None:
+            first = self._wider.note_refusal(step)
         uses = [use_of(s, b) for s, b in taken if s.window.scope is not step.window.scope]
         reason = RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
         scope = step.window.scope
