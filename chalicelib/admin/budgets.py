@@ -5,6 +5,7 @@ session actions."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin.audit import (
@@ -19,6 +20,8 @@ from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
 from chalicelib.check.hooks import LimitResolver
 from chalicelib.check.service import PrincipalGate
+from chalicelib.check.shards import shard_key, summed
+from chalicelib.check.steps import in_parallel
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
@@ -100,8 +103,17 @@ class BudgetAdmin:
         return view
 
     def show(self, key: BudgetKey) -> BudgetView:
-        """Counters, limits, windows and state (a budget never used shows zeros)."""
-        return self.view(key, self._budgets.get(key))
+        """Counters, limits, windows and state (a budget never used shows zeros); the
+        tenant's summed over the shards its ceiling is split over, each one read.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        shards = max((w.shards for _, w in self._windows(key.scope)), default=1)
+        if shards == 1:
+            return self.view(key, self._budgets.get(key))
+        reads = [partial(self._budgets.get, shard_key(key, i)) for i in range(shards)]
+        return self.view(key, summed(in_parallel(reads)))
 
     def _audit(
         self, who: Identity, event: EventType, key: BudgetKey, reason: str, before: Any, after: Any

@@ -41,7 +41,9 @@ from chalicelib.check.steps import (
     Step,
     WiderBudgets,
     compensate,
+    leased_from,
     retried,
+    room_of,
     surely_not_written,
     use_of,
 )
@@ -220,14 +222,15 @@ class CheckService:
                 raise
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
-            return self._shadowed(attempt, replace(allowed, scopes=scopes), snapshot)
+            allowed = replace(allowed, scopes=scopes, lease=leased_from(allowed.lease, taken))
+            return self._shadowed(attempt, allowed, snapshot)
         # Refused by a wider budget: what was taken goes back before any answer, over a
         # throttle too (a 503 here must leave nothing counted, as on the fault path).
         if not self._undo(attempt, snapshot, taken):
             raise StoreUnavailable("giving back a call a wider budget refused")
         step, seen = refusal
         suspended = seen is not None and seen.suspended
-        remaining = use_of(step, seen or BudgetSnapshot()).remaining
+        remaining = room_of(step, seen or BudgetSnapshot())  # in one take (one shard)
         if attempt.leased and attempt.units > 1 and not suspended and remaining:
             # A wider budget had room for fewer calls than the lease: what remains there.
             smaller = min(remaining, attempt.units - 1)
@@ -254,7 +257,7 @@ class CheckService:
         if self._store.record_block(attempt, known, limit, False, expected=True) is None:
             self._spent.forget(attempt.session)
             return None
-        decision = self._session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED)
+        decision = session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED, self._keep)
         self._spent.remember(attempt, known)
         since = known.last_allowed_ms(category=attempt.category)
         decision = self._escalation.after(attempt, since, decision)
@@ -323,17 +326,6 @@ class CheckService:
         category = self._policy.categories[attempt.category]
         return allowed_answer(attempt, snapshot, category, self._keep, duplicate)
 
-    def _session_refusal(
-        self,
-        attempt: Attempt,
-        seen: SessionSnapshot,
-        limit: int,
-        reason: RefusalReason,
-        first: bool = False,
-        recorded: bool = False,
-    ) -> Refused:
-        return session_refusal(attempt, seen, limit, reason, self._keep, first, recorded)
-
     def _with_wider(self, attempt: Attempt) -> Attempt:
         """The attempt, marked if budgets above the session count it too: counted in its
         session, the call then stays in progress until they have."""
@@ -350,7 +342,7 @@ class CheckService:
             return None
         limit = restarted.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         reason = RefusalReason.SESSION_SUSPENDED
-        return self._session_refusal(attempt, restarted, limit, reason, recorded=True)
+        return session_refusal(attempt, restarted, limit, reason, self._keep, recorded=True)
 
     def _refuse(
         self, attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict
@@ -362,7 +354,9 @@ class CheckService:
         if verdict is Verdict.REPEATED:  # the loop breaker: the limit is not at stake
             if self._store.record_block(attempt, snapshot, limit, False, marks=False) is None:
                 return None
-            refusal = self._session_refusal(attempt, snapshot, limit, RefusalReason.REPEATED_CALL)
+            refusal = session_refusal(
+                attempt, snapshot, limit, RefusalReason.REPEATED_CALL, self._keep
+            )
             return repeated(refusal, attempt)
         if (
             attempt.weight > 1
@@ -372,12 +366,12 @@ class CheckService:
             # Weighed units that do not fit a budget with room left: the session is not
             # spent, so no exhaustion is marked (nor emailed); nothing is written.
             reason = RefusalReason.QUOTA_EXCEEDED
-            return self._session_refusal(attempt, snapshot, limit, reason)
+            return session_refusal(attempt, snapshot, limit, reason, self._keep)
         first = self._store.record_block(attempt, snapshot, limit, suspended)
         if first is None:
             return None
         reason = RefusalReason.SESSION_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
-        return self._session_refusal(attempt, snapshot, limit, reason, first)
+        return session_refusal(attempt, snapshot, limit, reason, self._keep, first)
 
     # -- weighed calls, shadow mode, refusals a client held (issue 22) -------------------
 
@@ -400,7 +394,7 @@ class CheckService:
         else:
             seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
         limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-        decision = self._session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED)
+        decision = session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED, self._keep)
         since = seen.last_allowed_ms(category=attempt.category)
         decision = self._escalation.after(attempt, since, decision)
         self._listener.on_block(attempt.tenant, attempt, decision)
@@ -475,8 +469,8 @@ class CheckService:
             streak, first = self._budgets.note_streak(
                 step.key, attempt.category, attempt.real_ms, since, mark
             )
-        elif not suspended and spent:
-            first = self._budgets.note_refusal(step.key, step.spend)
+        elif not suspended and spent and self._wider is not None:
+            first = self._wider.note_refusal(step)
         uses = [use_of(s, b) for s, b in taken if s.window.scope is not step.window.scope]
         reason = RefusalReason.PRINCIPAL_SUSPENDED if suspended else RefusalReason.QUOTA_EXCEEDED
         scope = step.window.scope

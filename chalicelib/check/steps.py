@@ -7,13 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 from chalicelib.check import deadline
 from chalicelib.check.repairs import Repairs
 from chalicelib.check.shadow import SHADOW_CEILING
+from chalicelib.check.shards import ShardHints, shard_key, shard_of, shard_spend, take_shard
 from chalicelib.observability import count, logger
 from chalicelib.quota.core import (
     Attempt,
@@ -25,7 +26,8 @@ from chalicelib.quota.core import (
     SessionKey,
     Spend,
 )
-from chalicelib.quota.policy import Category, WindowLimit
+from chalicelib.quota.leases import Lease
+from chalicelib.quota.policy import Category, WindowLimit, shard_part
 from chalicelib.storage.ports import (
     BudgetCounters,
     NotTaken,
@@ -154,6 +156,23 @@ class Step:
     window: WindowLimit
     spend: Spend
     shadow_limit: int | None = None  # shadow mode: the limit a refusal would enforce
+    # A sharded budget's step as it went: `key` and `spend` are then the shard's item and
+    # part, and this the step over the whole budget (its first-refusal mark, its hints).
+    whole: Step | None = None
+
+    @property
+    def budget(self) -> Step:
+        """The step over the whole budget (itself, unless it went to a shard)."""
+        return self.whole or self
+
+    def to_shard(self, shard: int) -> Step:
+        """This step as it goes to one shard of its budget: the shard's item and part."""
+        shards = self.window.shards
+        shadow = self.shadow_limit and shard_part(self.shadow_limit, shards, shard)
+        spend = shard_spend(self.spend, shards, shard)
+        return replace(
+            self, key=shard_key(self.key, shard), spend=spend, shadow_limit=shadow, whole=self
+        )
 
 
 # What the wider budgets did with a call: the steps that took (with their budgets), and
@@ -175,6 +194,9 @@ class WiderBudgets:
         # Wider budgets this container last saw refusing (category, window, limit): a
         # hint for the order of the steps, never a decision.
         self._refusing: dict[BudgetKey, tuple[str, int, int]] = {}
+        # What this container last saw of the tenant's shards, and which first-refusal
+        # marks it knows are set: hints that save writes, never decisions.
+        self._hints = ShardHints()
 
     def steps(self, attempt: Attempt, category: Category) -> list[Step]:
         steps = []
@@ -208,39 +230,58 @@ class WiderBudgets:
         Raises:
             StorageError: a step failed; what the others took was given back first.
         """
-        budgets = self._budgets
         if self.known_refusing(steps):
             # A budget this container saw refusing in this window: one step at a time,
             # so a loop against it stops at its refusal and touches nothing else.
-            results: list[Taken | NotTaken | StorageError] = []
+            went: list[tuple[Step, Taken | NotTaken | StorageError]] = []
             for step in steps:
-                results.append(attempt_take(budgets, step))
-                if not isinstance(results[-1], Taken):
+                went.append(self._take(step))
+                if not isinstance(went[-1][1], Taken):
                     break
-            steps = steps[: len(results)]
         else:
-            results = in_parallel([partial(attempt_take, budgets, step) for step in steps])
-        for step, result in zip(steps, results, strict=True):
+            went = in_parallel([partial(self._take, step) for step in steps])
+        for step, result in went:
             if isinstance(result, NotTaken):
                 if len(self._refusing) > 10_000:
                     self._refusing.clear()
-                self._refusing[step.key] = seen_as(step)
+                self._refusing[step.budget.key] = seen_as(step.budget)
             elif isinstance(result, Taken):
-                self._refusing.pop(step.key, None)
-        taken = [
-            (step, result.snapshot)
-            for step, result in zip(steps, results, strict=True)
-            if isinstance(result, Taken)
-        ]
-        for result in results:
+                self._refusing.pop(step.budget.key, None)
+        taken = [(step, result.snapshot) for step, result in went if isinstance(result, Taken)]
+        for _, result in went:
             if isinstance(result, StorageError):
                 undo = partial(self.give_back, [s for s, _ in taken])
                 compensate(undo, attempt, self._repairs)
                 raise result
-        for step, result in zip(steps, results, strict=True):
+        for step, result in went:
             if isinstance(result, NotTaken):
                 return taken, (step, result.snapshot)
         return taken, None
+
+    def _take(self, step: Step) -> tuple[Step, Taken | NotTaken | StorageError]:
+        """One wider step, as it went (to which shard of a sharded budget), its failure
+        returned rather than raised."""
+        if step.window.shards == 1:
+            return step, attempt_take(self._budgets, step)
+        shard, result = take_shard(
+            self._budgets, self._hints, step.key, step.spend, step.window.shards
+        )
+        return step.to_shard(shard), result
+
+    def note_refusal(self, step: Step) -> bool:
+        """Mark a wider budget's refusal (one mark per window and limit, on the budget's
+        first item): whether it is the first. Nothing is written when this container
+        knows the mark is set already, so a spent tenant's refusals write nothing.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        budget = step.budget
+        if self._hints.marked(budget.key, budget.spend):
+            return False
+        first = self._budgets.note_refusal(budget.key, budget.spend)
+        self._hints.mark(budget.key, budget.spend)
+        return first
 
     def known_refusing(self, steps: Sequence[Step]) -> bool:
         """Whether this container last saw one of these budgets refusing, in this window
@@ -263,7 +304,10 @@ class WiderBudgets:
             StorageError: the store failed.
         """
         budgets = self._budgets
+        steps = list(steps)
         in_parallel([partial(budgets.give_back, step.key, step.spend) for step in steps])
+        for step in steps:
+            self._hints.gave_back(step.key, step.spend)  # it has room again
 
     def give_back_lease(
         self,
@@ -279,15 +323,19 @@ class WiderBudgets:
         for window in category.windows:
             if window.window_start_ms(now_ms) != window.window_start_ms(lease.granted_ms):
                 continue
+            limit = window.limit
             if window.scope is Scope.PRINCIPAL:
                 if principal is None:
                     continue
                 key = BudgetKey.principal(session.tenant, principal)
             else:
-                key = BudgetKey.whole_tenant(session.tenant)
+                # Back to the shard that counted the lease (shard 0 for older ids).
+                shard = lease.shard if lease.shard < window.shards else 0
+                key = shard_key(BudgetKey.whole_tenant(session.tenant), shard)
+                limit = shard_part(limit, window.shards, shard)
             spend = Spend(
                 category.name,
-                window.limit,
+                limit,
                 window.window_start_ms(now_ms),
                 window.window_end_ms(now_ms),
                 now_ms,
@@ -295,6 +343,7 @@ class WiderBudgets:
             )
             try:
                 self._budgets.give_back(key, spend)
+                self._hints.gave_back(key, spend)
             except StorageError as exc:
                 # The wider budget keeps them until its window ends (under-admission).
                 logger.warning(
@@ -317,12 +366,39 @@ def seen_as(step: Step) -> tuple[str, int, int]:
     return step.spend.category, step.spend.window_start_ms, step.spend.limit
 
 
+def leased_from(lease: Lease | None, taken: Iterable[tuple[Step, BudgetSnapshot]]) -> Lease | None:
+    """A lease as granted, naming the tenant shard that counted it (its return goes back
+    there)."""
+    if lease is None:
+        return None
+    for step, _ in taken:
+        if step.key.scope is Scope.TENANT:
+            return replace(lease, shard=shard_of(step.key))
+    return lease
+
+
 def use_of(step: Step, snapshot: BudgetSnapshot) -> ScopeUse:
+    """Where a step's budget stands, as an answer shows it. A shard's figures are scaled
+    to the whole budget (an estimate: takes spread at random; exact when the shard is
+    spent or the budget is one item); GET /v1/tenant sums the shards."""
     spend = step.spend
+    used = snapshot.used(spend.category, spend.window_start_ms)
+    limit = snapshot.limit_for(spend.category, step.shadow_limit or spend.limit)
+    whole = step.whole
+    if whole is not None and limit > 0:
+        total = whole.shadow_limit or whole.spend.limit
+        used, limit = min(total, -(-used * total // limit)), total  # rounded up
     return ScopeUse(
         scope=step.window.scope,
-        used=snapshot.used(spend.category, spend.window_start_ms),
-        limit=snapshot.limit_for(spend.category, step.shadow_limit or spend.limit),
+        used=used,
+        limit=limit,
         window_seconds=step.window.window_seconds,
         resets_at_ms=spend.window_end_ms,
     )
+
+
+def room_of(step: Step, snapshot: BudgetSnapshot) -> int:
+    """The calls one take can still get from where a step went (its shard, if sharded)."""
+    spend = step.spend
+    limit = snapshot.limit_for(spend.category, step.shadow_limit or spend.limit)
+    return max(0, limit - snapshot.used(spend.category, spend.window_start_ms))

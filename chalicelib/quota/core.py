@@ -141,7 +141,7 @@ class BudgetKey:
 
     @classmethod
     def whole_tenant(cls, tenant: str) -> BudgetKey:
-        """The tenant's ceiling over everything its servers do."""
+        """The tenant's ceiling over everything its servers do (its shard 0)."""
         return cls(tenant, Scope.TENANT)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 LEASE_ID = re.compile(
     r"^(?P<category>[a-z][a-z0-9_]{0,31})\.(?P<check>[A-Za-z0-9_-]{1,12})\.(?P<units>[1-9][0-9]{0,2})"
     r"\.(?P<granted>[0-9a-z]{1,12})\.(?P<started>[0-9a-z]{1,12})"
-    r"(?:\.(?P<principal>[A-Za-z0-9_-]{1,1400}))?$"
+    r"(?:\.(?P<principal>[A-Za-z0-9_-]{1,1400}))?(?:~(?P<shard>[1-9][0-9]?))?$"
 )
 
 
@@ -34,6 +34,7 @@ class Lease:
     lease_max: int
     lease_seconds: int
     principal: str | None = None  # the principal the wider budgets charged
+    shard: int = 0  # the tenant shard that counted it: a return goes back there
 
     @property
     def lease_id(self) -> str:
@@ -47,7 +48,9 @@ class Lease:
         ]
         if self.principal is not None:
             parts.append(base64.urlsafe_b64encode(self.principal.encode()).decode().rstrip("="))
-        return ".".join(parts)
+        # Not part of the grant: a shard altered by the client moves calls between the
+        # tenant's own shards, whose counts add up the same (never past the limit).
+        return ".".join(parts) + (f"~{self.shard}" if self.shard else "")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class LeaseId:
     granted_ms: int
     started_ms: int
     principal: str | None = None  # whom the lease was charged to, as the id names it
+    shard: int = 0  # the tenant shard that counted it, as the id names it (unbound)
 
     @property
     def grant(self) -> str:
@@ -86,6 +90,7 @@ class LeaseId:
             int(match["granted"], 36),
             int(match["started"], 36),
             principal,
+            int(match["shard"] or 0),
         )
 
 

@@ -39,6 +39,16 @@ MAX_REPEAT = 100  # the loop breaker counts a few calls, not a budget
 # about 42 bytes each: past about 95 categories it outgrows DynamoDB's 4 KB expression
 # limit and every new session fails. Far fewer are ever useful.
 MAX_CATEGORIES = 32
+# A tenant budget is split over this many items at most (each one item's ~1,000 writes/s).
+MAX_SHARDS = 64
+# The default: one shard per this many calls of the tenant limit, at most this many. A
+# shard takes about limit / shards writes of its own, plus a few more (a container's
+# first take of an item in a window, a probe racing another, the refusal mark): one per
+# 6 keeps the hottest item under one write per 4 calls allowed (a limit of 60: 10 shards
+# of 6), and 16 shards lift the ceiling to about 16,000 allowed calls a second. A small
+# limit stays one item, counted exactly.
+CALLS_PER_SHARD = 6
+DEFAULT_MAX_SHARDS = 16
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,8 @@ class WindowLimit:
     scope: Scope
     limit: int
     window_seconds: int
+    shards: int = 1
+    """The items the budget is split over (the tenant's; a principal's is one item)."""
 
     def window_start_ms(self, now_ms: int) -> int:
         """The start of the window that holds `now_ms`."""
@@ -183,19 +195,48 @@ def _window_seconds(where: str, raw: Any) -> int:
     return seconds
 
 
+def default_shards(limit: int) -> int:
+    """How many items a tenant budget of `limit` calls is split over when the policy does
+    not say: one per `CALLS_PER_SHARD` calls, from 1 to `DEFAULT_MAX_SHARDS`."""
+    return max(1, min(DEFAULT_MAX_SHARDS, limit // CALLS_PER_SHARD))
+
+
+def shard_part(limit: int, shards: int, shard: int) -> int:
+    """A shard's part of a limit split over `shards` items: `limit // shards`, the
+    remainder spread over the first shards, so the parts add up to the limit exactly."""
+    base, extra = divmod(limit, shards)
+    return base + (1 if shard < extra else 0)
+
+
+def _shards(where: str, raw: Any, limit: int) -> int:
+    """A tenant budget's shards: each holds at least one call of the limit."""
+    if raw is None:
+        return default_shards(limit)
+    if not _is_int(raw) or not 1 <= raw <= min(MAX_SHARDS, limit):
+        raise ConfigurationError(
+            f"{where} must be an integer from 1 to the limit and at most {MAX_SHARDS}"
+        )
+    return int(raw)
+
+
 def _window_limit(category: str, scope: Scope, raw: Any, inner: int) -> WindowLimit | None:
     where = f"category {category!r} scope {scope.value!r}"
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) != {"limit", "window"}:
-        raise ConfigurationError(f"{where} must be an object of exactly limit and window")
+    keys = {"limit", "window", "shards"} if scope is Scope.TENANT else {"limit", "window"}
+    if not isinstance(raw, dict) or not {"limit", "window"} <= set(raw) <= keys:
+        extra = ", and optionally shards" if scope is Scope.TENANT else ""
+        raise ConfigurationError(f"{where} must be an object of exactly limit and window{extra}")
     limit = _positive_int(f"{where}: limit", raw["limit"])
     if limit < inner:
         raise ConfigurationError(
             f"{where}: limit {limit} is below the scope inside it ({inner}), which could "
             "then never be reached"
         )
-    return WindowLimit(scope, limit, _window_seconds(f"{where}: window", raw["window"]))
+    seconds = _window_seconds(f"{where}: window", raw["window"])
+    if scope is not Scope.TENANT:
+        return WindowLimit(scope, limit, seconds)
+    return WindowLimit(scope, limit, seconds, _shards(f"{where}: shards", raw.get("shards"), limit))
 
 
 def _enforce(where: str, raw: Any) -> bool:

@@ -14,6 +14,7 @@ from moto.server import ThreadedMotoServer
 
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
+from chalicelib.check.shards import shard_key, summed
 from chalicelib.clock import system_clock
 from chalicelib.quota.answers import Allowed
 from chalicelib.quota.core import BudgetKey
@@ -73,7 +74,8 @@ def test_a_write_applied_whose_answer_was_lost_is_counted_at_every_scope(store_u
         assert proxy.lost >= 5  # every session write lost its first answer
     assert all(isinstance(d, Allowed) and not d.duplicate for d in decisions)
     principal = budgets.get(BudgetKey.principal("demo", "alice"))
-    tenant = budgets.get(BudgetKey.whole_tenant("demo"))
+    shards = range(16)  # the default split of this tenant limit (1000)
+    tenant = summed([budgets.get(shard_key(BudgetKey.whole_tenant("demo"), i)) for i in shards])
     assert principal is not None and tenant is not None
     assert sum(sum(c.values()) for c in principal.counts.values()) == 5
     assert sum(sum(c.values()) for c in tenant.counts.values()) == 5
