@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from moto.server import ThreadedMotoServer
@@ -16,13 +17,14 @@ from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
 from chalicelib.quota.answers import Allowed
-from chalicelib.quota.core import BudgetKey
+from chalicelib.quota.core import BudgetKey, SessionKey
 from chalicelib.quota.policy import parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
+from chalicelib.storage.ports import SessionCounters
 from chalicelib.wiring import CLIENT_CONFIG
 from tests.integration.lossy import endpoint, lossy_proxy
-from tests.support import client_for, free_port, fresh_settings, provisioned
+from tests.support import FixedClock, Stores, client_for, free_port, fresh_settings, provisioned
 
 POLICY = parse_policy(
     {
@@ -78,4 +80,61 @@ def test_a_write_applied_whose_answer_was_lost_is_counted_at_every_scope(store_u
     assert sum(sum(c.values()) for c in principal.counts.values()) == 5
     assert sum(sum(c.values()) for c in tenant.counts.values()) == 5
     session = counters.get(service.attempt_for("demo", CheckRequest("s1", "x")).session)
+    assert session is not None and session.counts.get("write") == 5
+
+
+# Every write of a check to its session's item: what a lost answer makes the SDK send again.
+SESSION_WRITES = (
+    "consume",
+    "reset_expired",
+    "restart_suspended",
+    "record_block",
+    "admit",
+    "record_replay",
+    "uncount",
+    "return_lease",
+)
+
+
+class SentTwice:
+    """A session store whose every check write is applied, and then applied again as the
+    SDK sends a request whose answer was lost: the caller gets the second answer. On
+    each adapter, what botocore's retry is to DynamoDB."""
+
+    def __init__(self, inner: SessionCounters) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name not in SESSION_WRITES:
+            return target
+
+        def twice(*args: Any, **kwargs: Any) -> Any:
+            target(*args, **kwargs)
+            return target(*args, **kwargs)
+
+        return twice
+
+
+def test_every_session_write_sent_again_counts_each_call_once_at_every_scope(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Issue 28, class 1, on every adapter: a write the store applied and the SDK sent
+    again is this check's own. Memory's admission answered the second sending "changed"
+    (the DynamoDB adapter knows its own write), and the check answered 503."""
+    lossy = cast("SessionCounters", SentTwice(stores.counters))
+    service = CheckService(POLICY, lossy, clock, 3600, budgets=stores.budgets)
+    decisions = [
+        service.check("demo", CheckRequest("s1", "delete_tag", principal="alice", call_id=f"c{i}"))
+        for i in range(5)
+    ]
+    assert [(type(d).__name__, getattr(d, "duplicate", None)) for d in decisions] == [
+        ("Allowed", False)
+    ] * 5
+    retry = service.check("demo", CheckRequest("s1", "delete_tag", principal="alice", call_id="c4"))
+    assert isinstance(retry, Allowed) and retry.duplicate
+    principal = stores.budgets.get(BudgetKey.principal("demo", "alice"))
+    assert principal is not None
+    assert sum(sum(c.values()) for c in principal.counts.values()) == 5
+    session = stores.counters.get(SessionKey("demo", "s1"))
     assert session is not None and session.counts.get("write") == 5

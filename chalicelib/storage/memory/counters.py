@@ -300,7 +300,8 @@ class MemoryCounters:
         with self._lock:
             now = self._snapshot(attempt.session)
             if not call_admitted(key, life).holds(now):
-                return False
+                # This very write, sent again (the store's retry), finds it admitted.
+                return now is not None and now.lives.get(key) == life.admitted()
             self._write(attempt.session, admitted(key, life))
             return True
 
