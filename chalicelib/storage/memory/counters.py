@@ -158,8 +158,6 @@ class MemoryCounters:
         self._writes = 0
 
     def _append(self, session: _Session, record: CallRecord) -> None:
-        if record.allowed and not record.replay and record.call_id is not None:
-            record = replace(record, check_id=None)  # kept by call id alone, as in DynamoDB
         # As on DynamoDB: a repeated refusal is folded into the last record, and the
         # record keeps the last `keep` entries.
         session.calls = list(with_call(tuple(session.calls), record)[-self._keep :])
