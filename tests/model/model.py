@@ -353,12 +353,33 @@ class State:
         st.seq += 1
         st.pending_lease = None
         sess = st.sessions.get(sid)
-        if sess is None or sess.suspended or sess.expired(st.now_ms) or st.principal(who).suspended:
+        if sess is None or sess.suspended or st.principal(who).suspended:
             return []
+        if sess.expired(st.now_ms):
+            sess.restart(st.now_ms)
         sess.last_seen_ms = st.now_ms
         held = frozenset({"session", "principal"} if cat in PRINCIPAL_WINDOW else {"session"})
         expected = Expected(429, codes=frozenset({"quota_exceeded"}), scopes=held)
         return [(expected, after) for after in st._refused(sid, who)]
+
+    def past_the_gate(self, principal: str | None, start: State) -> State | None:
+        """For copies sent at once: this state as a copy that passed the principal's
+        gate before another copy's refusal suspended the principal sees it (None: the
+        principal was suspended before the copies came, or is not)."""
+        who = principal or OWN_PRINCIPAL
+        now, before = self.principals.get(who), start.principals.get(who)
+        if now is None or not now.suspended or (before is not None and before.suspended):
+            return None
+        passed = self.copy()
+        passed.principal(who).suspended = False
+        return passed
+
+    def suspended_again(self, principal: str | None, before: State) -> State:
+        """After `past_the_gate`: the principal stays suspended, with no second email."""
+        who = principal or OWN_PRINCIPAL
+        self.principal(who).suspended = True
+        self.escalations = dict(before.escalations)
+        return self
 
     def _new_call(
         self,
