@@ -59,7 +59,8 @@ from tests.model.model import (
 from tests.support import T0
 
 # Examples per backend in `make test`, each about 20 s on an idle 2-core machine when no
-# disagreement stops it early; `make fuzz` runs 2000 of 80 steps.
+# disagreement stops it early (dynalite's fewer: its copies at once, mixed runs and lost
+# answers cost more requests a step); `make fuzz` runs 2000 of 80 steps.
 EXAMPLES = {"memory": 100, "dynalite": 10}
 STEPS = int(os.environ.get("MODEL_STEPS", "40"))
 # Skipped unless MODEL_SKIP says otherwise (MODEL_SKIP= runs them all): `listing_blocked`,
