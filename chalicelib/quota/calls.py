@@ -57,6 +57,11 @@ class CallLife:
     until_ms: int  # in progress: by then the check that counted it has surely ended
     replays: int = 0  # duplicates answered from it
 
+    def admitted(self) -> CallLife:
+        """This life once its check admitted it: what its admission writes, and what the
+        store's own retry of that write finds."""
+        return replace(self, state=CallState.ADMITTED)
+
 
 @dataclass(frozen=True)
 class CallRecord:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from chalicelib.quota.calls import CallLife, CallState, call_id_key
+from chalicelib.quota.calls import CallLife, call_id_key
 
 if TYPE_CHECKING:
     from chalicelib.quota.core import Attempt, CallRecord, LeaseId, SessionSnapshot, Spend
@@ -273,7 +273,7 @@ def taken_back(attempt: Attempt, counts: bool = True) -> Change:
 def admitted(key: str, life: CallLife) -> Change:
     """A call counted in its session and then by every wider budget: admitted, so that a
     copy of it is a duplicate (`rules.call_admitted`)."""
-    return Change(put=((Slot.LIVES, key, replace(life, state=CallState.ADMITTED)),))
+    return Change(put=((Slot.LIVES, key, life.admitted()),))
 
 
 def lease_returned(lease: LeaseId, unused: int) -> Change:

@@ -6,8 +6,10 @@ above the session: 5 of 5 calls allowed, principal and tenant at 0)."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 from moto.server import ThreadedMotoServer
@@ -17,13 +19,15 @@ from chalicelib.check.service import CheckService
 from chalicelib.check.shards import shard_key, summed
 from chalicelib.clock import system_clock
 from chalicelib.quota.answers import Allowed
-from chalicelib.quota.core import BudgetKey
+from chalicelib.quota.core import BudgetKey, SessionKey
 from chalicelib.quota.policy import parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
+from chalicelib.storage.dynamodb.layout import UNCOUNTED
+from chalicelib.storage.ports import SessionCounters
 from chalicelib.wiring import CLIENT_CONFIG
 from tests.integration.lossy import endpoint, lossy_proxy
-from tests.support import client_for, free_port, fresh_settings, provisioned
+from tests.support import FixedClock, Stores, client_for, free_port, fresh_settings, provisioned
 
 POLICY = parse_policy(
     {
@@ -81,3 +85,114 @@ def test_a_write_applied_whose_answer_was_lost_is_counted_at_every_scope(store_u
     assert sum(sum(c.values()) for c in tenant.counts.values()) == 5
     session = counters.get(service.attempt_for("demo", CheckRequest("s1", "x")).session)
     assert session is not None and session.counts.get("write") == 5
+
+
+# Every write of a check to its session's item: what a lost answer makes the SDK send again.
+SESSION_WRITES = (
+    "consume",
+    "reset_expired",
+    "restart_suspended",
+    "record_block",
+    "admit",
+    "record_replay",
+    "uncount",
+    "return_lease",
+)
+
+
+class SentTwice:
+    """A session store whose every check write is applied, and then applied again as the
+    SDK sends a request whose answer was lost: the caller gets the second answer. On
+    each adapter, what botocore's retry is to DynamoDB."""
+
+    def __init__(self, inner: SessionCounters) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name not in SESSION_WRITES:
+            return target
+
+        def twice(*args: Any, **kwargs: Any) -> Any:
+            target(*args, **kwargs)
+            return target(*args, **kwargs)
+
+        return twice
+
+
+def test_every_session_write_sent_again_counts_each_call_once_at_every_scope(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Issue 28, class 1, on every adapter: a write the store applied and the SDK sent
+    again is this check's own. Memory's admission answered the second sending "changed"
+    (the DynamoDB adapter knows its own write), and the check answered 503."""
+    lossy = cast("SessionCounters", SentTwice(stores.counters))
+    service = CheckService(POLICY, lossy, clock, 3600, budgets=stores.budgets)
+    decisions = [
+        service.check("demo", CheckRequest("s1", "delete_tag", principal="alice", call_id=f"c{i}"))
+        for i in range(5)
+    ]
+    assert [(type(d).__name__, getattr(d, "duplicate", None)) for d in decisions] == [
+        ("Allowed", False)
+    ] * 5
+    retry = service.check("demo", CheckRequest("s1", "delete_tag", principal="alice", call_id="c4"))
+    assert isinstance(retry, Allowed) and retry.duplicate
+    principal = stores.budgets.get(BudgetKey.principal("demo", "alice"))
+    assert principal is not None
+    assert sum(sum(c.values()) for c in principal.counts.values()) == 5
+    session = stores.counters.get(SessionKey("demo", "s1"))
+    assert session is not None and session.counts.get("write") == 5
+
+
+def first_take_back() -> Callable[[str, dict[str, object]], bool]:
+    """The first write that takes a counted call back (it records it as `UNCOUNTED`)."""
+    chosen: list[bytes] = []
+
+    def choose(target: str, body: dict[str, object]) -> bool:
+        values = json.dumps(body.get("ExpressionAttributeValues", {}), sort_keys=True)
+        if not target.endswith(".UpdateItem") or f'"{UNCOUNTED}' not in values:
+            return False
+        chosen.append(values.encode())
+        return chosen[0] == values.encode()
+
+    return choose
+
+
+@pytest.mark.xfail(strict=True, reason="open: a take-back sent again is applied twice")
+def test_a_take_back_whose_answer_was_lost_takes_the_call_back_once(store_url: str) -> None:
+    """Issue 28, class 1 (found by the model test): a call counted in its session and
+    refused by its principal's budget is taken back; if the store applied that write and
+    its answer was lost, botocore's retry takes one more call off the session's count,
+    which then admits a call over its limit."""
+    settings = provisioned(client_for(store_url), fresh_settings(f"l{uuid.uuid4().hex[:8]}"))
+    with lossy_proxy(store_url, first_take_back()) as proxy:
+        client = client_for(endpoint(proxy), base=CLIENT_CONFIG)
+        counters = CounterStore(client, settings.counters_table, POLICY.categories)
+        budgets = BudgetStore(client, settings.counters_table)
+        service = CheckService(POLICY, counters, system_clock, 3600, budgets=budgets)
+        for i in range(8):  # the principal's 8 writes: 5 in s0, 3 in s1
+            call = CheckRequest(f"s{i // 5}", "delete_tag", principal="alice", call_id=f"c{i}")
+            assert isinstance(service.check("demo", call), Allowed)
+        over = CheckRequest("s1", "delete_tag", principal="alice", call_id="c8")
+        assert not isinstance(service.check("demo", over), Allowed)
+        assert proxy.lost == 1
+    session = counters.get(service.attempt_for("demo", CheckRequest("s1", "x")).session)
+    assert session is not None and session.counts.get("write") == 3
+
+
+def test_a_refused_call_s_id_used_again_is_counted_once_when_sent_again(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Issue 28, class 1 (found by the model test): the id of a refused call is free for
+    another call; on memory that call was counted under the service's own check id only
+    until recorded, so the store's second sending of its write counted it twice."""
+    lossy = cast("SessionCounters", SentTwice(stores.counters))
+    service = CheckService(POLICY, lossy, clock, 3600, budgets=stores.budgets)
+    for i in range(6):  # the session's 5 writes, then a refused one
+        service.check("demo", CheckRequest("s1", "delete_tag", principal="alice", call_id=f"c{i}"))
+    again = service.check(
+        "demo", CheckRequest("s1", "search", category="read", principal="alice", call_id="c5")
+    )
+    assert isinstance(again, Allowed) and not again.duplicate
+    session = stores.counters.get(SessionKey("demo", "s1"))
+    assert session is not None and session.counts == {"write": 5, "read": 1}

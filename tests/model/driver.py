@@ -5,14 +5,17 @@ faults. When the service's routes, bodies or wiring change, this is the file to 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
 import re
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -23,8 +26,10 @@ from chalice.test import Client
 import app as app_module
 from chalicelib.observability import SERVICE
 from chalicelib.observability import logger as service_logger
+from chalicelib.storage.dynamodb.layout import UNCOUNTED
 from chalicelib.storage.ports import BudgetCounters, SessionCounters, StoreUnavailable
 from chalicelib.wiring import CLIENT_CONFIG, Container
+from tests.integration.lossy import endpoint, lossy_proxy
 from tests.support import ROOT, T0, FixedClock, client_for, fresh_settings, provisioned
 
 if TYPE_CHECKING:
@@ -64,21 +69,66 @@ class FaultPlan:
 
 
 @dataclass
+class LossPlan:
+    """Lose the answer of session write request `index` (counted from 0) of one
+    operation: the store applies the write, its answer never comes back, and the SDK
+    sends it again (the retry is a request too)."""
+
+    index: int
+    seen: int = 0
+    lost: int = 0
+
+    def next_write_loses(self) -> bool:
+        index = self.seen
+        self.seen += 1
+        if index == self.index:
+            self.lost += 1
+            return True
+        return False
+
+
+@dataclass
 class Faults:
-    """The plan in force, if any: armed for one operation by `Driver`."""
+    """The plans in force, if any: armed for one operation by `Driver`."""
 
     plan: FaultPlan | None = None
+    loss: LossPlan | None = None
+    # Lose no take-back's answer (a counted call a wider budget refused): open, a
+    # take-back sent again is applied twice (tests/model/README.md, `lost_take_back`).
+    spare_take_backs: bool = False
 
     def hit(self) -> bool:
         return self.plan is not None and self.plan.next_request_fails()
 
+    def lose(self) -> bool:
+        return self.loss is not None and self.loss.next_write_loses()
+
+
+# The session store's writes a check or a lease return makes (memory: one method call is
+# one request), whose answer a lost-answer step may lose.
+SESSION_WRITES = frozenset(
+    {
+        "consume",
+        "reset_expired",
+        "restart_suspended",
+        "record_block",
+        "admit",
+        "record_replay",
+        "uncount",
+        "return_lease",
+    }
+)
+
 
 class FaultyStore:
-    """A memory store whose every method call is one store request that may fail."""
+    """A memory store whose every method call is one store request that may fail, and
+    (`writes`) whose chosen write may lose its answer: it is applied, then applied again
+    as botocore sends a request again, and the caller gets the second answer."""
 
-    def __init__(self, store: object, faults: Faults) -> None:
+    def __init__(self, store: object, faults: Faults, writes: frozenset[str] = frozenset()) -> None:
         self._store = store
         self._faults = faults
+        self._writes = writes
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._store, name)
@@ -88,9 +138,29 @@ class FaultyStore:
         def request(*args: Any, **kwargs: Any) -> Any:
             if self._faults.hit():
                 raise StoreUnavailable(f"injected fault in {name}", 1, throttled=True)
+            spared = name == "uncount" and self._faults.spare_take_backs
+            if name in self._writes and not spared and self._faults.lose():
+                target(*args, **kwargs)  # applied; its answer is lost on the way back
             return target(*args, **kwargs)
 
         return request
+
+
+def session_write_of(faults: Faults) -> Callable[[str, dict[str, object]], bool]:
+    """The lossy proxy's choice on DynamoDB: an update of a session's item (its key holds
+    the adapter's `tenant#session` form; a budget's does not) whose answer the plan
+    loses."""
+
+    def choose(target: str, body: dict[str, object]) -> bool:
+        key = body.get("Key")
+        pk = key.get("pk") if isinstance(key, dict) else None
+        item = pk.get("S") if isinstance(pk, dict) else None
+        session = target.endswith(".UpdateItem") and isinstance(item, str) and "#" in item
+        values = json.dumps(body.get("ExpressionAttributeValues", {}))
+        spared = faults.spare_take_backs and f'"{UNCOUNTED}' in values
+        return session and not spared and faults.lose()
+
+    return choose
 
 
 def _tables(params: dict[str, Any]) -> set[str]:
@@ -169,7 +239,7 @@ class ModelContainer(Container):
     def counters(self) -> SessionCounters:
         store = super().counters
         return (
-            cast("SessionCounters", FaultyStore(store, self._faults))
+            cast("SessionCounters", FaultyStore(store, self._faults, SESSION_WRITES))
             if self.settings.backend == "memory"
             else store
         )
@@ -213,15 +283,30 @@ def open_backend(name: str, policy: Path, dynalite: str | None = None) -> Iterat
     service_log = logging.getLogger(SERVICE)
     level = service_log.level
     service_log.setLevel(logging.CRITICAL)  # refusals and faults are the point, not news
-    if dynalite is not None:
-        client = client_for(dynalite, pool=4, base=CLIENT_CONFIG)
-        tables = provisioned(client, fresh_settings(f"m{uuid.uuid4().hex[:8]}"))
-        install_fault_hook(client, faults, tables.counters_table)
     try:
-        with Client(app_module.app, stage_name="local", project_dir=str(ROOT)) as http:
+        with (
+            _lossy(dynalite, faults) as through,
+            Client(app_module.app, stage_name="local", project_dir=str(ROOT)) as http,
+        ):
+            if through is not None:
+                # The service's client talks to the store through a proxy that loses the
+                # answer of a session write when a step asks for it.
+                client = client_for(through, pool=8, base=CLIENT_CONFIG)
+                tables = provisioned(client, fresh_settings(f"m{uuid.uuid4().hex[:8]}"))
+                install_fault_hook(client, faults, tables.counters_table)
             yield Backend(name, http, str(policy), faults, client, tables)
     finally:
         service_log.setLevel(level)
+
+
+@contextmanager
+def _lossy(upstream: str | None, faults: Faults) -> Iterator[str | None]:
+    """`tests/integration/lossy.py`'s proxy in front of `upstream`, choosing by the plan."""
+    if upstream is None:
+        yield None
+        return
+    with lossy_proxy(upstream, session_write_of(faults)) as proxy:
+        yield endpoint(proxy)
 
 
 @dataclass(frozen=True)
@@ -232,6 +317,7 @@ class Answer:
     body: dict[str, Any]
     retry_after: str | None
     faulted: bool = False  # an injected fault fired while answering
+    lost: bool = False  # a session write's answer was lost (and sent again) meanwhile
 
     @property
     def code(self) -> str | None:
@@ -281,6 +367,29 @@ class Observed:
     streaks: dict[str, dict[str, int]]  # principal: refusals in a row, by category
 
 
+def args_digest(args: str) -> str:
+    """The digest a client sends for a call's arguments (SHA-256, lowercase hex)."""
+    return hashlib.sha256(args.encode()).hexdigest()
+
+
+def _check_body(
+    session: str,
+    tool: str,
+    category: str | None,
+    principal: str | None,
+    call_id: str | None,
+    args: str | None,
+    lease: int | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"session_id": session, "tool": tool}
+    digest = args_digest(args) if args is not None else None
+    optional = {"category": category, "principal": principal, "call_id": call_id}
+    body.update({k: v for k, v in {**optional, "args_digest": digest}.items() if v is not None})
+    if lease is not None:
+        body["lease"] = lease
+    return body
+
+
 class Driver:
     """One fresh tenant of the service: every request of one Hypothesis example."""
 
@@ -301,14 +410,14 @@ class Driver:
             idle_timeout_seconds=30,
             dev_tenant=tenant,
         )
-        backend.faults.plan = None
+        backend.faults.plan = backend.faults.loss = None
         container = ModelContainer(
             settings, self.clock, backend.faults, self.outbox, backend.dynamodb
         )
         app_module.reset_dependencies(container)
 
     def close(self) -> None:
-        self._backend.faults.plan = None
+        self._backend.faults.plan = self._backend.faults.loss = None
         app_module.reset_dependencies(None)
 
     # -- transport ---------------------------------------------------------------------
@@ -320,21 +429,30 @@ class Driver:
         body: dict[str, Any] | None,
         token: str,
         fault: FaultPlan | None,
+        loss: LossPlan | None = None,
     ) -> Answer:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        self._backend.faults.plan = fault
+        faults = self._backend.faults
+        faults.plan, faults.loss = fault, loss
         try:
-            raw = json.dumps(body).encode() if body is not None else b""
             with redirect_stdout(io.StringIO()):  # the service's metric lines (EMF)
-                response = self._backend.http.http.request(method, path, headers=headers, body=raw)
+                answer = self._send(method, path, body, token)
         finally:
-            self._backend.faults.plan = None
+            faults.plan = faults.loss = None
+        return replace(
+            answer,
+            faulted=fault is not None and fault.fired > 0,
+            lost=loss is not None and loss.lost > 0,
+        )
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, token: str) -> Answer:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        raw = json.dumps(body).encode() if body is not None else b""
+        response = self._backend.http.http.request(method, path, headers=headers, body=raw)
         parsed = json.loads(response.body) if response.body else {}
         return Answer(
             response.status_code,
             parsed if isinstance(parsed, dict) else {},
             response.headers.get("Retry-After"),
-            fault is not None and fault.fired > 0,
         )
 
     def _admin(self, path: str, body: dict[str, Any]) -> Answer:
@@ -353,21 +471,55 @@ class Driver:
         category: str | None = None,
         principal: str | None = None,
         call_id: str | None = None,
+        args: str | None = None,
         lease: int | None = None,
         fault: FaultPlan | None = None,
+        loss: LossPlan | None = None,
     ) -> Answer:
-        body: dict[str, Any] = {"session_id": session, "tool": tool}
-        optional = {"category": category, "principal": principal, "call_id": call_id}
-        body.update({k: v for k, v in optional.items() if v is not None})
-        if lease is not None:
-            body["lease"] = lease
-        return self._request("POST", "/v1/check", body, SERVER_TOKEN, fault)
+        """One check; `args` stands for the call's arguments (sent as their digest)."""
+        body = _check_body(session, tool, category, principal, call_id, args, lease)
+        return self._request("POST", "/v1/check", body, SERVER_TOKEN, fault, loss)
+
+    def check_copies(
+        self,
+        copies: int,
+        session: str,
+        tool: str,
+        *,
+        category: str | None = None,
+        principal: str | None = None,
+        call_id: str | None = None,
+        args: str | None = None,
+        lease: int | None = None,
+    ) -> list[Answer]:
+        """`copies` copies of one check sent at once, each on its own thread, as a client
+        whose retries overlap (or several replicas of one agent) sends them."""
+        body = _check_body(session, tool, category, principal, call_id, args, lease)
+        switch = sys.getswitchinterval()
+        # Short time slices, so that the copies' store requests interleave.
+        sys.setswitchinterval(1e-5)
+        try:
+            with redirect_stdout(io.StringIO()), ThreadPoolExecutor(copies) as pool:
+                # Each copy's request is the same, so Chalice's one `current_request`
+                # (shared by its threads, as under `chalice local`) serves either alike.
+                sent = [
+                    pool.submit(self._send, "POST", "/v1/check", body, SERVER_TOKEN)
+                    for _ in range(copies)
+                ]
+                return [future.result() for future in sent]
+        finally:
+            sys.setswitchinterval(switch)
 
     def return_lease(
-        self, session: str, lease_id: str, unused: int, fault: FaultPlan | None = None
+        self,
+        session: str,
+        lease_id: str,
+        unused: int,
+        fault: FaultPlan | None = None,
+        loss: LossPlan | None = None,
     ) -> Answer:
         body = {"session_id": session, "lease": lease_id, "unused": unused}
-        return self._request("POST", "/v1/leases/return", body, SERVER_TOKEN, fault)
+        return self._request("POST", "/v1/leases/return", body, SERVER_TOKEN, fault, loss)
 
     # -- the administrator's side --------------------------------------------------------
 

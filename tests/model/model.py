@@ -97,8 +97,19 @@ class Expected:
 ALLOWED = Expected(200)
 REPLAYED = Expected(200, duplicate=True)
 CONFLICT = Expected(409, codes=frozenset({"call_id_conflict"}))
+# A copy that came while its original was counted in the session but not yet at every
+# wider scope (every category of the model's policy has one): never allowed.
+IN_PROGRESS = Expected(409, codes=frozenset({"call_in_progress"}))
 FAULT = Expected(503)
 NOT_FOUND = Expected(404)
+
+
+def went_wider(expected: Expected) -> bool:
+    """Whether a check answered so was counted in its session and went on to the wider
+    scopes (its call id in progress meanwhile): allowed, or refused above the session."""
+    if expected.status == 200:
+        return not expected.duplicate and expected.returned is None
+    return expected.status == 429 and bool(expected.scopes - {"session"})
 
 
 # -- the state -------------------------------------------------------------------------
@@ -116,6 +127,7 @@ class CallId:
     records_low: int
     records_high: int
     principal: str
+    args: str | None = None  # what the call's `args_digest` digests, if sent
     replays: int = 0
 
 
@@ -296,6 +308,7 @@ class State:
         principal: str | None,
         call_id: str | None,
         lease: int | None,
+        args: str | None = None,
     ) -> list[tuple[Expected, State]]:
         """Every answer a check may get, each with the state after it."""
         cat = classify(tool, category)
@@ -313,14 +326,10 @@ class State:
         record = None if sess is None or call_id is None else sess.call_ids.get(call_id)
         if sess is not None and live_session and record is not None and call_id is not None:
             held = sess.held(call_id)
-            # An id binds its tool, category, units and principal (and arguments, which
-            # the driver never sends): anything else under it is another call, a 409.
-            same = (record.tool, record.category, record.units, record.principal) == (
-                tool,
-                cat,
-                units,
-                who,
-            )
+            # An id binds its tool, category, units, principal and arguments' digest (or
+            # none sent): anything else under it is another call, a 409.
+            bound = (record.tool, record.category, record.units, record.principal, record.args)
+            same = bound == (tool, cat, units, who, args)
             fresh = base.now_ms - record.at_ms <= REPLAY_WINDOW_MS
             live = fresh and record.replays < MAX_REPLAYS
             stopped = sess.suspended or base.principal(who).suspended
@@ -339,8 +348,59 @@ class State:
                 if held and not stopped:
                     return out
                 keep = stopped
-        out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep))
+        out.extend(base._new_call(sid, tool, cat, who, call_id, units, leased, keep, args))
         return out
+
+    def held_back(
+        self, sid: str, tool: str, category: str | None, principal: str | None
+    ) -> list[tuple[Expected, State]]:
+        """A check without a call id sent at once with others, refused because one of
+        them, refused later above the session, held a unit of the session's or the
+        principal's budget meanwhile (each scope is counted in turn, and what a refused
+        call took is given back after: under-admission, never over). Refused as if that
+        scope were spent, with what a refusal there changes."""
+        cat = classify(tool, category)
+        who = principal or OWN_PRINCIPAL
+        st = self.copy()
+        st.seq += 1
+        st.pending_lease = None
+        sess = st.sessions.get(sid)
+        if sess is None or sess.suspended or st.principal(who).suspended:
+            return []
+        if sess.expired(st.now_ms):
+            sess.restart(st.now_ms)
+        sess.last_seen_ms = st.now_ms
+        held = frozenset({"session", "principal"} if cat in PRINCIPAL_WINDOW else {"session"})
+        expected = Expected(429, codes=frozenset({"quota_exceeded"}), scopes=held)
+        return [(expected, after) for after in st._refused(sid, who, cat)]
+
+    def with_streak_ended(self, principal: str | None, category: str) -> State:
+        """This state with the principal's streak in `category` ended (an allowed call
+        at the same millisecond as a refusal ended it after)."""
+        ended = self.copy()
+        who = ended.principal(principal or OWN_PRINCIPAL)
+        if not who.suspended:  # a suspension the streak reached stands
+            who.streaks.pop(category, None)
+        return ended
+
+    def past_the_gate(self, principal: str | None, start: State) -> State | None:
+        """For copies sent at once: this state as a copy that passed the principal's
+        gate before another copy's refusal suspended the principal sees it (None: the
+        principal was suspended before the copies came, or is not)."""
+        who = principal or OWN_PRINCIPAL
+        now, before = self.principals.get(who), start.principals.get(who)
+        if now is None or not now.suspended or (before is not None and before.suspended):
+            return None
+        passed = self.copy()
+        passed.principal(who).suspended = False
+        return passed
+
+    def suspended_again(self, principal: str | None, before: State) -> State:
+        """After `past_the_gate`: the principal stays suspended, with no second email."""
+        who = principal or OWN_PRINCIPAL
+        self.principal(who).suspended = True
+        self.escalations = dict(before.escalations)
+        return self
 
     def _new_call(
         self,
@@ -352,6 +412,7 @@ class State:
         units: int,
         leased: bool,
         keep_call_id: bool = False,
+        args: str | None = None,
     ) -> list[tuple[Expected, State]]:
         st = self.copy()
         p = st.principal(who)
@@ -402,7 +463,8 @@ class State:
         sess.last_was_refusal = False
         sess.record()
         if call_id is not None:
-            record = CallId(tool, cat, units, st.now_ms, sess.records_low, sess.records_high, who)
+            low, high = sess.records_low, sess.records_high
+            record = CallId(tool, cat, units, st.now_ms, low, high, who, args)
             sess.call_ids[call_id] = record
         if leased:
             st.pending_lease = LeaseGrant(sid, cat, granted, sess.generation, tenant_window)

@@ -34,7 +34,6 @@ from chalicelib.quota.changes import (
 from chalicelib.quota.core import (
     Attempt,
     CallLife,
-    CallState,
     LeaseId,
     SessionKey,
     SessionSnapshot,
@@ -165,7 +164,7 @@ class CounterStore(RefusalWrites):
             # The store's own retry of our write that went through finds it admitted.
             old = self._old(failed, key, doing)
             now = snapshot_from_item(old).lives.get(call) if old else None
-            return now == replace(life, state=CallState.ADMITTED)
+            return now == life.admitted()
         return True
 
     def _under_raise(

@@ -159,8 +159,6 @@ class MemoryCounters:
         self._writes = 0
 
     def _append(self, session: _Session, record: CallRecord) -> None:
-        if record.allowed and not record.replay and record.call_id is not None:
-            record = replace(record, check_id=None)  # kept by call id alone, as in DynamoDB
         # As on DynamoDB: a repeated refusal is folded into the last record, and the
         # record keeps the last `keep` entries.
         session.calls = list(with_call(tuple(session.calls), record)[-self._keep :])
@@ -301,7 +299,8 @@ class MemoryCounters:
         with self._lock:
             now = self._snapshot(attempt.session)
             if not call_admitted(key, life).holds(now):
-                return False
+                # This very write, sent again (the store's retry), finds it admitted.
+                return now is not None and now.lives.get(key) == life.admitted()
             self._write(attempt.session, admitted(key, life))
             return True
 
