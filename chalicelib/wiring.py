@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 MISCONFIGURED_METRIC = "Misconfigured"
 
 # The store budget: the service answers 503 within it, inside the client's deadline
-# (5 s by default) and the Lambda timeout (10 s). One store call takes at most two
+# (5 s by default) and the Lambda timeout (5 s). One store call takes at most two
 # attempts of connect (0.5 s) + read (1 s), plus botocore's backoff between them (25 ms
 # jittered for a timeout; up to 1 s after a throttle, whose answer is fast): a hung store
 # gives a 503 after about 2 s, at worst about 3 s (docs/operations.md, "Deadlines").

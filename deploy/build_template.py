@@ -29,7 +29,7 @@ from chalice.utils import to_cfn_resource_name  # noqa: E402
 from chalicelib.auth.authorizer import UNVERIFIED_USAGE_KEY, USAGE_KEY_PREFIX  # noqa: E402
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
-from deploy import sign_in  # noqa: E402
+from deploy import capacity, sign_in  # noqa: E402
 from deploy.monitoring import (  # noqa: E402
     DEAD_LETTERS,
     HEARTBEAT,
@@ -279,15 +279,6 @@ def parameters() -> Template:
                 "EDGE for servers spread over the world."
             ),
         },
-        "ApiThrottleRateLimit": {
-            "Type": "Number",
-            "Default": 200,
-            "MinValue": 1,
-            "Description": (
-                "API Gateway steady-state requests per second, per method (each route and "
-                "method has its own bucket of this size)."
-            ),
-        },
         "ApiThrottleBurstLimit": {
             "Type": "Number",
             "Default": 400,
@@ -338,9 +329,9 @@ def parameters() -> Template:
             "Default": "true",
             "AllowedValues": ["true", "false"],
             "Description": (
-                "true: reserve ApiThrottleBurstLimit concurrent executions for the API "
-                "handler, so the stage's burst never meets a Lambda throttle (the account "
-                "needs that many plus 100 unreserved); false: reserve none."
+                "true: reserve executions for the API handler from ApiThrottleRateLimit x "
+                "CheckP99Ms (see CheckP99Ms; the account needs that many plus 100 "
+                "unreserved); false: reserve none."
             ),
         },
         "TokenRateLimitPerMinute": {
@@ -789,7 +780,7 @@ def operational_alarms(
     alarms.update(delivery_alarms(categories))
     handler = lambda_names(API_HANDLER).function
     if any(names.function == handler for names in functions):
-        alarms["ApiConcurrencyAlarm"] = concurrency_alarm(handler)
+        alarms["ApiConcurrencyAlarm"] = concurrency_alarm(handler, capacity.reservation())
     alarms["HeartbeatAlarm"] = heartbeat_alarm(api_stage)
     return alarms
 
@@ -817,14 +808,9 @@ def function_resources(functions: list[LambdaNames], runtime: str, xray: bool) -
             resources[function]["Properties"].update(canary(function, list(rollback)))
     handler = lambda_names(API_HANDLER).function
     if handler in resources:
-        # Never below the stage's burst: a burst the gateway lets through must not meet a
-        # Lambda throttle (answered 5xx). Derived, so the two cannot drift apart.
+        # From the steady rate and a check's p99 (deploy/capacity.py), not the burst.
         resources[handler]["Properties"]["ReservedConcurrentExecutions"] = {
-            "Fn::If": [
-                RESERVE_CONCURRENCY,
-                {"Ref": "ApiThrottleBurstLimit"},
-                {"Ref": "AWS::NoValue"},
-            ]
+            "Fn::If": [RESERVE_CONCURRENCY, capacity.reservation(), {"Ref": "AWS::NoValue"}]
         }
     return resources
 
@@ -1020,7 +1006,8 @@ def build_merge_template(stage: str, config: Template, function_names: list[str]
     variables, outputs = wiring_and_outputs(notifier in resources)
     return {
         "Description": f"mcp-quota ({stage}): per-session tool-call quotas for MCP servers",
-        "Parameters": {**parameters(), **sign_in.parameters()},
+        "Parameters": {**parameters(), **capacity.parameters(), **sign_in.parameters()},
+        "Mappings": capacity.mappings(),
         "Conditions": {
             RESERVE_CONCURRENCY: {"Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]},
             RATE_LIMIT_TOKENS: {

@@ -159,12 +159,13 @@ def latency_alarm(api_stage: str) -> Template:
     return resource
 
 
-def concurrency_alarm(handler: str) -> Template:
-    """The API handler's concurrent executions near its reservation (the stage burst)."""
-    expression = "100 * peak / ${ApiThrottleBurstLimit}"
+def concurrency_alarm(handler: str, reservation: Template) -> Template:
+    """The API handler's concurrent executions near its `reservation` (an intrinsic)."""
+    expression = ["100 * peak / ${Reserved}", {"Reserved": reservation}]
     resource = alarm(
         f"The API handler ran at {CONCURRENCY_ALARM_PERCENT} % or more of its reserved "
-        "concurrency (the stage burst): more load is answered with Lambda throttles.",
+        "concurrency (the method's rate x a check's p99, x2): more load is answered "
+        "with Lambda throttles.",
         {
             "Metrics": [
                 {
@@ -346,10 +347,18 @@ def dashboard(api_stage: str, handler: str, functions: list[str]) -> Template:
         widget("Refusals by category (ChecksBlocked)", [_search("ChecksBlocked")], x=12, y=0),
         widget("Fail-open reports by category", [_search("ClientFailOpen")], x=0, y=6),
         widget(
-            "API latency (p50, p99) and 4XX (includes throttles)",
+            "API latency (p50, p99), handler p99 Duration, 4XX (includes throttles)",
             [
                 [*latency, {"stat": "p50", "label": "p50"}],
                 [*latency, {"stat": "p99", "label": "p99"}],
+                # What CheckP99Ms should say (the reservation: deploy/capacity.py).
+                [
+                    "AWS/Lambda",
+                    "Duration",
+                    "FunctionName",
+                    f"${{{handler}}}",
+                    {"stat": "p99", "label": "handler p99 Duration"},
+                ],
                 [*throttled, {"stat": "Sum", "yAxis": "right"}],
             ],
             stat="p99",

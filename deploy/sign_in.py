@@ -91,7 +91,8 @@ def resources(rest_api: str, api_stage: str, stage: str, roles: list[str]) -> Te
                 "AdminCreateUserConfig": {"AllowAdminCreateUserOnly": True},
                 "UsernameAttributes": ["email"],
                 "AutoVerifiedAttributes": ["email"],
-                "MfaConfiguration": "OPTIONAL",
+                # Required: with OPTIONAL the hosted page never offers to set it up.
+                "MfaConfiguration": "ON",
                 "EnabledMfas": ["SOFTWARE_TOKEN_MFA"],
                 "DeletionProtection": "ACTIVE",
                 "Policies": {

@@ -5,6 +5,7 @@ where the transform decides the outcome."""
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from collections import defaultdict
 from typing import Any
@@ -254,16 +255,41 @@ def test_deployment_zip_has_no_native_code(packaged: Packaged) -> None:
     assert native == []
 
 
-def test_handler_concurrency_is_reserved_at_the_stage_burst(packaged: Packaged) -> None:
+def test_handler_reservation_is_the_rate_times_a_checks_p99_not_the_burst(
+    packaged: Packaged, deployed: dict[str, Any]
+) -> None:
+    """Defect class: capacity sized from the wrong figure (the burst, which says how many
+    requests may arrive at once, not how many run at once: rate x duration)."""
+    template = packaged.template
+    params = template["Parameters"]
     reserved = packaged.resources["APIHandler"]["Properties"]["ReservedConcurrentExecutions"]
     condition, value, otherwise = reserved["Fn::If"]
-    # Derived from the burst, never a second number that can fall below it.
-    assert value == {"Ref": "ApiThrottleBurstLimit"}
     assert otherwise == {"Ref": "AWS::NoValue"}
-    param = packaged.template["Parameters"]["ReserveApiConcurrency"]
-    assert (param["Default"], param["AllowedValues"]) == ("true", ["true", "false"])
-    assert packaged.template["Conditions"][condition] == {
+    assert template["Conditions"][condition] == {
         "Fn::Equals": [{"Ref": "ReserveApiConcurrency"}, "true"]
     }
-    burst = packaged.template["Parameters"]["ApiThrottleBurstLimit"]["Default"]
-    assert burst + 100 <= 1000  # fits a default account limit with 100 left unreserved
+    param = params["ReserveApiConcurrency"]
+    assert (param["Default"], param["AllowedValues"]) == ("true", ["true", "false"])
+    mapping, by_rate, by_p99 = value["Fn::FindInMap"]
+    assert (by_rate, by_p99) == ({"Ref": "ApiThrottleRateLimit"}, {"Ref": "CheckP99Ms"})
+    # CloudFormation has no arithmetic: every rate and p99 a deploy may pass has its
+    # reservation in the mapping (a missing pair would fail the deploy), by the formula
+    # docs/operations.md gives: ceil(rate x p99 x 2), at least 10.
+    table = template["Mappings"][mapping]
+    rates = params["ApiThrottleRateLimit"]["AllowedValues"]
+    p99s = params["CheckP99Ms"]["AllowedValues"]
+    assert set(table) == {str(rate) for rate in rates}
+    for rate in rates:
+        assert set(table[str(rate)]) == {str(p99) for p99 in p99s}
+        for p99 in p99s:
+            assert table[str(rate)][str(p99)] == max(10, math.ceil(rate * p99 * 2 / 1000))
+    default = table[str(params["ApiThrottleRateLimit"]["Default"])][
+        str(params["CheckP99Ms"]["Default"])
+    ]
+    assert default == 40  # 200 checks/s x 100 ms x 2
+    assert default < params["ApiThrottleBurstLimit"]["Default"]
+    # SAM's transform keeps the look-up as it is.
+    assert deployed["Mappings"] == template["Mappings"]
+    assert deployed["Resources"]["APIHandler"]["Properties"]["ReservedConcurrentExecutions"] == (
+        reserved
+    )

@@ -127,7 +127,11 @@ def test_concurrency_near_the_reservation_is_alarmed(packaged: Packaged) -> None
         {"Name": "FunctionName", "Value": {"Ref": "APIHandler"}}
     ]
     (share,) = [m for m in found["Metrics"] if m["ReturnData"]]
-    assert share["Expression"] == {"Fn::Sub": "100 * peak / ${ApiThrottleBurstLimit}"}
+    # Of the reservation itself, not a second figure that can differ from it.
+    reserved = packaged.resources["APIHandler"]["Properties"]["ReservedConcurrentExecutions"]
+    assert share["Expression"] == {
+        "Fn::Sub": ["100 * peak / ${Reserved}", {"Reserved": reserved["Fn::If"][1]}]
+    }
     assert 0 < found["Threshold"] < 100
 
 
@@ -289,6 +293,14 @@ def test_the_dashboard_shows_checks_refusals_fail_open_latency_and_notifications
     for shown in ("Count", "ChecksBlocked", "ClientFailOpen", "Latency", "NotificationFailed"):
         assert f'\\"{shown}\\"' in text or f'"{shown}"' in text, shown
     assert "NotificationDeadLetterQueue.QueueName" in text
+    # The handler's p99 Duration, the figure CheckP99Ms (its reservation) should follow.
+    duration = [
+        metric
+        for widget in widgets
+        for metric in widget["properties"]["metrics"]
+        if isinstance(metric, list) and metric[:2] == ["AWS/Lambda", "Duration"]
+    ]
+    assert [(m[3], m[4]["stat"]) for m in duration] == [("${APIHandler}", "p99")]
     substituted = set(re.findall(r"\$\{([\w:.]+)\}", body))
     known = set(packaged.resources) | {"AWS::StackName", "AWS::Region"}
     assert {name.split(".")[0] for name in substituted} <= known

@@ -52,3 +52,19 @@ def test_another_issuer_replaces_the_pool(packaged: Packaged) -> None:
     issuer = variables["QUOTA_OIDC_ISSUER"]["Fn::If"]
     assert issuer[0] == "UseCognito" and issuer[2] == {"Ref": "OidcIssuer"}
     assert variables["QUOTA_OIDC_CLIENT_ID"]["Fn::If"][2] == {"Ref": "OidcClientId"}
+
+
+def test_every_person_signing_in_has_a_second_factor(packaged: Packaged) -> None:
+    """Defect class: a security setting that is on paper only. With MFA `OPTIONAL` the
+    hosted sign-in page never offers to set up an authenticator, and the console's client
+    cannot (its scopes lack aws.cognito.signin.user.admin): nobody would have a second
+    factor, for people who can mint admin tokens."""
+    props = packaged.resources["SignInUserPool"]["Properties"]
+    client = packaged.resources["SignInConsoleClient"]["Properties"]
+
+    assert props["MfaConfiguration"] == "ON"
+    # TOTP only: SMS would need an SNS role and costs per message.
+    assert props["EnabledMfas"] == ["SOFTWARE_TOKEN_MFA"]
+    assert "aws.cognito.signin.user.admin" not in client["AllowedOAuthScopes"]
+    policy = props["Policies"]["PasswordPolicy"]
+    assert policy["MinimumLength"] >= 14
