@@ -77,9 +77,9 @@ from chalicelib.storage.ports import (
 # the attempt as counted (a lease at the end of the budget has fewer units).
 Counted: TypeAlias = tuple[Allowed, SessionSnapshot, Attempt]
 
-# Each retry follows a change made by another writer (idle reset race, item deleted by
-# an admin reset); more than a few in a row means the store is misbehaving.
-MAX_ROUNDS = 4
+# Each retry follows a change made by another writer (an idle reset race, an admin's
+# reset, copies of one freed call id taking it in turn); more means a misbehaving store.
+MAX_ROUNDS = 8
 
 
 class CheckService:

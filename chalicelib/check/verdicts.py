@@ -12,6 +12,7 @@ from chalicelib.quota.core import (
     Attempt,
     SessionSnapshot,
     Verdict,
+    call_id_key,
 )
 from chalicelib.quota.rules import partial_units
 
@@ -59,8 +60,11 @@ def call_id_fault(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict)
 
 def try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:
     """The attempt to make next for a verdict that is no answer yet, or None."""
-    if verdict is Verdict.REUSED_CALL_ID:
-        return replace(attempt, dedupe=False)
+    if verdict is Verdict.REUSED_CALL_ID and attempt.call_id is not None:
+        life = snapshot.lives.get(call_id_key(attempt.call_id))
+        return replace(attempt, dedupe=False, freed_life=life)
+    if verdict is Verdict.CALL_ID_TAKEN:
+        return replace(attempt, dedupe=True, freed_life=None)
     if verdict is Verdict.STALE:
         return attempt
     if verdict is Verdict.CLOCK_BEHIND:

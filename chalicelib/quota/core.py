@@ -82,6 +82,8 @@ class Verdict(enum.Enum):
     # The call ran and had its duplicates (or is older than a retry comes): the id is
     # used up; a new call needs a new id (409, counted nowhere).
     CALL_ID_USED = "call_id_used"
+    # A freed call id was taken by another copy first: explain the check again.
+    CALL_ID_TAKEN = "call_id_taken"
     CALL_ID_CONFLICT = "call_id_conflict"  # counted for another tool or category
     OVER_LIMIT = "over_limit"
     REPEATED = "repeated"  # the tool was called with the same arguments too often
@@ -299,13 +301,10 @@ class SessionSnapshot:
         )
 
     def last_allowed_ms(self, besides: Attempt | None = None, category: str | None = None) -> int:
-        """When the last call counted in this session (other than the attempt `besides`;
-        in `category`, if given) was made, as far as the last calls show (or, before
-        them, `allowed_before`); 0 if none is known. A refusal in a session with an
-        allowed call in its category since its principal's last refusal there starts the
-        principal's streak in that category again. When the record holds no allowed call
-        of the category, every refusal there came after the last one, so the streak goes
-        on, as it should."""
+        """When the last call counted in this session (but `besides`; in `category`, if
+        given) was made, as the last calls show (or, before them, `allowed_before`); 0 if
+        unknown. A refusal after an allowed call of its category since the principal's
+        last refusal there starts the principal's streak there again."""
         own = None if besides is None else besides.record(allowed=True)
         times = [
             r.at_ms
@@ -396,12 +395,15 @@ class Attempt:
     call_id: str | None = None
     server: str | None = None
     client: ClientInfo | None = None
-    dedupe: bool = True  # False once a reused call id has had its replays: count it anew
+    # False for a call id that is free again (counted before a reset, taken back, left in
+    # progress by a check that died): counted anew, on its life as read (`freed_life`).
+    dedupe: bool = True
     units: int = 1  # calls counted at once: more than 1 only for a lease
     leased: bool = False  # the caller asked for a lease in a category that allows one
     asked: int = 1  # the calls the caller asked for (a lease's size, before any cut)
     clock_ms: int | None = None  # the clock's reading, when `now_ms` was moved past it
     args_digest: str | None = None  # the client's digest of the call's arguments
+    freed_life: CallLife | None = None  # a freed call id's life as read (None: none)
     # Budgets above the session count this call too: counted in its session, it stays
     # in progress until they have (`CallState`).
     wider: bool = False

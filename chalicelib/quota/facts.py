@@ -18,15 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from chalicelib.quota import call_facts
 from chalicelib.quota.core import (
     BudgetSnapshot,
-    CallLife,
     CallRecord,
-    CallState,
     SessionSnapshot,
     Verdict,
-    call_id_key,
 )
+
+# The facts about a call id's life, named here with every other fact.
+CallIdFree = call_facts.CallIdFree
+CallCountedBy = call_facts.CallCountedBy
+TakenBack = call_facts.TakenBack
+CallLifeIs = call_facts.CallLifeIs
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -266,57 +270,6 @@ class CheckNotCounted:
 
     def holds(self, record: SessionSnapshot | None) -> bool:
         return record is None or not record.counted(self.check_id)
-
-
-@dataclass(frozen=True)
-class CallIdFree:
-    """No call (other than a replay) in the session's record carries this client call
-    id. When it fails, the record says why: this very check counted it (the store's own
-    retry of a write that went through), the id names another call (a conflict), the call
-    is still being counted at the wider scopes (in progress), a retry to answer from its
-    admitted original, or an id reused too late or too often."""
-
-    call_id: str
-    check_id: str
-    binding: str
-    tool: str
-    category: str
-    units: int
-    now_ms: int
-
-    def holds(self, record: SessionSnapshot | None) -> bool:
-        return record is None or not record.holds_call_id(self.call_id)
-
-    def why(self, record: SessionSnapshot) -> Verdict:
-        """Our own write, a conflict, a call in progress, a duplicate, a used-up or a
-        reused id."""
-        life = record.lives.get(call_id_key(self.call_id))
-        if life is not None and life.check_id == self.check_id:
-            return Verdict.ALREADY_COUNTED
-        if not record.binds(self.call_id, self.binding, self.tool, self.category, self.units):
-            return Verdict.CALL_ID_CONFLICT
-        if record.find_call(self.call_id) is None:
-            return Verdict.REUSED_CALL_ID  # counted before a reset: a new call now
-        if record.in_progress(self.call_id, self.now_ms):
-            return Verdict.IN_PROGRESS
-        if record.replayable(self.call_id, self.now_ms):
-            return Verdict.DUPLICATE
-        life = record.life_of(self.call_id)
-        if life is not None and life.state is CallState.IN_PROGRESS:
-            return Verdict.REUSED_CALL_ID  # its check ended without admitting it
-        return Verdict.CALL_ID_USED
-
-
-@dataclass(frozen=True)
-class CallLifeIs:
-    """The call id's life is exactly `life` (None: it has none): a write that moves a
-    call on (admitted, replayed) holds only on the life it read."""
-
-    key: str  # the call id in its kept form (`call_id_key`)
-    life: CallLife | None
-
-    def holds(self, record: SessionSnapshot | None) -> bool:
-        return (None if record is None else record.lives.get(self.key)) == self.life
 
 
 @dataclass(frozen=True)

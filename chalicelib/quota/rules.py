@@ -21,6 +21,7 @@ from chalicelib.quota.facts import (
     BudgetFits,
     BudgetRaisedAbove,
     BudgetSuspended,
+    CallCountedBy,
     CallIdFree,
     CallLifeIs,
     CheckNotCounted,
@@ -46,6 +47,7 @@ from chalicelib.quota.facts import (
     SessionSuspended,
     StartedBefore,
     StartedBy,
+    TakenBack,
     all_of,
     any_of,
     explain,
@@ -84,6 +86,10 @@ def session_consume(attempt: Attempt) -> Condition:
     ]
     if call_id is not None:
         clauses.append(unseen)
+    elif attempt.call_id is not None:
+        # A freed id is counted anew on its life as read: of copies sent at once, one.
+        freed = CallLifeIs(call_id_key(attempt.call_id), attempt.freed_life)
+        clauses.append(Named(Verdict.CALL_ID_TAKEN, freed))
     if attempt.repeat_key is not None:
         # After the call-id clause: a client's retry of a counted call is no repeat.
         clauses.append(
@@ -165,17 +171,32 @@ def still_spent(attempt: Attempt, limit: int) -> Condition:
     )
 
 
+def not_taken_back(attempt: Attempt) -> Condition:
+    """This check's count has not been taken back already (the store's own retry of a
+    take-back that went through fails this): its call id's life still names it, or, for
+    a call without an id, no record shows it taken back."""
+    if attempt.call_id is not None:
+        return CallCountedBy(call_id_key(attempt.call_id), attempt.check_id)
+    return Not(TakenBack(attempt.record(allowed=False)))
+
+
 def take_back(attempt: Attempt, started_ms: int) -> Condition:
     """When a counted call comes off the count (a wider budget refused it): the counters
-    are still the generation that counted it, and hold it."""
-    return all_of(SameCounters(started_ms), CountAtLeast(attempt.category, attempt.units))
+    are still the generation that counted it, hold it, and have not taken it back yet."""
+    return all_of(
+        SameCounters(started_ms),
+        CountAtLeast(attempt.category, attempt.units),
+        not_taken_back(attempt),
+    )
 
 
 def take_back_recorded(attempt: Attempt) -> Condition:
     """When a call whose count may or may not have been applied (the store timed out) is
     taken back later: only if the session records this very check's count, in counters
     that started by its time (an administrator's reset since starts them later)."""
-    counted: Condition = Recorded(attempt.record(allowed=True))
+    counted: Condition = all_of(
+        Recorded(attempt.record(allowed=True)), Not(TakenBack(attempt.record(allowed=False)))
+    )
     life = attempt.life()
     if attempt.call_id is not None and life is not None:
         counted = CallLifeIs(call_id_key(attempt.call_id), life)

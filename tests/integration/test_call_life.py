@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -195,3 +196,26 @@ def test_bursts_of_copies_at_a_spent_principal_are_never_allowed(
     assert principal_count(budgets, "alice") == 8
     session = counters.get(SessionKey("demo", "s1"))
     assert session is None or session.counts.get("write", 0) == 0
+
+
+@pytest.mark.parametrize("category", ["read", "write"])
+def test_copies_of_a_freed_id_count_it_once(
+    dynalite_service: tuple[CheckService, BudgetStore, CounterStore], category: str
+) -> None:
+    """Found by the model test: once an id was freed (here by an administrator's reset),
+    copies of a new call under it each counted it, guarded by their own check id only: the
+    tool ran twice under one id. A freed id is now counted anew on its life as read, so
+    of copies sent at once one counts it; the others wait (409) or are its duplicates."""
+    service, _, counters = dynalite_service
+    tool = "run_task"  # no rule: the category the request names
+    call = CheckRequest("s1", tool, principal="alice", call_id="c1", category=category)
+    assert service.check("demo", call).allowed
+    key = SessionKey("demo", "s1")
+    counters.reset(key, system_clock(), 3_600_000)
+    copies = [replace(call, args_digest=DIGEST_A)]
+    answers = _concurrently(service, copies * 8)
+    counted = [a for a in answers if isinstance(a, Allowed) and not a.duplicate]
+    assert len(counted) == 1, answers
+    session = counters.get(key)
+    assert session is not None
+    assert session.counts.get(category) == 1

@@ -158,7 +158,6 @@ def first_take_back() -> Callable[[str, dict[str, object]], bool]:
     return choose
 
 
-@pytest.mark.xfail(strict=True, reason="open: a take-back sent again is applied twice")
 def test_a_take_back_whose_answer_was_lost_takes_the_call_back_once(store_url: str) -> None:
     """Issue 28, class 1 (found by the model test): a call counted in its session and
     refused by its principal's budget is taken back; if the store applied that write and

@@ -475,9 +475,13 @@ class Driver:
         lease: int | None = None,
         fault: FaultPlan | None = None,
         loss: LossPlan | None = None,
+        report: dict[str, Any] | None = None,
     ) -> Answer:
-        """One check; `args` stands for the call's arguments (sent as their digest)."""
+        """One check; `args` stands for the call's arguments (sent as their digest);
+        `report`: refusals the client says it held (`refused_locally`), as it sends them."""
         body = _check_body(session, tool, category, principal, call_id, args, lease)
+        if report is not None:
+            body["refused_locally"] = report
         return self._request("POST", "/v1/check", body, SERVER_TOKEN, fault, loss)
 
     def check_copies(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.quota import facts, rules
+from chalicelib.quota import call_facts, facts, rules
 from chalicelib.quota.core import Attempt, CallLife, CallRecord, CallState, SessionKey, Spend
 from chalicelib.quota.leases import LeaseId
 from chalicelib.storage.dynamodb.conditions import Form, render
@@ -136,8 +136,24 @@ CASES = [
         None,
         "#v = :life",
         {"#v": "v_c1"},
-        {":life": {"S": "p|0|1796212800009|chk1|b1nd"}},
+        {":life": {"S": "chk1|p|0|1796212800009|b1nd"}},
         id="call-life-is",
+    ),
+    pytest.param(
+        facts.CallCountedBy("c1", "chk1"),
+        None,
+        "begins_with(#v, :vchk)",
+        {"#v": "v_c1"},
+        {":vchk": {"S": "chk1|"}},
+        id="call-counted-by",
+    ),
+    pytest.param(
+        facts.TakenBack(ENTRY),
+        None,
+        "contains(#ids, :tb)",
+        {"#ids": "cids"},
+        {":tb": {"S": "u:c1|chk1"}},
+        id="taken-back",
     ),
     pytest.param(
         facts.Recorded(ENTRY),
@@ -606,9 +622,13 @@ CASES = [
     pytest.param(
         rules.take_back(attempt(), T0 - 7),
         None,
-        "#started = :started AND #n >= :least",
-        {"#started": "started", "#n": "n_write"},
-        {":started": {"N": "1796212799993"}, ":least": {"N": "1"}},
+        "#started = :started AND #n >= :least AND NOT contains(#ids, :tb)",
+        {"#started": "started", "#n": "n_write", "#ids": "cids"},
+        {
+            ":started": {"N": "1796212799993"},
+            ":least": {"N": "1"},
+            ":tb": {"S": "u:|" + attempt().check_id},
+        },
         id="take-back",
     ),
     pytest.param(
@@ -693,7 +713,7 @@ def test_every_fact_of_the_core_is_pinned_on_its_own() -> None:
     every = {
         cls
         for _, cls in inspect.getmembers(facts, inspect.isclass)
-        if cls.__module__ == facts.__name__
+        if cls.__module__ in (facts.__name__, call_facts.__name__)
         and hasattr(cls, "holds")
         and cls not in (facts.And, facts.Or, facts.Not, facts.Named, facts.Condition)
     }

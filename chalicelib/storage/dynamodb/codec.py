@@ -92,19 +92,30 @@ _STATES = {CallState.IN_PROGRESS: "p", CallState.ADMITTED: "a"}
 _STATE_OF = {code: state for state, code in _STATES.items()}
 
 
+def life_prefix(check_id: str) -> str:
+    """What every life counted by this check begins with, whatever its state."""
+    return f"{check_id}{SEP}"
+
+
 def encode_life(life: CallLife) -> str:
-    """A call's life as its `v_<call id>` attribute keeps it."""
-    parts = (_STATES[life.state], life.replays, life.until_ms, life.check_id, life.binding)
-    return SEP.join(str(part) for part in parts)
+    """A call's life as its `v_<call id>` attribute keeps it: the check that counted it
+    first (a condition tests it with `begins_with`)."""
+    parts = (_STATES[life.state], life.replays, life.until_ms, life.binding)
+    return life_prefix(life.check_id) + SEP.join(str(part) for part in parts)
 
 
 def decode_life(text: str) -> CallLife | None:
     """The life a `v_<call id>` attribute keeps (None: not one this code wrote)."""
     parts = text.split(SEP)
-    if len(parts) != 5 or parts[0] not in _STATE_OF:
+    if len(parts) != 5 or parts[1] not in _STATE_OF:
         return None
-    state, replays, until, check_id, binding = parts
+    check_id, state, replays, until, binding = parts
     return CallLife(_STATE_OF[state], check_id, binding, int(until), int(replays))
+
+
+def taken_back_id(record: CallRecord) -> str:
+    """The `cids` entry of a counted call taken back (a wider budget refused it)."""
+    return f"{UNCOUNTED}{record.call_id or ''}{SEP}{record.check_id}"
 
 
 def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:

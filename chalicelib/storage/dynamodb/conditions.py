@@ -25,6 +25,7 @@ from chalicelib.quota.facts import (
     BudgetFits,
     BudgetRaisedAbove,
     BudgetSuspended,
+    CallCountedBy,
     CallIdFree,
     CallLifeIs,
     CheckNotCounted,
@@ -51,10 +52,17 @@ from chalicelib.quota.facts import (
     SessionSuspended,
     StartedBefore,
     StartedBy,
+    TakenBack,
     facts,
 )
 from chalicelib.storage.dynamodb import layout
-from chalicelib.storage.dynamodb.codec import SEP, encode_life, stored_id
+from chalicelib.storage.dynamodb.codec import (
+    SEP,
+    encode_life,
+    life_prefix,
+    stored_id,
+    taken_back_id,
+)
 from chalicelib.storage.dynamodb.updates import n, s
 
 F = TypeVar("F")
@@ -246,6 +254,9 @@ _FRAGMENTS: dict[type, _Fragment[Any]] = {
     Recorded: _Fragment[Recorded](
         "contains(#ids, :own)", _CALL_IDS, lambda f: {":own": s(stored_id(f.record))}
     ),
+    TakenBack: _Fragment[TakenBack](
+        "contains(#ids, :tb)", _CALL_IDS, lambda f: {":tb": s(taken_back_id(f.record))}
+    ),
     RepeatsUnder: _Fragment[RepeatsUnder](
         REPEATS_UNDER,
         {"#q": layout.REPEAT_PREFIX},
@@ -335,6 +346,12 @@ def _budget_fits(fact: BudgetFits, form: Form, out: Rendered) -> str:
     return BUDGET_UNDER_LIMIT if fact.units == 1 else BUDGET_UNITS_UNDER_LIMIT
 
 
+def _call_counted_by(fact: CallCountedBy, form: Form, out: Rendered) -> str:
+    out.names["#v"] = layout.LIFE_PREFIX + fact.key
+    out.values[":vchk"] = s(life_prefix(fact.check_id))
+    return "begins_with(#v, :vchk)"
+
+
 def _call_life_is(fact: CallLifeIs, form: Form, out: Rendered) -> str:
     out.names["#v"] = layout.LIFE_PREFIX + fact.key
     if fact.life is None:
@@ -346,6 +363,7 @@ def _call_life_is(fact: CallLifeIs, form: Form, out: Rendered) -> str:
 _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     **_FRAGMENTS,
     CallLifeIs: _call_life_is,
+    CallCountedBy: _call_counted_by,
     CountAtLeast: _count_at_least,
     Fits: _fits,
     BudgetFits: _budget_fits,

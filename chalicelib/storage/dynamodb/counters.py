@@ -40,11 +40,12 @@ from chalicelib.quota.core import (
     call_id_key,
     ended_repeats,
 )
-from chalicelib.quota.facts import Condition, SessionExists
+from chalicelib.quota.facts import Condition, SessionExists, all_of
 from chalicelib.quota.rules import (
     call_admitted,
     idle_restart,
     lease_return,
+    not_taken_back,
     session_consume,
     take_back,
     take_back_recorded,
@@ -55,14 +56,14 @@ from chalicelib.storage.dynamodb.changes import (
     REWRITE_CALLS,
 )
 from chalicelib.storage.dynamodb.codec import (
-    SEP,
     encode_call,
     key_of,
     snapshot_from_item,
     stored_id,
+    taken_back_id,
 )
 from chalicelib.storage.dynamodb.conditions import Form, render
-from chalicelib.storage.dynamodb.layout import CALL_IDS, RAISED_PREFIX, UNCOUNTED
+from chalicelib.storage.dynamodb.layout import CALL_IDS, RAISED_PREFIX
 from chalicelib.storage.dynamodb.session_refusals import RefusalWrites
 from chalicelib.storage.dynamodb.tails import Tail
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
@@ -259,7 +260,7 @@ class CounterStore(RefusalWrites):
         """
         record = attempt.record(allowed=False)
         # The record marks the call as taken back, so that its call id is free again.
-        entry = f"{UNCOUNTED}{record.call_id or ''}{SEP}{attempt.check_id}"
+        entry = taken_back_id(record)
         key = key_of(attempt.session)
         doing = "taking back a counted call"
         unknown = started_ms is None
@@ -301,7 +302,8 @@ class CounterStore(RefusalWrites):
             update = self._change(
                 taken_back(attempt, counts=False), APPEND_CALL, {":cidl": {"L": [_s(entry)]}}
             )
-            exists = render(SessionExists())
+            # Only if not taken back already (the store's own retry of that write).
+            exists = render(all_of(SessionExists(), not_taken_back(attempt)))
             try:
                 item = self._write(
                     key,

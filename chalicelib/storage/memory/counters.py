@@ -45,6 +45,7 @@ from chalicelib.quota.rules import (
     call_admitted,
     idle_restart,
     lease_return,
+    not_taken_back,
     refusal_noted,
     refusal_record,
     replay_record,
@@ -315,6 +316,8 @@ class MemoryCounters:
                 if take_back_recorded(attempt).holds(now):
                     self._write(attempt.session, taken_back(attempt))
                 return
+            if not not_taken_back(attempt).holds(now):
+                return  # taken back already: the store's own retry of that write
             counts = take_back(attempt, started_ms).holds(now)
             self._write(attempt.session, taken_back(attempt, counts))
 
