@@ -73,7 +73,7 @@ STEPS = int(os.environ.get("MODEL_STEPS", "40"))
 # lost-answer steps; `copies_freed_id`, copies at once of an id its session's last calls
 # still show though it is free (open: each copy may be counted), sends those under a
 # fresh id.
-DEFAULT_SKIP = "listing_blocked,copies_freed_id"
+DEFAULT_SKIP = "listing_blocked"
 SKIP = frozenset(filter(None, os.environ.get("MODEL_SKIP", DEFAULT_SKIP).split(",")))
 MAX_STATES = 64
 # State names the service used before issue 18 named them: compared by meaning first, so
