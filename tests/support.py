@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.loaders
@@ -286,3 +286,21 @@ def running_service(extra_env: dict[str, str] | None = None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def issue28_policy(suspend_after: int = 10, tenant_limit: int = 1000) -> dict[str, Any]:
+    """The small policy issue 28's reproductions use: 5 writes a session, a principal's
+    8 a day, `suspend_after` refusals in a row suspend (a policy document)."""
+    return {
+        "version": 1,
+        "categories": {
+            "read": {"limit": 200},
+            "write": {
+                "limit": 5,
+                "principal": {"limit": 8, "window": "24h"},
+                "tenant": {"limit": tenant_limit, "window": "1h"},
+            },
+        },
+        "suspend_after_refusals": suspend_after,
+        "rules": [{"tools": ["delete_tag"], "category": "write"}],
+    }

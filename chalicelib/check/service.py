@@ -330,7 +330,8 @@ class CheckService:
         """The attempt, marked if budgets above the session count it too: counted in its
         session, the call then stays in progress until they have."""
         category = self._policy.categories[attempt.category]
-        if self._wider is None or not self._wider.steps(attempt, category):
+        # Which windows apply, not their limits: nothing is resolved twice.
+        if self._wider is None or not self._wider.windows(attempt, category):
             return attempt
         return replace(attempt, wider=True)
 

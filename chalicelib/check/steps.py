@@ -198,12 +198,21 @@ class WiderBudgets:
         # marks it knows are set: hints that save writes, never decisions.
         self._hints = ShardHints()
 
+    @staticmethod
+    def windows(attempt: Attempt, category: Category) -> list[WindowLimit]:
+        """The category's windows above the session that count this attempt: a
+        principal's only when the attempt names one."""
+        return [
+            w
+            for w in category.windows
+            if w.scope is not Scope.PRINCIPAL or attempt.principal is not None
+        ]
+
     def steps(self, attempt: Attempt, category: Category) -> list[Step]:
         steps = []
-        for window in category.windows:
+        for window in self.windows(attempt, category):
             if window.scope is Scope.PRINCIPAL:
-                if attempt.principal is None:
-                    continue
+                assert attempt.principal is not None
                 key = BudgetKey.principal(attempt.tenant, attempt.principal)
             else:
                 key = BudgetKey.whole_tenant(attempt.tenant)

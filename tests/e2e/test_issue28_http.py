@@ -19,23 +19,11 @@ from moto.server import ThreadedMotoServer
 
 from tests.e2e.http import ADMIN_TOKEN, Reply, call
 from tests.integration.lossy import endpoint, lossy_proxy, session_writes
-from tests.support import free_port, running_service
+from tests.support import free_port, issue28_policy, running_service
 
 pytestmark = pytest.mark.e2e
 
-POLICY = {
-    "version": 1,
-    "categories": {
-        "read": {"limit": 200},
-        "write": {
-            "limit": 5,
-            "principal": {"limit": 8, "window": "24h"},
-            "tenant": {"limit": 10_000, "window": "1h"},
-        },
-    },
-    "suspend_after_refusals": 10,
-    "rules": [{"tools": ["delete_tag"], "category": "write"}],
-}
+POLICY = issue28_policy(tenant_limit=10_000)
 DIGEST = "d" * 64
 
 

@@ -26,24 +26,18 @@ from chalicelib.quota.policy import parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.ports import BudgetCounters, NotTaken, Taken
-from tests.support import FixedClock, Stores, client_for, fresh_settings, provisioned
+from tests.support import (
+    FixedClock,
+    Stores,
+    client_for,
+    fresh_settings,
+    issue28_policy,
+    provisioned,
+)
 
 DIGEST_A = "a" * 64
 DIGEST_B = "b" * 64
-POLICY = parse_policy(
-    {
-        "version": 1,
-        "categories": {
-            "read": {"limit": 200},
-            "write": {
-                "limit": 5,
-                "principal": {"limit": 8, "window": "24h"},
-                "tenant": {"limit": 1000, "window": "1h"},
-            },
-        },
-        "suspend_after_refusals": 1000,
-    }
-)
+POLICY = parse_policy(issue28_policy(suspend_after=1000))
 
 
 def delete(session: str = "s1", **kw: Any) -> CheckRequest:

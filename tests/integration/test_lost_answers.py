@@ -27,22 +27,17 @@ from chalicelib.storage.dynamodb.layout import UNCOUNTED
 from chalicelib.storage.ports import SessionCounters
 from chalicelib.wiring import CLIENT_CONFIG
 from tests.integration.lossy import endpoint, lossy_proxy
-from tests.support import FixedClock, Stores, client_for, free_port, fresh_settings, provisioned
-
-POLICY = parse_policy(
-    {
-        "version": 1,
-        "categories": {
-            "read": {"limit": 200},
-            "write": {
-                "limit": 5,
-                "principal": {"limit": 8, "window": "24h"},
-                "tenant": {"limit": 1000, "window": "1h"},
-            },
-        },
-        "suspend_after_refusals": 10,
-    }
+from tests.support import (
+    FixedClock,
+    Stores,
+    client_for,
+    free_port,
+    fresh_settings,
+    issue28_policy,
+    provisioned,
 )
+
+POLICY = parse_policy(issue28_policy())
 
 
 @pytest.fixture(params=["moto", "dynalite"])
