@@ -22,7 +22,7 @@ from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
 from chalicelib.auth.tokens import ROLES
 from chalicelib.clock import system_clock
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.settings import Settings
 
 PROG = "mcp-quota"

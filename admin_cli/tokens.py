@@ -21,15 +21,16 @@ from botocore.exceptions import NoCredentialsError, NoRegionError
 from admin_cli import render
 from admin_cli.errors import CliError, ExitCode, exit_code_for_status
 from admin_cli.render import Output
-from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.admin.views import token_view
 from chalicelib.auth.roles import TENANT_NAME
-from chalicelib.auth.tokens import ROLES, TokenRecord, hash_secret, new_token
+from chalicelib.auth.tokens import ROLES, hash_secret, new_token
 from chalicelib.clock import iso_utc
 from chalicelib.errors import NotFound, from_storage
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.storage.dynamodb.audit import AuditStore
 from chalicelib.storage.dynamodb.tokens import TokenStore
 from chalicelib.storage.ports import RecordNotFound, StorageError
+from chalicelib.storage.records import TokenRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -187,10 +187,6 @@ class Misconfigured(QuotaServiceError):
         return {"Retry-After": str(self.RETRY_AFTER_SECONDS)}
 
 
-class ConfigurationError(Exception):
-    """Settings or the policy document are invalid; raised at start-up, never per request."""
-
-
 def from_storage(exc: ports.StorageError) -> QuotaServiceError:
     """The service error for a storage error: the one place storage faults get words."""
     doing = exc.doing

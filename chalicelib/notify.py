@@ -53,7 +53,7 @@ class MalformedNotification(Exception):
 
 
 class Publisher(Protocol):
-    """Sends one notification on its way; the port `alerts.BlockReporter` uses."""
+    """Sends one notification on its way; the port `alerts.DecisionReporter` uses."""
 
     @property
     def enabled(self) -> bool:

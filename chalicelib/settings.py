@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 
 LOCAL_STAGE = "local"
 BACKENDS = ("dynamodb", "memory")

@@ -16,8 +16,9 @@ from botocore.config import Config
 from chalicelib.admin.grants import GrantLimits
 from chalicelib.check.service import CheckService, PrincipalGate
 from chalicelib.clock import Clock, system_clock
-from chalicelib.errors import ConfigurationError, Misconfigured
+from chalicelib.errors import Misconfigured
 from chalicelib.observability import count, logger
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import Policy, load_policy
 from chalicelib.settings import Settings
 from chalicelib.storage import dynamodb, memory
@@ -38,19 +39,18 @@ if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
 
     from chalicelib.admin.actions import AdminService
-    from chalicelib.admin.audit import Auditor
     from chalicelib.admin.budgets import BudgetAdmin
     from chalicelib.admin.tokens import TokenAdmin
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
     from chalicelib.auth.oidc import OidcVerifier
-    from chalicelib.check.hooks import BlockListener
-    from chalicelib.check.shadow import ShadowListener
+    from chalicelib.check.auditing import Auditor
+    from chalicelib.check.hooks import DecisionListener
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
-    from chalicelib.quota.answers import Refused
+    from chalicelib.quota.answers import Allowed, Refused
     from chalicelib.quota.core import Attempt
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
@@ -98,31 +98,28 @@ Opener = Callable[[Settings, tuple[str, ...], Callable[[], Any], Callable[[], An
 OPENERS: dict[str, Opener] = {"dynamodb": dynamodb.open_stores, "memory": memory.open_stores}
 
 
-class OnFirstBlock:
-    """A `BlockListener` that builds the real one (audit, email, links) on the first
-    refusal: a container that only allows calls never loads them."""
+class OnFirstEffect:
+    """The `DecisionListener`, built (audit, email, links) on the first decision that has
+    an effect: a container that only allows calls, none spending a session, never loads it."""
 
-    def __init__(self, build: Callable[[], BlockListener]) -> None:
+    def __init__(self, build: Callable[[], DecisionListener]) -> None:
         self._build = build
-        self._listener: BlockListener | None = None
+        self._listener: DecisionListener | None = None
+
+    def _built(self) -> DecisionListener:
+        if self._listener is None:
+            self._listener = self._build()
+        return self._listener
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        if self._listener is None:
-            self._listener = self._build()
-        self._listener.on_block(tenant, attempt, decision)
+        self._built().on_block(tenant, attempt, decision)
 
-
-class OnFirstShadow:
-    """A `ShadowListener` that builds the real one (audit, metric) on first use."""
-
-    def __init__(self, build: Callable[[], ShadowListener]) -> None:
-        self._build = build
-        self._listener: ShadowListener | None = None
+    def on_counted(self, tenant: str, attempt: Attempt, allowed: Allowed) -> None:
+        if allowed.spent:  # the one allowed call with an effect
+            self._built().on_counted(tenant, attempt, allowed)
 
     def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
-        if self._listener is None:
-            self._listener = self._build()
-        self._listener.on_shadow(tenant, attempt, would)
+        self._built().on_shadow(tenant, attempt, would)
 
 
 class Container:
@@ -304,7 +301,7 @@ class Container:
     # container that only answers allowed checks never loads them (a shorter cold start).
     @cached_property
     def auditor(self) -> Auditor:
-        from chalicelib.admin.audit import Auditor
+        from chalicelib.check.auditing import Auditor
 
         return Auditor(self.audit_log)
 
@@ -429,11 +426,12 @@ class Container:
             raise IssuerUnavailable(doing) from exc
         raise IssuerUnavailable(doing)
 
-    def block_reporter(self) -> BlockListener:
-        """Audits a refusal, and emails the administrators of a write refusal."""
-        from chalicelib.check.alerts import BlockReporter
+    def reporter(self) -> DecisionListener:
+        """Audits a refusal, emails the administrators of a write refusal, marks spent and
+        refused sessions in the trouble index, and audits shadow refusals."""
+        from chalicelib.check.alerts import DecisionReporter
 
-        return BlockReporter(
+        return DecisionReporter(
             self.policy,
             self.auditor,
             self.notifier,
@@ -443,25 +441,15 @@ class Container:
 
     @cached_property
     def checks(self) -> CheckService:
-        from chalicelib.check.spent import MarksSpentSessions
-
-        return MarksSpentSessions(
+        return CheckService(
             self.policy,
             self.counters,
             self.clock,
             self.settings.idle_timeout_seconds,
             limits=self.limits,
-            listener=OnFirstBlock(self.block_reporter),
+            listener=OnFirstEffect(self.reporter),
             keep_calls=self.settings.last_calls,
             budgets=self.budgets,
             gate=self.gate,
-            mark=self.mark_trouble,
-            shadow_listener=OnFirstShadow(self.shadow_reporter),
             tickets=self.hold_tickets(),
         )
-
-    def shadow_reporter(self) -> ShadowListener:
-        """Audits and counts a call that shadow mode let run past a limit."""
-        from chalicelib.check.alerts import ShadowReporter
-
-        return ShadowReporter(self.auditor)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from chalicelib.errors import ConfigurationError  # noqa: E402
+from chalicelib.quota.errors import ConfigurationError  # noqa: E402
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from deploy.build_template import (  # noqa: E402
     app_function_names,

@@ -93,7 +93,7 @@ def start_sign_in(env: dict[str, str] | os._Environ[str], port: int) -> str:
 
 def configuration_problem() -> str | None:
     """What makes the settings or the policy unusable, in one line; None if nothing."""
-    from chalicelib.errors import ConfigurationError
+    from chalicelib.quota.errors import ConfigurationError
     from chalicelib.quota.policy import load_policy
     from chalicelib.settings import Settings
 

@@ -8,15 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin import listing
-from chalicelib.admin.audit import (
-    TENANT_SCOPE,
-    AuditEvent,
-    Auditor,
-    EventType,
-    actor_of,
-    link_detail,
-)
-from chalicelib.admin.grants import Grant, GrantLimits
+from chalicelib.admin.audit import actor_of, link_detail
+from chalicelib.admin.grants import GrantLimits, grant_view
 from chalicelib.admin.requests import (
     AuditQuery,
     GrantRequest,
@@ -26,10 +19,13 @@ from chalicelib.admin.requests import (
 )
 from chalicelib.admin.views import SessionViews
 from chalicelib.auth.tokens import Identity
+from chalicelib.check.auditing import Auditor
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.observability import logger
 from chalicelib.quota.core import SessionKey, SessionSnapshot, SessionState
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.quota.grants import Grant
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import (
     AuditFilter,
@@ -332,7 +328,7 @@ class AdminService:
             created_by=who.token_id,
             created_at_ms=self._clock(),
         )
-        shown = grant.to_json()
+        shown = grant_view(grant)
         self._grants.put(grant)
         self._limits.forget(who.tenant)
         self._audit(
@@ -347,7 +343,7 @@ class AdminService:
 
     def list_grants(self, who: Identity) -> GrantList:
         """The tenant's grants."""
-        return {"grants": [g.to_json() for g in self._grants.list(who.tenant)]}
+        return {"grants": [grant_view(g) for g in self._grants.list(who.tenant)]}
 
     def delete_grant(self, who: Identity, grant_id: str) -> GrantAnswer:
         """Delete a grant.
@@ -365,10 +361,10 @@ class AdminService:
             EventType.GRANT_DELETED,
             TENANT_SCOPE,
             None,
-            before=grant.to_json(),
+            before=grant_view(grant),
             principal=grant.principal,
         )
-        return {"grant": grant.to_json()}
+        return {"grant": grant_view(grant)}
 
     # -- what an emailed link finds --------------------------------------------------
 

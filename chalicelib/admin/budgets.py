@@ -8,16 +8,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.admin.audit import (
-    TENANT_SCOPE,
-    AuditEvent,
-    Auditor,
-    EventType,
-    actor_of,
-    link_detail,
-)
+from chalicelib.admin.audit import actor_of, link_detail
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
+from chalicelib.check.auditing import Auditor
 from chalicelib.check.hooks import LimitResolver
 from chalicelib.check.service import PrincipalGate
 from chalicelib.check.shards import shard_key, summed
@@ -25,6 +19,7 @@ from chalicelib.check.steps import in_parallel
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.quota.policy import Policy, WindowLimit
 from chalicelib.storage.ports import BudgetCounters, RecordChanged, RecordNotFound
 

@@ -9,53 +9,30 @@ that delay in other containers (at once in the one that served the admin call).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import Scope
+from chalicelib.quota.grants import Grant
 from chalicelib.quota.policy import Policy, WindowLimit
 
 if TYPE_CHECKING:
     from chalicelib.api.schemas import GrantView
 
 
-@dataclass(frozen=True)
-class Grant:
-    """A planned raise of one category's limit for one principal, in a time window."""
-
-    grant_id: str
-    tenant: str
-    principal: str
-    category: str
-    limit: int
-    starts_at_ms: int
-    ends_at_ms: int
-    reason: str
-    created_by: str
-    created_at_ms: int
-
-    def applies(self, principal: str | None, category: str, now_ms: int) -> bool:
-        """Whether this grant lifts `category` for `principal` at `now_ms`."""
-        return (
-            principal == self.principal
-            and category == self.category
-            and self.starts_at_ms <= now_ms < self.ends_at_ms
-        )
-
-    def to_json(self) -> GrantView:
-        """The grant as the API shows it."""
-        return {
-            "grant_id": self.grant_id,
-            "principal": self.principal,
-            "category": self.category,
-            "limit": self.limit,
-            "starts_at": iso_utc(self.starts_at_ms),
-            "ends_at": iso_utc(self.ends_at_ms),
-            "reason": self.reason,
-            "created_by": self.created_by,
-            "created_at": iso_utc(self.created_at_ms),
-        }
+def grant_view(grant: Grant) -> GrantView:
+    """A grant as the API shows it."""
+    return {
+        "grant_id": grant.grant_id,
+        "principal": grant.principal,
+        "category": grant.category,
+        "limit": grant.limit,
+        "starts_at": iso_utc(grant.starts_at_ms),
+        "ends_at": iso_utc(grant.ends_at_ms),
+        "reason": grant.reason,
+        "created_by": grant.created_by,
+        "created_at": iso_utc(grant.created_at_ms),
+    }
 
 
 class GrantLimits:

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalicelib.admin.audit import EventType
 from chalicelib.auth.tokens import OWN_PRINCIPAL_PREFIX, ROLES, SERVER
 from chalicelib.check.requests import (
     VISIBLE_ASCII,
@@ -23,6 +22,7 @@ from chalicelib.check.requests import (
 )
 from chalicelib.errors import InvalidPageToken, InvalidRequest, NotFound
 from chalicelib.quota.core import SessionState
+from chalicelib.quota.events import EventType
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import AuditFilter
 

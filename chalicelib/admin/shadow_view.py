@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.admin.audit import AuditEvent, EventType
 from chalicelib.clock import iso_utc
+from chalicelib.quota.events import AuditEvent, EventType
 from chalicelib.storage.ports import AuditFilter, AuditLog
 
 if TYPE_CHECKING:

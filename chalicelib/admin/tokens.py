@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, Auditor, EventType
 from chalicelib.admin.requests import TokenRequest
 from chalicelib.admin.views import token_view
-from chalicelib.auth.tokens import Identity, TokenRecord, hash_secret, new_token
+from chalicelib.auth.tokens import Identity, hash_secret, new_token
+from chalicelib.check.auditing import Auditor
 from chalicelib.clock import Clock
 from chalicelib.errors import NotFound
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.storage.ports import RecordNotFound, TokenRepository
+from chalicelib.storage.records import TokenRecord
 
 if TYPE_CHECKING:
     from chalicelib.api.schemas import TokenCreated, TokenList, TokenView

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from chalicelib.auth.tokens import TokenRecord
 from chalicelib.check.hooks import LimitResolver
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import ClientInfo, SessionSnapshot, SessionState
 from chalicelib.quota.policy import Policy
+from chalicelib.storage.records import TokenRecord
 
 if TYPE_CHECKING:
     from chalicelib.api.schemas import CategoryView, ClientView, SessionView, TokenView

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING
 
 from chalicelib.auth.jwt import looks_like_jwt
 from chalicelib.auth.oidc import SignInRefused
-from chalicelib.auth.tokens import ADMIN, ANY_PRINCIPAL, SERVER, Identity, matches, split_token
+from chalicelib.auth.tokens import (
+    ADMIN,
+    ANY_PRINCIPAL,
+    SERVER,
+    Identity,
+    identity_of,
+    matches,
+    split_token,
+)
 from chalicelib.clock import Clock
 from chalicelib.settings import Settings
 from chalicelib.storage.ports import TokenRepository
@@ -154,6 +162,6 @@ class Authenticator:
             return AuthResult(None, "revoked token", record.role), None
         if record.expired(now_ms):
             return AuthResult(None, "expired token", record.role), None
-        return AuthResult(record.identity(), expires_at_ms=record.expires_at_ms), (
+        return AuthResult(identity_of(record), expires_at_ms=record.expires_at_ms), (
             record.expires_at_ms
         )

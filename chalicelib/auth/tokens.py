@@ -13,6 +13,7 @@ from fnmatch import fnmatchcase
 
 from chalicelib.auth.roles import Role
 from chalicelib.errors import PrincipalNotAllowed
+from chalicelib.storage.records import TokenRecord
 
 SERVER = Role.SERVER.value
 VIEWER = Role.VIEWER.value
@@ -48,32 +49,9 @@ class Identity:
         return OWN_PRINCIPAL_PREFIX + self.token_id
 
 
-@dataclass(frozen=True)
-class TokenRecord:
-    """A stored token: its public id, the hash of the secret, and its grants."""
-
-    token_id: str
-    secret_hash: str
-    tenant: str
-    role: str
-    name: str
-    created_at_ms: int
-    revoked_at_ms: int | None = None
-    principals: tuple[str, ...] = ()
-    expires_at_ms: int | None = None  # None: the token never expires
-
-    @property
-    def revoked(self) -> bool:
-        """Whether the token has been revoked."""
-        return self.revoked_at_ms is not None
-
-    def expired(self, now_ms: int) -> bool:
-        """Whether the token's optional expiry has passed."""
-        return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
-
-    def identity(self) -> Identity:
-        """The identity this token authenticates."""
-        return Identity(self.tenant, self.role, self.token_id, self.name, self.principals)
+def identity_of(record: TokenRecord) -> Identity:
+    """The identity a stored token authenticates."""
+    return Identity(record.tenant, record.role, record.token_id, record.name, record.principals)
 
 
 def effective_principal(identity: Identity, claimed: str | None) -> str:

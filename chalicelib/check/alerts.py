@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chalicelib.admin import audit
-from chalicelib.admin.audit import AuditEvent, Auditor, EventType
+from chalicelib.check.auditing import Auditor
 from chalicelib.clock import iso_utc
 from chalicelib.notify import Notification, NotificationFailed, Publisher
 from chalicelib.observability import count, logger
-from chalicelib.quota.answers import Refused
+from chalicelib.quota import events as audit
+from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import Attempt, CallRecord, RefusalReason, Scope
+from chalicelib.quota.events import AuditEvent, EventType
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import TroubleKind, TroubleMark
 
@@ -191,8 +192,10 @@ You get one message per exhaustion, however often the agent keeps trying.
     return Notification(subject, body, attributes)
 
 
-class BlockReporter:
-    """Audits each exhaustion once (with the last calls) and notifies where the policy says."""
+class DecisionReporter:
+    """The effects of a decision, behind one guard each: audits each exhaustion once (with
+    the last calls) and notifies where the policy says; marks a spent or refused session in
+    the trouble index; audits what shadow mode let pass."""
 
     def __init__(
         self,
@@ -208,7 +211,9 @@ class BlockReporter:
         self._links = links  # built on first use: a container that only allows never signs
         self._trouble = trouble
 
-    def _mark(self, tenant: str, attempt: Attempt, decision: Refused, kind: TroubleKind) -> None:
+    def _mark(
+        self, tenant: str, attempt: Attempt, decision: Allowed | Refused, kind: TroubleKind
+    ) -> None:
         if self._trouble is None:
             return
         mark = TroubleMark(
@@ -218,6 +223,42 @@ class BlockReporter:
             self._trouble(mark)
         except Exception:
             logger.exception("trouble index write failed; the session may miss the listing")
+
+    def on_counted(self, tenant: str, attempt: Attempt, allowed: Allowed) -> None:
+        """Mark the session this call spent (once per category: its retries spend nothing),
+        so the listing shows it blocked before its first refused call. Never raises."""
+        if allowed.spent:
+            self._mark(tenant, attempt, allowed, TroubleKind.EXHAUSTED)
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        """Audit a call shadow mode let run past a limit and count it per category
+        (`ShadowRefusals`): no email and no escalation, nothing was refused. The event
+        goes to the session's trail with its principal and server, so the tenant's
+        trail finds it by type (`GET /v1/audit?type=shadow_refusal`). Never raises."""
+        count("ShadowRefusals", would.category)
+        self._auditor.record(
+            AuditEvent(
+                at_ms=would.now_ms,
+                type=EventType.SHADOW_REFUSAL,
+                tenant=tenant,
+                session_id=would.session_id,
+                actor=audit.SERVICE_ACTOR,
+                principal=attempt.principal,
+                server=attempt.server,
+                detail={
+                    "session_id": would.session_id,
+                    "code": str(would.reason),
+                    "scope": would.scope.value,
+                    "category": would.category,
+                    "tool": would.tool,
+                    "server": attempt.server,
+                    "principal": attempt.principal,
+                    "used": would.used,
+                    "limit": would.limit,
+                    "units": would.units,
+                },
+            )
+        )
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; never raises, so it can never turn a refusal into an allow."""
@@ -326,45 +367,5 @@ class BlockReporter:
                 detail=detail,
                 principal=attempt.principal,
                 server=attempt.server,
-            )
-        )
-
-
-class ShadowReporter:
-    """Audits each call that shadow mode let run past a limit, and counts it per category
-    (the `ShadowRefusals` metric). No email and no escalation: nothing was refused.
-
-    The events go to the session's trail with its principal and server, so that the
-    tenant's trail finds them by type (`GET /v1/audit?type=shadow_refusal`), one Query a
-    page: the "would have refused" view reads them so.
-    """
-
-    def __init__(self, auditor: Auditor) -> None:
-        self._auditor = auditor
-
-    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
-        """Record one shadow refusal; never raises (an audit outage changes no answer)."""
-        count("ShadowRefusals", would.category)
-        self._auditor.record(
-            AuditEvent(
-                at_ms=would.now_ms,
-                type=EventType.SHADOW_REFUSAL,
-                tenant=tenant,
-                session_id=would.session_id,
-                actor=audit.SERVICE_ACTOR,
-                principal=attempt.principal,
-                server=attempt.server,
-                detail={
-                    "session_id": would.session_id,
-                    "code": str(would.reason),
-                    "scope": would.scope.value,
-                    "category": would.category,
-                    "tool": would.tool,
-                    "server": attempt.server,
-                    "principal": attempt.principal,
-                    "used": would.used,
-                    "limit": would.limit,
-                    "units": would.units,
-                },
             )
         )

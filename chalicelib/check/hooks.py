@@ -1,19 +1,26 @@
-"""What the check service is given: who hears of a refusal, and where limits come from."""
+"""What the check service is given: who hears of its decisions, and where limits come from."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from chalicelib.quota.answers import Refused
+from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import Attempt
 from chalicelib.quota.policy import Policy, WindowLimit
 
 
-class BlockListener(Protocol):
-    """Told about every refused check, after it is recorded (audit, notification)."""
+class DecisionListener(Protocol):
+    """The one place effects hang off a decision, once it is recorded (audit, email, the
+    trouble index, metrics). Each method must never raise: the answer is given."""
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
-        """Handle a refusal; must never raise."""
+        """A refused check."""
+
+    def on_counted(self, tenant: str, attempt: Attempt, allowed: Allowed) -> None:
+        """A call counted at every scope that applies."""
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
+        """A call shadow mode let run past a limit: what an enforcing policy would say."""
 
 
 class LimitResolver(Protocol):
@@ -47,4 +54,10 @@ class QuietListener:
     """A listener that does nothing."""
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
+        return None
+
+    def on_counted(self, tenant: str, attempt: Attempt, allowed: Allowed) -> None:
+        return None
+
+    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
         return None

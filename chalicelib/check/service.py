@@ -23,14 +23,14 @@ from chalicelib.check import deadline
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.escalation import Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
-from chalicelib.check.hooks import BlockListener, LimitResolver, PolicyLimits, QuietListener
+from chalicelib.check.hooks import DecisionListener, LimitResolver, PolicyLimits, QuietListener
 from chalicelib.check.lease_returns import return_lease
 from chalicelib.check.life import admit
 from chalicelib.check.repairs import Repairs
 from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, HeldReport, LeaseReturn
 from chalicelib.check.runaway import SpentSessions
-from chalicelib.check.shadow import QuietShadow, ShadowListener, would_refuse
+from chalicelib.check.shadow import would_refuse
 from chalicelib.check.shaping import (
     allowed_answer,
     principal_suspended,
@@ -92,16 +92,14 @@ class CheckService:
         clock: Clock,
         idle_timeout_seconds: int,
         limits: LimitResolver | None = None,
-        listener: BlockListener | None = None,
+        listener: DecisionListener | None = None,
         keep_calls: int = 10,
         budgets: BudgetCounters | None = None,
         gate: PrincipalGate | None = None,
-        shadow_listener: ShadowListener | None = None,
         tickets: HoldTickets | None = None,
     ) -> None:
         self._policy = policy
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
-        self._shadow_listener = shadow_listener or QuietShadow()
         self._store = store
         self._clock = clock
         self._idle_ms = idle_timeout_seconds * 1000
@@ -402,8 +400,9 @@ class CheckService:
         return decision
 
     def _counted(self, attempt: Attempt, allowed: Allowed) -> None:
-        """A call counted at every scope (none here; `spent.MarksSpentSessions` marks the
-        session that it spent). Never raises: the answer is given."""
+        """A call counted at every scope: the listener hears of it (it marks a session
+        that the call spent). Never raises: the answer is given."""
+        self._listener.on_counted(attempt.tenant, attempt, allowed)
 
     def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:
         """The allowed answer, with the refusal shadow mode let pass, if any (reported).
@@ -412,7 +411,7 @@ class CheckService:
         would = would_refuse(attempt, allowed, seen, repeat)
         if would is None:
             return allowed
-        self._shadow_listener.on_shadow(attempt.tenant, attempt, would)
+        self._listener.on_shadow(attempt.tenant, attempt, would)
         return replace(allowed, shadow=would)
 
     def _count_held(

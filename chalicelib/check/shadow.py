@@ -10,7 +10,6 @@ grant), with the refusal's own words.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
 
 from chalicelib.check.repeats import repeated
 from chalicelib.quota.answers import Allowed, Refused
@@ -19,20 +18,6 @@ from chalicelib.quota.facts import RepeatsUnder, within
 from chalicelib.quota.policy import MAX_LIMIT, RepeatLimit
 
 SHADOW_CEILING = MAX_LIMIT  # what a shadowed category's store condition counts up to
-
-
-class ShadowListener(Protocol):
-    """Told about every call shadow mode let run past a limit (audit, metric)."""
-
-    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
-        """Handle a shadow refusal; must never raise."""
-
-
-class QuietShadow:
-    """A shadow listener that does nothing."""
-
-    def on_shadow(self, tenant: str, attempt: Attempt, would: Refused) -> None:
-        return None
 
 
 def would_refuse(

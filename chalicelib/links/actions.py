@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from chalicelib.admin.audit import AuditEvent, EventType
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, QuotaServiceError, from_storage
@@ -36,6 +35,7 @@ from chalicelib.links.signing import (
 from chalicelib.observability import logger
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, Scope, SessionState
+from chalicelib.quota.events import AuditEvent, EventType
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.ports import AuditFilter, LinkUse, LinkUses, StorageError
 

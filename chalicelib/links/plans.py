@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chalicelib.admin.audit import AuditEvent, EventType
 from chalicelib.clock import iso_utc
 from chalicelib.links.signing import LinkAction, LinkPayload
 from chalicelib.quota.core import SessionSnapshot
+from chalicelib.quota.events import AuditEvent, EventType
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ Plan = Change | AlreadyDone
 
 def _latest(events: Sequence[AuditEvent], kind: EventType) -> AuditEvent | None:
     found = [e for e in events if e.type is kind]
-    return max(found, key=lambda e: e.sort_key) if found else None
+    return max(found, key=lambda e: (e.at_ms, e.event_id)) if found else None
 
 
 def _superseded(what: str, event: AuditEvent) -> AlreadyDone:
@@ -126,7 +126,7 @@ def plan_suspend(
         )
     lifted = [e for e in since_sent if e.type in _LIFTED]
     if lifted:
-        last = max(lifted, key=lambda e: e.sort_key)
+        last = max(lifted, key=lambda e: (e.at_ms, e.event_id))
         return _superseded(_LIFTED[last.type], last)
     used = 0 if seen is None else seen.counts.get(payload.category, 0)
     return Change(
@@ -155,7 +155,7 @@ def plan_suspend_principal(
         )
     lifted = [e for e in lifted_since_sent if e.type in _LIFTED]
     if lifted:
-        last = max(lifted, key=lambda e: e.sort_key)
+        last = max(lifted, key=lambda e: (e.at_ms, e.event_id))
         return _superseded(_LIFTED[last.type], last)
     return Change(
         f"principal '{payload.principal}' active \u2192 suspended",

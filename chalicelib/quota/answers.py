@@ -45,6 +45,13 @@ class Allowed(_Answer):
         """Calls left in this category before the limit."""
         return max(0, self.limit - self.used)
 
+    @property
+    def spent(self) -> bool:
+        """Whether this call took the last unit of its session's category: the session's
+        next call there is refused (`SessionSnapshot.state` says blocked). A retry's
+        answer spends nothing of its own."""
+        return not self.duplicate and self.used >= self.limit
+
 
 @dataclass(frozen=True)
 class Refused(_Answer):

@@ -16,8 +16,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from chalicelib.errors import ConfigurationError
 from chalicelib.quota.core import Scope
+from chalicelib.quota.errors import ConfigurationError
 
 POLICY_DIR = Path(__file__).parent.parent / "policies"
 CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")

@@ -37,9 +37,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from chalicelib.admin.audit import AuditEvent
-    from chalicelib.admin.grants import Grant
-    from chalicelib.auth.tokens import TokenRecord
     from chalicelib.quota.core import (
         Attempt,
         BudgetKey,
@@ -50,6 +47,9 @@ if TYPE_CHECKING:
         SessionSnapshot,
         Spend,
     )
+    from chalicelib.quota.events import AuditEvent
+    from chalicelib.quota.grants import Grant
+    from chalicelib.storage.records import TokenRecord
 
 # What every port raises (defined in `storage.errors`), named here for its callers.
 BadPageToken = errors.BadPageToken

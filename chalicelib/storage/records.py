@@ -8,8 +8,42 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chalicelib.admin.audit import AuditEvent, EventType
     from chalicelib.quota.core import BudgetSnapshot, SessionSnapshot
+    from chalicelib.quota.events import AuditEvent, EventType
+
+
+def event_key(event: AuditEvent) -> str:
+    """An audit event's sort key in the audit table: time-ordered and unique
+    (zero-padded epoch ms, then the event's random suffix)."""
+    return f"{event.at_ms:013d}#{event.event_id}"
+
+
+# -- records -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A stored token: its public id, the hash of the secret, and its grants."""
+
+    token_id: str
+    secret_hash: str
+    tenant: str
+    role: str
+    name: str
+    created_at_ms: int
+    revoked_at_ms: int | None = None
+    principals: tuple[str, ...] = ()
+    expires_at_ms: int | None = None  # None: the token never expires
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the token has been revoked."""
+        return self.revoked_at_ms is not None
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether the token's optional expiry has passed."""
+        return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
+
 
 # -- results -------------------------------------------------------------------------
 

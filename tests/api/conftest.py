@@ -17,8 +17,9 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns import sns_backends
 
 import app as app_module
-from chalicelib.auth.tokens import TokenRecord, hash_secret, new_token
+from chalicelib.auth.tokens import hash_secret, new_token
 from chalicelib.settings import Settings
+from chalicelib.storage.records import TokenRecord
 from chalicelib.wiring import Container
 from tests.support import ROOT, FixedClock, client_for, fresh_settings, provisioned
 

@@ -53,7 +53,7 @@ ADMIN_SERVICES = (
     "chalicelib.admin.views",
     "chalicelib.console_files",
 )
-REFUSAL_SIDE = ("chalicelib.check.alerts", "chalicelib.admin.audit", "chalicelib.notify")
+REFUSAL_SIDE = ("chalicelib.check.alerts", "chalicelib.check.auditing", "chalicelib.notify")
 
 
 def cold_container(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.auth.tokens import TokenRecord
 from chalicelib.storage.ports import StoreUnavailable, TokenRepository
+from chalicelib.storage.records import TokenRecord
 from tests.api.conftest import SERVER, Api, body
 
 WRITE = {"tool": "delete_tag"}

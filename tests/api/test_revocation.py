@@ -11,8 +11,9 @@ from chalice.app import ChaliceAuthorizer
 
 import app as app_module
 from chalicelib.auth.authorizer import AUTHORIZER_TTL_SECONDS
-from chalicelib.auth.tokens import TokenRecord, hash_secret, new_token
+from chalicelib.auth.tokens import hash_secret, new_token
 from chalicelib.settings import TOKEN_CACHE_MAX_SECONDS, Settings
+from chalicelib.storage.records import TokenRecord
 from tests.api.conftest import ADMIN, Api, body, running_api
 from tests.support import FixedClock
 

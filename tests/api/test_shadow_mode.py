@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import parse_policy
 from tests.api.conftest import Api, body, running_api
 from tests.api.test_scopes import POLICY

@@ -14,12 +14,13 @@ from moto import mock_aws
 
 from admin_cli.provision import create_tables
 from admin_cli.render import escape
-from chalicelib.admin.audit import TENANT_SCOPE
 from chalicelib.auth.authorizer import Authenticator
-from chalicelib.auth.tokens import ADMIN, SERVER, TokenRecord, hash_secret
+from chalicelib.auth.tokens import ADMIN, SERVER, hash_secret
+from chalicelib.quota.events import TENANT_SCOPE
 from chalicelib.settings import Settings
 from chalicelib.storage.dynamodb.audit import AuditStore
 from chalicelib.storage.dynamodb.tokens import TokenStore
+from chalicelib.storage.records import TokenRecord
 from tests.cli.conftest import HOSTILE_TEXT, Cli, unsafe_characters
 from tests.support import FixedClock, client_for, fresh_settings
 

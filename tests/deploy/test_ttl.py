@@ -6,7 +6,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from chalicelib.admin.grants import Grant
+from chalicelib.quota.grants import Grant
 from chalicelib.schema import GRANTS
 from chalicelib.storage.dynamodb.grants import GrantStore
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from chalicelib.admin.audit import AuditEvent, EventType
-from chalicelib.admin.grants import Grant
-from chalicelib.auth.tokens import TokenRecord
 from chalicelib.quota.core import RefusalReason, SessionKey, SessionState
+from chalicelib.quota.events import AuditEvent, EventType
+from chalicelib.quota.grants import Grant
 from chalicelib.storage.ports import BadPageToken, RecordChanged, RecordNotFound, StorageError
+from chalicelib.storage.records import TokenRecord
 from tests.integration.test_counter_store import (
     IDLE,
     IDLE_MS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.admin.audit import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.storage.ports import (
     AuditFilter,
     AuditLog,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mcp_quota_client.proxy import costs_from_policy, parse_args
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 
 RULE = {"tools": ["delete_tags"], "category": "write", "units_from": "tags"}

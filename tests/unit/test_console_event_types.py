@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from chalicelib.admin.audit import EventType
 from chalicelib.console_files import console_file
+from chalicelib.quota.events import EventType
 
 
 def test_the_audit_type_filter_lists_every_event_type() -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
 from chalicelib.quota.core import (
     Attempt,
     Lease,
@@ -18,6 +17,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     Verdict,
 )
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import load_policy, parse_policy
 from chalicelib.quota.rules import admits, explain_refusal, partial_units
 from tests.support import T0

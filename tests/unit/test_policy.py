@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import load_policy, parse_policy
 
 DOC: dict[str, Any] = {

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import MAX_CATEGORIES, MAX_LIMIT, load_policy, parse_policy
 
 DOC: dict[str, Any] = {

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
 from chalicelib.quota.core import Scope
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import load_policy, parse_policy
 from tests.support import T0
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from chalicelib.check.repeats import repeated, with_repeat
-from chalicelib.errors import ConfigurationError
 from chalicelib.quota import rules
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import (
@@ -22,6 +21,7 @@ from chalicelib.quota.core import (
     Verdict,
     repeat_key,
 )
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from chalicelib.storage.dynamodb.conditions import render
 from tests.support import T0

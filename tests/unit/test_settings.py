@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.settings import Settings
 
 

@@ -1,5 +1,6 @@
 """The call that spends its session's budget puts the session in the listing's index once
-it is counted at every scope, and only then: a call answered 503 marks nothing."""
+it is counted at every scope, and only then: a call answered 503 marks nothing. The mark
+hangs off the service's one listener (`DecisionReporter.on_counted`), not a subclass."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 
 import pytest
 
+from chalicelib.check.alerts import DecisionReporter
+from chalicelib.check.auditing import Auditor
 from chalicelib.check.requests import CheckRequest
-from chalicelib.check.spent import MarksSpentSessions
+from chalicelib.check.service import CheckService
+from chalicelib.notify import Notification
 from chalicelib.quota.answers import Allowed
 from chalicelib.quota.core import BudgetKey, Spend
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from chalicelib.storage.errors import StoreUnavailable
+from chalicelib.storage.memory.audit import MemoryAuditLog
 from chalicelib.storage.memory.budgets import MemoryBudgets
 from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import NotTaken, Taken, TroubleKind, TroubleMark
@@ -20,6 +25,15 @@ from tests.support import FixedClock
 
 POLICY = parse_policy(json.loads((POLICY_DIR / "default.json").read_text()))
 REQUEST = CheckRequest(session_id="s1", tool="delete_tag", principal="bot")
+
+
+class NoEmail:
+    """A publisher with notifications off: these tests send none."""
+
+    enabled = False
+
+    def publish(self, note: Notification) -> str:
+        raise AssertionError(f"no email expected: {note}")
 
 
 class FailingBudgets(MemoryBudgets):
@@ -33,10 +47,11 @@ class FailingBudgets(MemoryBudgets):
         return super().take(key, spend)
 
 
-def _service(budgets: MemoryBudgets, marks: list[TroubleMark]) -> MarksSpentSessions:
+def _service(budgets: MemoryBudgets, marks: list[TroubleMark]) -> CheckService:
     clock = FixedClock()
     counters = MemoryCounters(POLICY.categories)
-    service = MarksSpentSessions(POLICY, counters, clock, 3600, budgets=budgets, mark=marks.append)
+    reporter = DecisionReporter(POLICY, Auditor(MemoryAuditLog()), NoEmail(), trouble=marks.append)
+    service = CheckService(POLICY, counters, clock, 3600, budgets=budgets, listener=reporter)
     for _ in range(14):
         assert isinstance(service.check("demo", REQUEST), Allowed)
         clock.advance(1)

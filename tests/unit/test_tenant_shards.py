@@ -12,9 +12,9 @@ import pytest
 from chalicelib.check.requests import CheckRequest, LeaseReturn
 from chalicelib.check.service import CheckService
 from chalicelib.check.shards import HINT_MS, ShardHints, shard_key, summed, take_shard
-from chalicelib.errors import ConfigurationError
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope, Spend
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.leases import Lease, LeaseId
 from chalicelib.quota.policy import default_shards, parse_policy, shard_part
 from chalicelib.storage.memory.budgets import MemoryBudgets

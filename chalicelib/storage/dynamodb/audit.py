@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.admin.audit import AuditEvent, EventType
+from chalicelib.quota.events import AuditEvent, EventType
 from chalicelib.schema import (
     AUDIT_BY_PRINCIPAL,
     AUDIT_BY_SERVER,
@@ -29,6 +29,7 @@ from chalicelib.schema import (
 from chalicelib.storage import page_tokens
 from chalicelib.storage.faults import translate
 from chalicelib.storage.ports import AuditFilter, AuditPage
+from chalicelib.storage.records import event_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -57,7 +58,7 @@ def _feed(tenant: str, value: str) -> str:
 def _item(event: AuditEvent, ttl_seconds: int) -> dict[str, Any]:
     item: dict[str, Any] = {
         "pk": {"S": _key(event.tenant, event.session_id)},
-        "sk": {"S": event.sort_key},
+        "sk": {"S": event_key(event)},
         "at": {"N": str(event.at_ms)},
         "type": {"S": event.type},
         "type_feed": {"S": _feed(event.tenant, event.type)},

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.admin.grants import Grant
+from chalicelib.quota.grants import Grant
 from chalicelib.storage.faults import error_code, translate
 from chalicelib.storage.ports import RecordNotFound
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.auth.tokens import TokenRecord
 from chalicelib.storage.faults import error_code, translate
 from chalicelib.storage.ports import RecordNotFound
+from chalicelib.storage.records import TokenRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 
-from chalicelib.admin.audit import AuditEvent
+from chalicelib.quota.events import AuditEvent
 from chalicelib.storage import page_tokens
 from chalicelib.storage.ports import (
     AuditFilter,
     AuditPage,
     StoreRejected,
 )
+from chalicelib.storage.records import event_key
 
 
 class MemoryAuditLog:
@@ -28,9 +29,9 @@ class MemoryAuditLog:
         """
         with self._lock:
             events = self._events.setdefault((event.tenant, event.session_id), {})
-            if event.sort_key in events:
+            if event_key(event) in events:
                 raise StoreRejected("writing the audit trail", "ConditionalCheckFailed")
-            events[event.sort_key] = event
+            events[event_key(event)] = event
 
     def page(
         self,
@@ -81,16 +82,18 @@ class MemoryAuditLog:
             (
                 e
                 for e in found
-                if e.sort_key >= since
-                and (until is None or e.sort_key <= until)
-                and (before is None or e.sort_key < before)
+                if event_key(e) >= since
+                and (until is None or event_key(e) <= until)
+                and (before is None or event_key(e) < before)
                 and (where.type is None or e.type == where.type)
                 and (where.principal is None or e.principal == where.principal)
                 and (where.server is None or e.server == where.server)
             ),
-            key=lambda e: e.sort_key,
+            key=event_key,
             reverse=True,
         )
         page = kept[:limit]
-        token = page_tokens.encode(tenant, scope, page[-1].sort_key) if len(kept) > limit else None
+        token = (
+            page_tokens.encode(tenant, scope, event_key(page[-1])) if len(kept) > limit else None
+        )
         return AuditPage(events=page, next_token=token)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from chalicelib.admin.grants import Grant
+from chalicelib.quota.grants import Grant
 from chalicelib.storage.ports import (
     RecordNotFound,
     StoreRejected,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from chalicelib.auth.tokens import TokenRecord
 from chalicelib.storage.ports import (
     RecordNotFound,
     StoreRejected,
 )
+from chalicelib.storage.records import TokenRecord
 
 
 class MemoryTokens:
