@@ -19,6 +19,7 @@ from chalicelib.check.steps import in_parallel
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
+from chalicelib.quota.derived import left
 from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.quota.policy import Policy, WindowLimit
 from chalicelib.storage.ports import BudgetCounters, RecordChanged, RecordNotFound
@@ -78,7 +79,7 @@ class BudgetAdmin:
                 "limit": limit,
                 "base_limit": base,
                 "raised_limit": snapshot.raised.get(name),
-                "remaining": 0 if snapshot.suspended else max(0, limit - used),
+                "remaining": left(used, limit, stopped=snapshot.suspended),
                 "window_seconds": window.window_seconds,
                 "window_started_at": iso_utc(start),
                 "resets_at": iso_utc(window.window_end_ms(now)),

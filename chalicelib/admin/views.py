@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from chalicelib.check.hooks import LimitResolver
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.quota.core import ClientInfo, SessionSnapshot, SessionState
+from chalicelib.quota.derived import left, limit_in_force, spent
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.records import TokenRecord
 
@@ -67,9 +68,7 @@ class SessionViews:
         now = self._clock()
         principal = seen.principal if seen else None
         base = self._limits.base_limit(tenant, principal, category, now)
-        if seen is None or seen.is_idle(now, self._idle_ms):
-            return base
-        return seen.limit_for(category, base, now)
+        return limit_in_force(seen, category, base, now, self._idle_ms)
 
     def session(self, tenant: str, session_id: str, snapshot: SessionSnapshot) -> SessionView:
         """A session as the API shows it: the state the next check would see."""
@@ -90,7 +89,7 @@ class SessionViews:
                 "base_limit": base,
                 "raised_limit": raised,
                 "raised_until": None if until is None else iso_utc(until),
-                "remaining": 0 if state is SessionState.SUSPENDED else max(0, limit - used),
+                "remaining": left(used, limit, stopped=state is SessionState.SUSPENDED),
                 "refused": 0 if fresh else snapshot.refused.get(name, 0),
                 "state": str(_category_state(state, used, limit, name in self._enforced)),
             }
@@ -126,4 +125,4 @@ def _category_state(session: SessionState, used: int, limit: int, enforced: bool
     at the limit if enforced, else active (the session is blocked if any category is)."""
     if session in (SessionState.SUSPENDED, SessionState.EXPIRED):
         return session
-    return SessionState.BLOCKED if enforced and used >= limit else SessionState.ACTIVE
+    return SessionState.BLOCKED if enforced and spent(used, limit) else SessionState.ACTIVE

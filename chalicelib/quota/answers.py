@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from chalicelib.clock import iso_utc
 from chalicelib.quota.calls import CallRecord
 from chalicelib.quota.core import RefusalReason, Scope, ScopeUse, spoken_window
+from chalicelib.quota.derived import left, spent
 from chalicelib.quota.leases import Lease
 
 
@@ -43,14 +44,14 @@ class Allowed(_Answer):
     @property
     def remaining(self) -> int:
         """Calls left in this category before the limit."""
-        return max(0, self.limit - self.used)
+        return left(self.used, self.limit)
 
     @property
     def spent(self) -> bool:
         """Whether this call took the last unit of its session's category: the session's
         next call there is refused (`SessionSnapshot.state` says blocked). A retry's
         answer spends nothing of its own."""
-        return not self.duplicate and self.used >= self.limit
+        return not self.duplicate and spent(self.used, self.limit)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Refused(_Answer):
     @property
     def remaining(self) -> int:
         """Calls left before the limit: none while suspended, whatever the counters say."""
-        return 0 if self.suspended else max(0, self.limit - self.used)
+        return left(self.used, self.limit, stopped=self.suspended)
 
     @property
     def retry_after_seconds(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from chalicelib.quota import calls, leases
+from chalicelib.quota.derived import left, spent
 
 # Named here too, where every caller has always found them.
 CallRecord = calls.CallRecord
@@ -208,7 +209,7 @@ class ScopeUse:
     @property
     def remaining(self) -> int:
         """Calls left in this scope's budget."""
-        return max(0, self.limit - self.used)
+        return left(self.used, self.limit)
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ class SessionSnapshot:
         if self.is_idle(now_ms, idle_ms):
             return SessionState.EXPIRED
         for category, base in (base_limits or {}).items():
-            if self.counts.get(category, 0) >= self.limit_for(category, base, now_ms):
+            if spent(self.counts.get(category, 0), self.limit_for(category, base, now_ms)):
                 return SessionState.BLOCKED
         return SessionState.ACTIVE
 

@@ -25,6 +25,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     Verdict,
 )
+from chalicelib.quota.derived import left
 
 # The facts about a call id's life, named here with every other fact.
 CallIdFree = call_facts.CallIdFree
@@ -246,7 +247,7 @@ class Fits:
         """How many of the units still fit (0: none)."""
         used = record.counts.get(self.category, 0)
         limit = record.limit_for(self.category, self.base_limit, self.now_ms)
-        return max(0, min(self.units, limit - used))
+        return min(self.units, left(used, limit))
 
 
 @dataclass(frozen=True)
