@@ -101,7 +101,12 @@ def rate_limit_headers(decision: answers.Decision) -> Headers:
 def refusal_error(refusal: answers.Refused, message: str) -> RefusalError:
     """The one shape of a refusal in an answer: a refused check's `error`, and an allowed
     one's `shadow` (what shadow mode's refusal would have said, in `message`)."""
-    return {"code": str(refusal.reason), "scope": str(refusal.scope), "message": message}
+    return {
+        "code": str(refusal.reason),
+        "scope": str(refusal.scope),
+        "message": message,
+        "why": refusal.why,
+    }
 
 
 def decision_response(decision: answers.Decision) -> Response:

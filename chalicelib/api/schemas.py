@@ -37,6 +37,7 @@ class RefusalError(TypedDict):
     code: str
     scope: str
     message: str
+    why: str
 
 
 class Decision(TypedDict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from chalicelib.check.repeats import repeated
-from chalicelib.quota.answers import Allowed, Refused
+from chalicelib.quota.answers import Allowed, Refused, refusal_sentence
 from chalicelib.quota.core import Attempt, RefusalReason, Scope, SessionSnapshot
 from chalicelib.quota.facts import RepeatsUnder, within
 from chalicelib.quota.policy import MAX_LIMIT, RepeatLimit
@@ -68,5 +68,4 @@ def would_refuse(
 
 def shadow_message(would: Refused) -> str:
     """What the refusal would have said, as the answer's `shadow` says it: the tool ran."""
-    said = would.message.replace(" was NOT run:", " would NOT have run under enforcement:", 1)
-    return f"Shadow mode: the tool ran. {said}"
+    return f"Shadow mode: the tool ran. {refusal_sentence(would.tool, would.why, ran=True)}"

@@ -97,9 +97,16 @@ class Refused(_Answer):
     @property
     def message(self) -> str:
         """Why the call was refused, in one or two plain sentences for a model and a human."""
+        return refusal_sentence(self.tool, self.why)
+
+    @property
+    def why(self) -> str:
+        """What the message says after naming the tool: why it was refused and what to do
+        next. Every wording of a refusal (the answer, shadow mode's, the MCP side's
+        held refusal of another tool) puts a tool in front of these words."""
         if self.reason is RefusalReason.PRINCIPAL_SUSPENDED:
             return (
-                f"The tool '{self.tool}' was NOT run: principal '{self.principal}' has been "
+                f"principal '{self.principal}' has been "
                 "suspended, and every tool call made for it is refused, in every session, "
                 "until an administrator resumes it. Stop calling tools and tell the user."
             )
@@ -107,7 +114,7 @@ class Refused(_Answer):
             # The loop breaker's windows are fixed and aligned to UTC, not sliding: name
             # this one and its end (`resets_at_ms`), not "the last 10 minutes".
             return (
-                f"The tool '{self.tool}' was NOT run: it was already called with the same "
+                f"it was already called with the same "
                 f"arguments {self.repeat_limit} times in this "
                 f"{spoken_window(self.repeat_window_ms)} window, which ends at "
                 f"{_window_end(self.resets_at_ms, self.repeat_window_ms)}. Repeating it "
@@ -115,7 +122,7 @@ class Refused(_Answer):
             )
         if self.suspended:
             return (
-                f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has been "
+                f"session '{self.session_id}' has been "
                 "suspended by an administrator, and every tool call in it is refused until "
                 "an administrator resumes it. Stop calling tools and tell the user."
             )
@@ -129,14 +136,14 @@ class Refused(_Answer):
                 else "this whole site (the tenant ceiling over all its servers and agents)"
             )
             return (
-                f"The tool '{self.tool}' was NOT run: {whose} has used its '{self.category}' "
+                f"{whose} has used its '{self.category}' "
                 f"budget for this window ({self.used}/{self.limit} calls), whatever the "
                 f"session. Stop calling '{self.category}' tools and tell the user; the "
                 f"budget refills at {resets}, or sooner if an administrator raises it."
             )
         idle_minutes = max(1, round((self.resets_at_ms - self.now_ms) / 60000))
         return (
-            f"The tool '{self.tool}' was NOT run: session '{self.session_id}' has used its "
+            f"session '{self.session_id}' has used its "
             f"'{self.category}' quota ({self.used}/{self.limit} calls). Stop calling "
             f"'{self.category}' tools and tell the user; the counter resets at {resets} "
             f"only if the session makes no calls for {idle_minutes} minutes (every attempt, "
@@ -154,12 +161,19 @@ class Refused(_Answer):
         }[self.scope]
         left = self.remaining
         return (
-            f"The tool '{self.tool}' was NOT run: it asks for {self.units} '{self.category}' "
+            f"it asks for {self.units} '{self.category}' "
             f"units at once, and {whose} has {left} unit{'s' if left != 1 else ''} left "
             f"({self.used}/{self.limit} used). Nothing was counted. A call is counted whole "
             f"or not at all: ask for at most {left} at once, or stop and tell the user; the "
             f"budget refills at {resets}, or sooner if an administrator raises it."
         )
+
+
+def refusal_sentence(tool: str, why: str, *, ran: bool = False) -> str:
+    """A refusal's words: the tool that was not run (or, in shadow mode, that ran but
+    would not have under enforcement), then why and what to do next."""
+    verb = "would NOT have run under enforcement" if ran else "was NOT run"
+    return f"The tool '{tool}' {verb}: {why}"
 
 
 def _window_end(end_ms: int, window_ms: int) -> str:

@@ -38,7 +38,13 @@ def test_the_fourth_same_write_is_refused_as_a_repeat(both: Api, clock: FixedClo
     refused = delete(both)
     assert refused.status_code == 429
     data = body(refused)
-    assert data["error"] == {"code": "repeated_call", "scope": "session", "message": MESSAGE}
+    error = data["error"]
+    assert {k: error[k] for k in ("code", "scope", "message")} == {
+        "code": "repeated_call",
+        "scope": "session",
+        "message": MESSAGE,
+    }
+    assert MESSAGE == f"The tool 'delete_tag' was NOT run: {error['why']}"
     assert data["used"] == 3 and data["remaining"] == 12  # nothing counted for it
     assert 0 < int(refused.headers["Retry-After"]) <= 600
     # Other arguments still run; the refused call shows in the session's last calls.
