@@ -178,9 +178,14 @@ class Escalation:
             # of that session since: none starts the streak again (`allowed_since_ms` 0).
             # One write adds a category's.
             refusals = min(count, self._after)
-            streak, _ = self._budgets.note_streak(
-                key, category, attempt.real_ms, 0, refusals=refusals
-            )
+            pending = self.deferred(key, category)  # answered from memory here: with them
+            try:
+                streak, _ = self._budgets.note_streak(
+                    key, category, attempt.real_ms, 0, refusals=refusals + pending
+                )
+            except StorageError as exc:
+                self.put_back(key, category, pending, exc)
+                raise
             self.seen(key, category, streak)
             if streak >= self._after:
                 reached = max(streak, reached or 0)
