@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from chalicelib.auth.oidc import OidcVerifier
     from chalicelib.check.auditing import Auditor
     from chalicelib.check.hooks import DecisionListener
+    from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
@@ -85,6 +86,9 @@ CLIENT_CONFIG = Config(
 # once where a link names the new key (LinkSigner's reload). One GetSecretValue pair a
 # minute per container that handles links: the refusals and the link pages only.
 LINK_KEYS_CACHE_MS = 60 * 1000
+# The administrators' writes that change whether a remembered refusal still holds.
+SESSION_ADMIN_WRITES = frozenset({"raise_limit", "lower", "suspend", "resume", "reset"})
+BUDGET_ADMIN_WRITES = frozenset({"raise_limit", "suspend", "resume", "reset"})
 # A token look-up tries once: the authorizer and then the route may both look a token up
 # while the store hangs, and the two together must still fit the budget above.
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
@@ -348,9 +352,10 @@ class Container:
     def admin(self) -> AdminService:
         from chalicelib.admin.actions import AdminService
 
+        counters = self.admin_changes.watching(self.counters, SESSION_ADMIN_WRITES)
         return AdminService(
             self.policy,
-            self.counters,
+            counters,
             self.grants,
             self.limits,
             self.audit_log,
@@ -365,9 +370,16 @@ class Container:
     def budget_admin(self) -> BudgetAdmin:
         from chalicelib.admin.budgets import BudgetAdmin
 
-        return BudgetAdmin(
-            self.policy, self.budgets, self.limits, self.gate, self.auditor, self.clock
-        )
+        budgets = self.admin_changes.watching(self.budgets, BUDGET_ADMIN_WRITES)
+        return BudgetAdmin(self.policy, budgets, self.limits, self.gate, self.auditor, self.clock)
+
+    @cached_property
+    def admin_changes(self) -> AdminChanges:
+        """The administrators' writes made in this container: a refusal the check
+        remembers from before one is never answered from memory."""
+        from chalicelib.check.runaway import AdminChanges
+
+        return AdminChanges()
 
     @cached_property
     def token_admin(self) -> TokenAdmin:
@@ -441,6 +453,8 @@ class Container:
 
     @cached_property
     def checks(self) -> CheckService:
+        from chalicelib.check.runaway import REFUSAL_CACHE_MS
+
         return CheckService(
             self.policy,
             self.counters,
@@ -452,4 +466,6 @@ class Container:
             budgets=self.budgets,
             gate=self.gate,
             tickets=self.hold_tickets(),
+            changes=self.admin_changes,
+            refusal_cache_ms=REFUSAL_CACHE_MS,
         )

@@ -4,12 +4,14 @@ refusals in a row in one category (once: one email per suspension)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from chalicelib.check.steps import surely_not_written
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
-from chalicelib.storage.ports import BudgetCounters
+from chalicelib.storage.ports import BudgetCounters, StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -63,6 +65,63 @@ class Escalation:
         self._budgets = budgets
         self._gate = gate
         self._after = after
+        # Per principal and category: the streak the store last returned here, and the
+        # refusals answered from this container since, counted with the next one sent.
+        self._streaks: dict[tuple[BudgetKey, str], int] = {}
+        self._pending: dict[tuple[BudgetKey, str], int] = {}
+        self._lock = threading.Lock()
+
+    def defer(self, attempt: Attempt) -> bool:
+        """Whether a refusal answered from this container may count in its principal's
+        streak with the next refusal sent to the store: only while the streak this
+        container last saw plus the deferred ones stays short of the threshold, so the
+        refusal that suspends is always sent, at the same count as before."""
+        if self._budgets is None or attempt.principal is None:
+            return True
+        key = (BudgetKey.principal(attempt.tenant, attempt.principal), attempt.category)
+        with self._lock:
+            known = self._streaks.get(key)
+            pending = self._pending.get(key, 0)
+            if known is None or known + pending + 1 >= self._after:
+                return False
+            self._pending[key] = pending + 1
+        return True
+
+    def deferred(self, key: BudgetKey, category: str) -> int:
+        """The refusals deferred here for the principal's streak in `category`, taken to
+        be counted in the request now being sent."""
+        with self._lock:
+            return self._pending.pop((key, category), 0)
+
+    def pending(self, key: BudgetKey) -> dict[str, int]:
+        """The refusals deferred here for a principal's streaks, by category: what its
+        stored streaks lack until the next refusal sent (a model's or a test's view)."""
+        with self._lock:
+            return {c: n for (k, c), n in self._pending.items() if k == key and n}
+
+    def put_back(self, key: BudgetKey, category: str, pending: int, exc: StorageError) -> None:
+        """Deferred refusals a failed request did not count: kept for the next one, unless
+        it may have counted them (a timeout): never counted twice."""
+        if pending and surely_not_written(exc):
+            with self._lock:
+                self._pending[(key, category)] = self._pending.get((key, category), 0) + pending
+
+    def seen(self, key: BudgetKey, category: str, streak: int) -> None:
+        """Remember the streak the store returned."""
+        with self._lock:
+            if len(self._streaks) > 10_000:
+                self._streaks.clear()
+            self._streaks[(key, category)] = streak
+
+    def allowed(self, attempt: Attempt) -> None:
+        """A call of the principal allowed at its scope in the category: the streak there
+        ends, and refusals deferred before it would have ended with it."""
+        if attempt.principal is None:
+            return
+        key = (BudgetKey.principal(attempt.tenant, attempt.principal), attempt.category)
+        with self._lock:
+            self._pending.pop(key, None)
+            self._streaks.pop(key, None)
 
     def after(
         self,
@@ -87,7 +146,15 @@ class Escalation:
             # Nothing happened later than now by the check's own clock (a call counted
             # at its counters' start, a millisecond ahead, was still counted before).
             since = min(allowed_since_ms, attempt.real_ms)
-            streak, _ = self._budgets.note_streak(key, attempt.category, attempt.real_ms, since)
+            pending = self.deferred(key, attempt.category)
+            try:
+                streak, _ = self._budgets.note_streak(
+                    key, attempt.category, attempt.real_ms, since, refusals=1 + pending
+                )
+            except StorageError as exc:
+                self.put_back(key, attempt.category, pending, exc)
+                raise
+        self.seen(key, attempt.category, streak)
         if streak < self._after:
             return decision
         return replace(decision, escalated=self.suspend(attempt, streak))
@@ -111,9 +178,15 @@ class Escalation:
             # of that session since: none starts the streak again (`allowed_since_ms` 0).
             # One write adds a category's.
             refusals = min(count, self._after)
-            streak, _ = self._budgets.note_streak(
-                key, category, attempt.real_ms, 0, refusals=refusals
-            )
+            pending = self.deferred(key, category)  # answered from memory here: with them
+            try:
+                streak, _ = self._budgets.note_streak(
+                    key, category, attempt.real_ms, 0, refusals=refusals + pending
+                )
+            except StorageError as exc:
+                self.put_back(key, category, pending, exc)
+                raise
+            self.seen(key, category, streak)
             if streak >= self._after:
                 reached = max(streak, reached or 0)
         return reached

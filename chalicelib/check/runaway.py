@@ -1,45 +1,194 @@
 """The sessions a container last saw spent: a runaway loop's next call is refused in one
-guarded write instead of a failed count and a refusal record. A hint, never a decision:
-the guarded write holds only while the session is still spent as remembered."""
+guarded write instead of a failed count and a refusal record, and a repeat within a
+second of a refusal the store gave here is refused with no request at all.
+
+A hint, never a decision the store did not make: the guarded write holds only while the
+session is still spent as remembered, and an answer from the container is given only
+within `REFUSAL_CACHE_MS` of the store's own refusal, at the same base limit, with no
+administrator's change to a session or budget made here since (`AdminChanges`)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from chalicelib.quota.core import Attempt, SessionKey, SessionSnapshot, with_call
+from chalicelib.check.shaping import session_refusal
+from chalicelib.quota.answers import Refused
+from chalicelib.quota.core import (
+    Attempt,
+    RefusalReason,
+    SessionKey,
+    SessionSnapshot,
+    Verdict,
+    with_call,
+)
+from chalicelib.quota.rules import explain_refusal
+
+if TYPE_CHECKING:
+    from chalicelib.check.escalation import Escalation
+    from chalicelib.check.hooks import DecisionListener
+    from chalicelib.storage.ports import SessionChecks
 
 SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
+# How long a refusal the store gave answers repeats from the container: a raise or reset
+# made in another container is seen after at most this long (one made here, at once).
+REFUSAL_CACHE_MS = 1000
+
+
+class AdminChanges:
+    """A count of the administrators' writes to sessions and budgets made in this
+    container: a refusal remembered before one of them is never answered from memory."""
+
+    def __init__(self) -> None:
+        self._epoch = 0
+        self._lock = threading.Lock()
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def bump(self) -> None:
+        with self._lock:
+            self._epoch += 1
+
+    def watching(self, store: Any, writes: frozenset[str]) -> Any:
+        """`store`, counting a change here after each of its `writes` (failed ones too:
+        a timeout may have applied)."""
+        return _Watched(store, writes, self)
+
+
+class _Watched:
+    """A store whose named writes bump `AdminChanges` once they return or raise."""
+
+    def __init__(self, store: Any, writes: frozenset[str], changes: AdminChanges) -> None:
+        self._store = store
+        self._writes = writes
+        self._changes = changes
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name not in self._writes:
+            return found
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return found(*args, **kwargs)
+            finally:
+                self._changes.bump()
+
+        return write
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A session seen spent in a category: as it stood after its last refusal there, and
+    when and under what the store last refused it."""
+
+    category: str
+    seen: SessionSnapshot
+    refused_ms: int  # the container's clock when the store last refused it
+    base_limit: int
+    epoch: int  # `AdminChanges.epoch` read before that store request
+    answered: int = 0  # repeats refused from memory since, recorded with the next sent
 
 
 class SpentSessions:
-    """Per session: the category it was spent in, and the session as it stood after its
-    last refusal there."""
+    """Per session: the category it was spent in, the session after its last refusal
+    there, and whether a repeat may be refused from memory."""
 
-    def __init__(self, keep_calls: int) -> None:
+    def __init__(
+        self, keep_calls: int, changes: AdminChanges | None = None, cache_ms: int = 0
+    ) -> None:
         self._keep = keep_calls
-        self._spent: OrderedDict[SessionKey, tuple[str, SessionSnapshot]] = OrderedDict()
+        self._cache_ms = cache_ms  # 0: every repeat goes to the store
+        self.changes = changes or AdminChanges()
+        self._spent: OrderedDict[SessionKey, Spent] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, session: SessionKey) -> tuple[str, SessionSnapshot] | None:
+    def get(self, session: SessionKey) -> Spent | None:
         return self._spent.get(session)
 
     def forget(self, session: SessionKey) -> None:
         with self._lock:
             self._spent.pop(session, None)
 
-    def remember(self, attempt: Attempt, seen: SessionSnapshot) -> None:
-        """Keep the session as it stands after this refusal, for the loop's next call."""
+    def _answered(self, session: SessionKey, spent: Spent) -> None:
+        """One more repeat refused from memory, to record with the next refusal sent."""
+        with self._lock:
+            if self._spent.get(session) is spent:
+                self._spent[session] = replace(spent, answered=spent.answered + 1)
+
+    def fresh(self, spent: Spent, attempt: Attempt) -> bool:
+        """Whether a repeat may be refused from memory: within `REFUSAL_CACHE_MS` of the
+        store's refusal, at the same base limit, with no administrator's change here
+        since, reporting no refusals the client held."""
+        age = attempt.real_ms - spent.refused_ms
+        return (
+            attempt.held == 0  # refusals a client held are folded into the record
+            and 0 <= age < self._cache_ms
+            and spent.base_limit == attempt.base_limit
+            and spent.epoch == self.changes.epoch
+        )
+
+    def remember(self, attempt: Attempt, seen: SessionSnapshot, epoch: int) -> None:
+        """Keep the session as it stands after this refusal, which the store just gave
+        (`epoch`: `AdminChanges.epoch` read before asking it)."""
         key = attempt.session
         refused = dict(seen.refused)
         refused[attempt.category] = refused.get(attempt.category, 0) + 1
         calls = with_call(seen.calls, attempt.record(allowed=False))[-self._keep :]
+        after = replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms)
+        spent = Spent(attempt.category, after, attempt.real_ms, attempt.base_limit, epoch)
         with self._lock:
-            self._spent[key] = (
-                attempt.category,
-                replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms),
-            )
+            self._spent[key] = spent
             self._spent.move_to_end(key)
             if len(self._spent) > SPENT_SESSIONS:
                 self._spent.popitem(last=False)
+
+
+class RunawayLoops(SpentSessions):
+    """Refuses a runaway loop's next call without counting it first."""
+
+    def refuse(
+        self,
+        attempt: Attempt,
+        store: SessionChecks,
+        escalation: Escalation,
+        listener: DecisionListener,
+    ) -> Refused | None:
+        """A runaway loop's next call. Within `REFUSAL_CACHE_MS` of the store's refusal
+        here (`fresh`), and short of the streak that suspends, it is refused from memory,
+        its streak counted with the next refusal sent. Otherwise it is refused in one
+        write that holds only while the session is still spent, plus the principal's
+        streak. None: not expected, or it changed; the check goes the usual way.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        spent = self.get(attempt.session)
+        if spent is None or spent.category != attempt.category or attempt.units != 1:
+            return None
+        known = spent.seen
+        if explain_refusal(known, attempt) is not Verdict.OVER_LIMIT:
+            return None
+        limit = known.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+        reason = RefusalReason.QUOTA_EXCEEDED
+        if self.fresh(spent, attempt) and escalation.defer(attempt):
+            decision = session_refusal(attempt, known, limit, reason, self._keep)
+            self._answered(attempt.session, spent)
+            listener.on_block(attempt.tenant, attempt, decision)
+            return decision
+        epoch = self.changes.epoch
+        # The repeats answered from memory are recorded with this refusal.
+        attempt = replace(attempt, answered=spent.answered)
+        if store.record_block(attempt, known, limit, False, expected=True) is None:
+            self.forget(attempt.session)
+            return None
+        decision = session_refusal(attempt, known, limit, reason, self._keep)
+        self.remember(attempt, known, epoch)
+        since = known.last_allowed_ms(category=attempt.category)
+        decision = escalation.after(attempt, since, decision)
+        listener.on_block(attempt.tenant, attempt, decision)
+        return decision

@@ -29,7 +29,7 @@ from chalicelib.check.life import admit
 from chalicelib.check.repairs import Repairs
 from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, HeldReport, LeaseReturn
-from chalicelib.check.runaway import SpentSessions
+from chalicelib.check.runaway import AdminChanges, RunawayLoops
 from chalicelib.check.shadow import would_refuse
 from chalicelib.check.shaping import (
     allowed_answer,
@@ -57,6 +57,7 @@ from chalicelib.quota.core import (
     BudgetSnapshot,
     RefusalReason,
     Scope,
+    SessionKey,
     SessionSnapshot,
     Verdict,
 )
@@ -97,6 +98,8 @@ class CheckService:
         budgets: BudgetCounters | None = None,
         gate: PrincipalGate | None = None,
         tickets: HoldTickets | None = None,
+        changes: AdminChanges | None = None,
+        refusal_cache_ms: int = 0,
     ) -> None:
         self._policy = policy
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
@@ -114,7 +117,7 @@ class CheckService:
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
-        self._spent = SpentSessions(keep_calls)
+        self._spent = RunawayLoops(keep_calls, changes, refusal_cache_ms)
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -218,6 +221,8 @@ class CheckService:
                 # counts it anew).
                 self._undo(attempt, snapshot, taken)
                 raise
+            if any(s.window.scope is Scope.PRINCIPAL for s, _ in taken):
+                self._escalation.allowed(attempt)
             self._counted(attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             allowed = replace(allowed, scopes=scopes, lease=leased_from(allowed.lease, taken))
@@ -240,27 +245,14 @@ class CheckService:
 
     # -- the session -------------------------------------------------------------------
 
+    def deferred_streaks(self, tenant: str, principal: str) -> dict[str, int]:
+        """`Escalation.pending` for a principal: refusals answered from memory here that
+        its stored streaks do not count yet."""
+        return self._escalation.pending(BudgetKey.principal(tenant, principal))
+
     def _refuse_expected(self, attempt: Attempt) -> Refused | None:
-        """A runaway loop's next call: the session this container last saw spent in this
-        category is refused in one write that holds only while it is still spent (with
-        the principal's streak, two requests in all). None: not expected, or it changed;
-        the check goes the usual way."""
-        spent = self._spent.get(attempt.session)
-        if spent is None or spent[0] != attempt.category or attempt.units != 1:
-            return None
-        known = spent[1]
-        if explain_refusal(known, attempt) is not Verdict.OVER_LIMIT:
-            return None
-        limit = known.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-        if self._store.record_block(attempt, known, limit, False, expected=True) is None:
-            self._spent.forget(attempt.session)
-            return None
-        decision = session_refusal(attempt, known, limit, RefusalReason.QUOTA_EXCEEDED, self._keep)
-        self._spent.remember(attempt, known)
-        since = known.last_allowed_ms(category=attempt.category)
-        decision = self._escalation.after(attempt, since, decision)
-        self._listener.on_block(attempt.tenant, attempt, decision)
-        return decision
+        """`RunawayLoops.refuse` with this service's store, streaks and listener."""
+        return self._spent.refuse(attempt, self._store, self._escalation, self._listener)
 
     def _consume(self, attempt: Attempt) -> Consumed | NotConsumed:
         """One conditional count of the call in its session, before the deadline.
@@ -281,6 +273,7 @@ class CheckService:
             raise
 
     def _count_session(self, attempt: Attempt) -> Counted | Refused:
+        epoch = self._spent.changes.epoch  # read before the store is asked
         for _ in range(MAX_ROUNDS):
             result = self._consume(attempt)
             if isinstance(result, Consumed):
@@ -310,7 +303,7 @@ class CheckService:
                 continue
             decision = self._refuse(attempt, snapshot, verdict)
             if decision is not None and verdict is Verdict.OVER_LIMIT:
-                self._spent.remember(attempt, snapshot)
+                self._spent.remember(attempt, snapshot, epoch)
             if decision is not None:
                 since = snapshot.last_allowed_ms(category=attempt.category)
                 decision = self._escalation.after(attempt, since, decision)
@@ -466,9 +459,14 @@ class CheckService:
             # The principal's own budget refused: its mark and its streak in one write.
             since = min(allowed_since_ms, attempt.real_ms)  # nothing is later than now
             mark = step.spend if spent else None
-            streak, first = self._budgets.note_streak(
-                step.key, attempt.category, attempt.real_ms, since, mark
-            )
+            pending = self._escalation.deferred(step.key, attempt.category)
+            try:
+                streak, first = self._budgets.note_streak(
+                    step.key, attempt.category, attempt.real_ms, since, mark, 1 + pending
+                )
+            except StorageError as exc:
+                self._escalation.put_back(step.key, attempt.category, pending, exc)
+                raise
         elif not suspended and spent and self._wider is not None:
             first = self._wider.note_refusal(step)
         uses = [use_of(s, b) for s, b in taken if s.window.scope is not step.window.scope]
@@ -489,6 +487,7 @@ class CheckService:
         """
         now_ms = self._clock()
         cutoff_ms = now_ms - self._idle_ms
+        self._spent.forget(SessionKey(tenant, request.session_id))  # it has room again
         return return_lease(
             self._policy, self._store, self._wider, tenant, request, now_ms, cutoff_ms
         )

@@ -4,6 +4,7 @@ round trip for all), and given back, over a throttle too, when the check does no
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,15 +45,52 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+class _Workers:
+    """Daemon threads kept for the container's life, started only when none is idle:
+    starting a thread per check was most of a write's CPU on a fast store. Daemons, not
+    a pool's: nothing is left for the interpreter to join at exit (a pool's atexit join
+    is what a Ctrl-C of `make run` used to interrupt)."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]]
+        self._tasks = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, task: Callable[[], None], then: Callable[[], None]) -> None:
+        """Run `task` on an idle worker, or on a new one (never waits for a busy one,
+        so a step that runs steps of its own cannot deadlock); `then` once the worker
+        is idle again (so the next check finds it so)."""
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        self._tasks.put((task, then))
+        if start:
+            threading.Thread(target=self._work, daemon=True, name="quota-step").start()
+
+    def _work(self) -> None:
+        while True:
+            task, then = self._tasks.get()
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._idle += 1
+                then()
+
+
+_WORKERS = _Workers()
+
+
 def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
     """Run independent store requests at once (one round trip for all); the first
-    exception is raised once every call has finished, so none is left half-seen. The
-    extra calls run on daemon threads: nothing is left for the interpreter to join at
-    exit (a pool's atexit join is what a Ctrl-C of `make run` used to interrupt)."""
+    exception is raised once every call has finished, so none is left half-seen."""
     if len(calls) <= 1:
         return [call() for call in calls]
     results: list[_T | None] = [None] * len(calls)
     errors: list[BaseException] = []
+    done = threading.Semaphore(0)
 
     def run(index: int) -> None:
         try:
@@ -60,15 +98,11 @@ def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
         except BaseException as exc:  # handed to the caller below
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=run, args=(i,), daemon=True, name="quota-step")
-        for i in range(1, len(calls))
-    ]
-    for thread in threads:
-        thread.start()
+    for i in range(1, len(calls)):
+        _WORKERS.submit(partial(run, i), done.release)
     run(0)
-    for thread in threads:
-        thread.join()
+    for _ in range(1, len(calls)):
+        done.acquire()
     if errors:
         raise errors[0]
     return cast("list[_T]", results)  # every call ran: each slot holds its result

@@ -216,7 +216,7 @@ def refused(attempt: Attempt, first_at: int | None = None) -> Change:
     if first_at is not None:
         put = ((Slot.FIRST_REFUSALS, attempt.category, (first_at, attempt.check_id)),)
     return Change(
-        add=((Slot.REFUSED, attempt.category, 1),),
+        add=((Slot.REFUSED, attempt.category, 1 + attempt.answered),),
         put=put,
         set=_seen(attempt),
         record=attempt.record(allowed=False),

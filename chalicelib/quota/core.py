@@ -422,6 +422,7 @@ class Attempt:
     # Refusals of this category the client answered locally since its last check: folded
     # into this check's record when it is refused too ("delete_tag refused x37").
     held: int = 0
+    answered: int = 0  # repeats refused from memory since (issue 29): recorded with this
     # The loop breaker: this call's `repeat_key`, how many such calls its window allows,
     # and the window (None: the category sets no `repeat`, or the client sent no digest).
     repeat_key: str | None = None
@@ -495,6 +496,6 @@ class Attempt:
             call_id,
             replay,
             self.check_id,
-            repeats=1 if allowed else 1 + self.held,
+            repeats=1 if allowed else 1 + self.held + self.answered,
             units=self.asked,
         )

@@ -415,6 +415,7 @@ class Driver:
             settings, self.clock, backend.faults, self.outbox, backend.dynamodb
         )
         app_module.reset_dependencies(container)
+        self._container = container
 
     def close(self) -> None:
         self._backend.faults.plan = self._backend.faults.loss = None
@@ -575,7 +576,13 @@ class Driver:
             write = answer.body["categories"]["write"]
             people[name] = (str(answer.body["state"]), int(write["used"]))
             people_limits[name] = int(write["limit"])
-            streaks[name] = {c: int(n) for c, n in sorted(answer.body["streaks"].items())}
+            stored = {c: int(n) for c, n in answer.body["streaks"].items()}
+            # Refusals answered from the container's memory (issue 29) are counted in the
+            # stored streak with the next refusal sent: stored plus deferred is the streak.
+            tenant_id = self._container.settings.dev_tenant
+            for c, n in self._container.checks.deferred_streaks(tenant_id, name).items():
+                stored[c] = stored.get(c, 0) + n
+            streaks[name] = dict(sorted(stored.items()))
         tenant = self._get("/v1/tenant")
         assert tenant.status == 200, tenant.describe()
         cats = tenant.body["categories"]

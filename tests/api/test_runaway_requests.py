@@ -1,0 +1,106 @@
+"""What a runaway loop's refusals cost the store (issue 29, part 2): at most one request
+per refused check in steady state, none for a repeat within a second of a refusal the
+store gave in this container, and a raise or reset seen at once."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Api, body, running_api
+from tests.api.test_scopes import POLICY, scoped, write
+from tests.support import FixedClock
+
+__all__ = ["scoped"]  # the fixture, used by name
+N = int(str(POLICY["suspend_after_refusals"]))  # 6
+
+
+@pytest.fixture
+def looped(tmp_path: Any, clock: FixedClock) -> Iterator[Api]:
+    """The scoped policy on moto's DynamoDB, where store requests can be counted."""
+    policy = tmp_path / "scoped.json"
+    policy.write_text(json.dumps({**POLICY, "suspend_after_refusals": 50}))
+    with running_api(clock, "dynamodb", policy=str(policy)) as api:
+        yield api
+
+
+class Requests:
+    """Counts the DynamoDB requests the service makes."""
+
+    def __init__(self, api: Api) -> None:
+        self.seen: Counter[str] = Counter()
+        self._events = api.container.dynamodb.meta.events
+        self._events.register("before-call.dynamodb", self._count)
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.seen[model.name] += 1
+
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+    def close(self) -> None:
+        self._events.unregister("before-call.dynamodb", self._count)
+
+
+def spend(api: Api, session: str) -> None:
+    """The session's 3 writes, then the store's first refusals."""
+    assert [write(api, session).status_code for _ in range(3)] == [200] * 3
+    assert write(api, session).status_code == 429
+
+
+def test_a_runaway_loop_costs_at_most_one_request_per_refusal(looped: Api) -> None:
+    """Defect class: cost amplification. A refusal in a runaway loop cost two store
+    requests (the session's record and the principal's streak) every time."""
+    spend(looped, "loop")
+    write(looped, "loop")  # the container now knows the session spent
+    counted = Requests(looped)
+    try:
+        for _ in range(20):
+            looped.clock.advance(0.25)  # four calls a second
+            assert write(looped, "loop").status_code == 429
+    finally:
+        counted.close()
+    assert counted.total() / 20 <= 1.0, counted.seen
+
+
+def test_a_repeat_within_a_second_costs_no_request(looped: Api) -> None:
+    """Defect class: cost amplification. A repeat refusal within the same second, same
+    session and category, went to the store again."""
+    spend(looped, "loop")
+    write(looped, "loop")
+    counted = Requests(looped)
+    try:
+        answers = [write(looped, "loop") for _ in range(5)]
+    finally:
+        counted.close()
+    assert [a.status_code for a in answers] == [429] * 5
+    assert {body(a)["error"]["code"] for a in answers} == {"quota_exceeded"}
+    assert counted.total() == 0, counted.seen
+
+
+def test_a_raise_is_seen_at_once_by_a_cached_refusal(looped: Api) -> None:
+    """Defect class: stale cache. A refusal the container remembers must not outlive an
+    administrator's raise or reset of the session, even within the same second."""
+    spend(looped, "loop")
+    write(looped, "loop")
+    raised = looped.admin("/v1/sessions/loop/raise", {"category": "write", "add": 1, "reason": "x"})
+    assert raised.status_code == 200
+    assert write(looped, "loop").status_code == 200
+    assert write(looped, "loop").status_code == 429
+    write(looped, "loop")
+    reset = looped.admin("/v1/sessions/loop/reset", {"reason": "new batch"})
+    assert reset.status_code == 200
+    assert write(looped, "loop").status_code == 200
+
+
+def test_cached_refusals_suspend_the_principal_at_the_same_refusal(scoped: Api) -> None:
+    """Defect class: late escalation. Refusals answered from the container still count in
+    the principal's streak: the suspension comes at the N-th refusal, as before."""
+    assert [write(scoped, "s").status_code for _ in range(3)] == [200] * 3
+    codes = [body(write(scoped, "s"))["error"]["code"] for _ in range(N + 2)]
+    assert codes[:N] == ["quota_exceeded"] * N
+    assert set(codes[N:]) == {"principal_suspended"}
