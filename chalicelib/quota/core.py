@@ -1,8 +1,6 @@
 """The pure quota decision: no I/O, no wall clock; times are epoch milliseconds passed in.
-
 The rules a store's condition applies are written once, as data, in `quota.rules`; this
-module holds the values they speak of.
-"""
+module holds the values they speak of."""
 
 from __future__ import annotations
 
