@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as mt
@@ -21,7 +23,8 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from mcp.shared.exceptions import MCPError
 
 from mcp_quota_client.decision import ToolAnnotations
-from mcp_quota_client.guard import ToolCallGuard
+from mcp_quota_client.guard import Cost, ToolCallGuard
+from mcp_quota_client.service_policy import ServicePolicy
 from mcp_quota_client.session import CallerInfo
 
 RESOURCE_PREFIX = "resource:"
@@ -73,12 +76,30 @@ async def check_or_raise(
 
 class ContentQuotaHooks(Middleware):
     """`on_read_resource` and `on_get_prompt` for a middleware that has a guard and a
-    way to describe the caller (`QuotaMiddleware`)."""
+    way to describe the caller (`QuotaMiddleware`); and, before each `tools/call`, the
+    costs of the service's policy (`units_from`, `GET /v1/policy`) under the costs the
+    middleware was given, which win tool by tool."""
 
     guard: ToolCallGuard
+    _given_costs: Mapping[str, Cost] | None = None
+    _service_policy: ServicePolicy | None = None
 
     def _caller(self, ctx: Context) -> CallerInfo:
         raise NotImplementedError
+
+    async def on_request(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        if context.method == "tools/call":
+            await self._weigh_by_service_policy()
+        return await call_next(context)
+
+    async def _weigh_by_service_policy(self) -> None:
+        if self._service_policy is None:
+            self._given_costs = dict(self.guard.costs)
+            self._service_policy = ServicePolicy(self.guard.client)
+        service = await self._service_policy.costs()
+        self.guard.costs = ChainMap(dict(self._given_costs or {}), service)  # type: ignore[arg-type]
 
     async def on_read_resource(
         self,

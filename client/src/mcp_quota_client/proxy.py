@@ -39,6 +39,7 @@ from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.guard import Cost
 from mcp_quota_client.passthrough import pass_lists_through, show_upstream_identity
+from mcp_quota_client.service_policy import units_of
 from mcp_quota_client.session import SessionKeying
 from mcp_quota_client.startup import client_from_env, url_problem
 from mcp_quota_client.upstream_http import keep_alive_client
@@ -305,19 +306,10 @@ class _Parser(argparse.ArgumentParser):
         _exit_with(f"{self.prog}: error: {message} (see --help)")
 
 
-def units_of(argument: str) -> Cost:
-    """A call's weight: the length of its list argument `argument`, else 1."""
-
-    def cost(arguments: Mapping[str, Any]) -> int:
-        value = arguments.get(argument)
-        return len(value) if isinstance(value, list) else 1
-
-    return cost
-
-
 def costs_from_policy(document: Any) -> dict[str, Cost]:
-    """The costs a policy's rules give by `"units_from": "<arg>"`, per tool the rule
-    names (`tools`; a `pattern` rule names no tool the proxy could key a cost by).
+    """The costs a policy file's rules give by `"units_from": "<arg>"`, per tool the rule
+    names (`tools`; a `pattern` rule names no tool the proxy could key a cost by): the
+    `--policy` override of the service's own rules.
 
     Raises:
         ValueError: the document has no list of rules.
@@ -400,7 +392,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         type=_policy_costs,
         default={},
-        help="weigh calls by the policy's rules' units_from (the list argument's length)",
+        help="override: weigh calls by this file's rules' units_from instead of the "
+        "service's policy (by default the proxy reads the rules from the service)",
     )
     return p
 
