@@ -38,7 +38,11 @@ from starlette.responses import JSONResponse
 from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.guard import Cost
-from mcp_quota_client.passthrough import pass_lists_through, show_upstream_identity
+from mcp_quota_client.passthrough import (
+    pass_calls_through,
+    pass_lists_through,
+    show_upstream_identity,
+)
 from mcp_quota_client.service_policy import units_of
 from mcp_quota_client.session import SessionKeying
 from mcp_quota_client.startup import client_from_env, url_problem
@@ -227,6 +231,7 @@ def build_proxy(
     )
 
     pass_lists_through(proxy, upstream.client)
+    pass_calls_through(proxy, upstream.client, quota)
     show_upstream_identity(proxy, info or mt.Implementation(name=name, version=""))
 
     @proxy.custom_route("/health", methods=["GET"])
