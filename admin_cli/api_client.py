@@ -57,7 +57,10 @@ def is_plain_http_to_remote(url: str) -> bool:
 
 
 _GATEWAY_HINTS = {
-    401: "no token reached the service, or it was not understood; check --token or MCP_QUOTA_TOKEN",
+    401: (
+        "no token reached the service, or it was not understood; "
+        "check --token or MCP_QUOTA_ADMIN_TOKEN"
+    ),
     403: "the token is unknown, revoked, or not an admin token",
 }
 

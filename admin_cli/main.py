@@ -28,7 +28,9 @@ from chalicelib.settings import Settings
 PROG = "mcp-quota"
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV = "MCP_QUOTA_URL"
-TOKEN_ENV = "MCP_QUOTA_TOKEN"
+TOKEN_ENV = "MCP_QUOTA_ADMIN_TOKEN"
+SERVER_TOKEN_ENV = "MCP_QUOTA_TOKEN"
+"""The MCP side's server token: never taken for the admin token."""
 
 Handler = Callable[[argparse.Namespace, Mapping[str, str]], Output]
 
@@ -64,7 +66,7 @@ def _positive_float(text: str) -> float:
 
 
 def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
-    """The admin API client from --url/--token or MCP_QUOTA_URL/MCP_QUOTA_TOKEN.
+    """The admin API client from --url/--token or MCP_QUOTA_URL/MCP_QUOTA_ADMIN_TOKEN.
 
     Raises:
         CliError: no token (auth) or a malformed URL (usage).
@@ -72,9 +74,14 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> AdminClient:
     url = args.url or env.get(URL_ENV) or DEFAULT_URL
     token = args.token or env.get(TOKEN_ENV)
     if not token:
+        hint = (
+            f" {SERVER_TOKEN_ENV} is the MCP server's token, not an admin token."
+            if env.get(SERVER_TOKEN_ENV)
+            else ""
+        )
         raise CliError(
             f"No admin token: pass --token or set {TOKEN_ENV} (create one with "
-            f"`{PROG} token create --tenant T --role admin`).",
+            f"`{PROG} token create --tenant T --role admin`).{hint}",
             ExitCode.AUTH,
         )
     client = AdminClient(url, token, timeout=args.timeout)

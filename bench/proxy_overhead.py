@@ -6,8 +6,8 @@ TypeScript tags server (official TypeScript SDK); a fastmcp client calls its rea
 `list_deletions` tool directly and through the proxy, over HTTP and over stdio. The
 middleware's figure is `bench/mcp_overhead.py`'s pair: the example articles server with
 and without `QuotaMiddleware`. Leases are off everywhere, so every call pays one check;
-that check, straight from `QuotaClient`, is printed too. Target (issue 23): the proxy
-adds at most one check plus 2 ms.
+that check, straight from `QuotaClient`, is printed too. Target (issue 29 item 5): the
+proxy adds at most one check plus 1.5 ms at p50 (its own hop at most 1.5 ms).
 
 The same FastMCP proxy without the quota (`--serve-bare`: the proxy's own `Upstream`,
 no middleware) is measured beside it over HTTP: the MCP hop alone, so the table says
@@ -54,6 +54,8 @@ from tests.mcp.proxy_support import (  # noqa: E402
 )
 
 SESSION_CALLS = 150  # a fresh session before the default read budget (200) runs out
+HOP_TARGET_MS = 1.5
+"""The proxy's own hop at p50, beyond the one check it pays (issue 29 item 5)."""
 LEASE_OFF = {"MCP_QUOTA_LEASE": "off"}
 
 
@@ -236,9 +238,9 @@ def measure(dynalite: str, calls: int = 200, warmup: int = 20) -> dict[str, Any]
         **rows,
         "quota_on_hop": {**quota_on_hop, "beside_check": _beyond(quota_on_hop, check)},
         "check": check,
-        "target_p50_ms": round(check["p50_ms"] + 2.0, 3),
-        "within_target": rows["http"]["added"]["p50_ms"] <= check["p50_ms"] + 2.0,
-        "within_target_stdio": rows["stdio"]["added"]["p50_ms"] <= check["p50_ms"] + 2.0,
+        "target_p50_ms": round(check["p50_ms"] + HOP_TARGET_MS, 3),
+        "within_target": rows["http"]["added"]["p50_ms"] <= check["p50_ms"] + HOP_TARGET_MS,
+        "within_target_stdio": rows["stdio"]["added"]["p50_ms"] <= check["p50_ms"] + HOP_TARGET_MS,
     }
 
 
@@ -285,7 +287,8 @@ def table(r: dict[str, Any]) -> list[str]:
         f"{_pair(quota)} ms, one check plus "
         f"{quota['beside_check']['minus_check_p50_ms']:.2f} ms at p50.",
         "",
-        f"Target: the proxy adds at most one check + 2 ms = {r['target_p50_ms']:.2f} ms at "
+        f"Target: the proxy adds at most one check + {HOP_TARGET_MS} ms = "
+        f"{r['target_p50_ms']:.2f} ms at "
         f"p50: {'met' if r['within_target'] else 'NOT met'} over HTTP "
         f"({r['http']['added']['p50_ms']:.2f} ms), "
         f"{'met' if r['within_target_stdio'] else 'NOT met'} over stdio "

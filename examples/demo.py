@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(outcome, args.calls, session, where, emails_file)
     lines += ["", "The session now", *state]
     principal = "token:dev-server"
-    admin = f"MCP_QUOTA_URL={base_url} MCP_QUOTA_TOKEN={ADMIN_TOKEN}"
+    admin = f"MCP_QUOTA_URL={base_url} MCP_QUOTA_ADMIN_TOKEN={ADMIN_TOKEN}"
     if service_log is None:
         further = f"Look further (with {admin})"
     else:

@@ -1,5 +1,5 @@
 """What MCP servers call: the check before each tool call, the return of a lease's
-unspent calls, and the liveness probe."""
+unspent calls, the policy's rules they weigh calls by, and the liveness probe."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, request_body, server_caller
-from chalicelib.api.responses import decision_response, handled, json_response
+from chalicelib.api.responses import decision_response, handled, json_response, policy_view
 from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -51,6 +51,15 @@ def _remaining_ms() -> int | None:
     context = checks.lambda_context
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     return int(remaining()) if callable(remaining) else None
+
+
+@checks.route("/v1/policy", methods=["GET"], authorizer=bearer)
+@handled
+def policy() -> Response:
+    """The policy's rules, for the MCP side to weigh calls by (`units_from`)."""
+    server_caller(checks.current_request)
+    view = policy_view(deps().policy)
+    return json_response(view, headers={"Cache-Control": f"max-age={view['max_age_seconds']}"})
 
 
 @checks.route("/v1/leases/return", methods=["POST"], authorizer=bearer)

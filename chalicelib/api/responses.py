@@ -15,11 +15,12 @@ from chalicelib.observability import count_fault, logger
 
 if TYPE_CHECKING:
     from chalicelib import clock, errors
-    from chalicelib.api.schemas import Body, Decision, RefusalError
+    from chalicelib.api.schemas import Body, Decision, PolicyView, RefusalError, RuleView
     from chalicelib.check import shadow
     from chalicelib.links import pages
     from chalicelib.quota import answers
     from chalicelib.quota import core as quota
+    from chalicelib.quota.policy import Policy
     from chalicelib.storage import ports
 else:
     clock = lazy_module("chalicelib.clock")
@@ -38,6 +39,30 @@ def json_response(
 ) -> Response:
     """The one place a typed body (chalicelib/api/schemas.py) becomes a JSON answer."""
     return Response(body=body, status_code=status, headers=dict(headers or {}))
+
+
+POLICY_MAX_AGE_SECONDS = 60
+"""How long the MCP side may keep the policy's rules before asking again."""
+
+
+def policy_view(policy: Policy) -> PolicyView:
+    """The rules the MCP side applies itself (`units_from`), with every rule's tools or
+    pattern and category so it can tell which rule a tool falls under."""
+    rules: list[RuleView] = []
+    for rule in policy.rules:
+        view: RuleView = {"category": rule.category}
+        if rule.tools:
+            view["tools"] = sorted(rule.tools)
+        if rule.pattern is not None:
+            view["pattern"] = rule.pattern
+        if rule.units_from is not None:
+            view["units_from"] = rule.units_from
+        rules.append(view)
+    return {
+        "rules": rules,
+        "categories": sorted(policy.categories),
+        "max_age_seconds": POLICY_MAX_AGE_SECONDS,
+    }
 
 
 def error_response(exc: errors.QuotaServiceError) -> Response:

@@ -61,6 +61,23 @@ class Decision(TypedDict):
     hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
 
 
+class RuleView(TypedDict, total=False):
+    """One policy rule as the MCP side reads it (`GET /v1/policy`)."""
+
+    category: str
+    tools: list[str]
+    pattern: str
+    units_from: str
+
+
+class PolicyView(TypedDict):
+    """The rules of the policy that the MCP side applies itself (`GET /v1/policy`)."""
+
+    rules: list[RuleView]
+    categories: list[str]
+    max_age_seconds: int
+
+
 class LeaseReturned(TypedDict):
     returned: int
 
@@ -252,6 +269,7 @@ Body = (
     Health
     | Decision
     | LeaseReturned
+    | PolicyView
     | SessionView
     | SessionListing
     | SessionChanged

@@ -24,7 +24,7 @@ class Role(StrEnum):
 class Permission(StrEnum):
     """What a route needs."""
 
-    CHECK = "check"  # POST /v1/check, /v1/leases/return
+    CHECK = "check"  # POST /v1/check, /v1/leases/return, GET /v1/policy
     READ = "read"  # every GET of the admin API
     ACT = "act"  # raise, lower, suspend, resume, reset a session or a principal
     MANAGE = "manage"  # tokens, grants

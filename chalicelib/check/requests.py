@@ -22,7 +22,8 @@ VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
 BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+TOOL_NAME = re.compile(r"^(?:resource:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+|[A-Za-z0-9_.:/-]+)$")
+"""A tool's name, or `resource:<uri>` (a resource read is checked as one, any URI character)."""
 SERVER_NAME = re.compile(r"[ -~]+")  # printable ASCII: "articles MCP server"
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CHECK_FIELDS = frozenset(
@@ -359,7 +360,13 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
     """
     reject_unknown(body, CHECK_FIELDS)
     session_id = text_field(body, "session_id", 256)
-    tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
+    tool = text_field(
+        body,
+        "tool",
+        128,
+        TOOL_NAME,
+        rule="letters, digits and _ . : / - (after resource:, any URI character)",
+    )
     category = text_field(body, "category", 32, required=False)
     if category is not None and category not in policy.categories:
         known = ", ".join(sorted(policy.categories))

@@ -118,7 +118,8 @@ class Rule:
     tools: frozenset[str] = frozenset()
     pattern: str | None = None
     units_from: str | None = None
-    """A list argument whose length a call of these tools weighs (read by the proxy)."""
+    """A list argument whose length a call of these tools weighs (the MCP side weighs
+    calls with it: it reads the rules from `GET /v1/policy`)."""
 
     def matches(self, tool: str) -> bool:
         """Whether this rule applies to the tool name."""

@@ -147,6 +147,7 @@ def walk(api: Api) -> list[Answer]:
     r.send("GET", "/health")
     lease = r.send("POST", "/v1/check", {**read, "lease": 5}, bound).body["lease"]
     r.send("POST", "/v1/leases/return", {"session_id": "s-1", "lease": lease["id"], "unused": 2})
+    r.send("GET", "/v1/policy", None, bound)
     for _ in range(16):  # the default policy's 15 writes, then a refusal
         r.send("POST", "/v1/check", {**write, "fail_open": {"write": 1}}, bound)
     r.send("POST", "/v1/check", {**read, "principal": "intruder"}, bound)  # 403

@@ -38,7 +38,7 @@ def unsafe_characters(text: str) -> list[str]:
 @pytest.fixture(autouse=True)
 def _no_ambient_cli_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # An operator's own MCP_QUOTA_* or table settings must not leak into the tests.
-    for name in ("MCP_QUOTA_URL", "MCP_QUOTA_TOKEN", "QUOTA_TOKENS_TABLE"):
+    for name in ("MCP_QUOTA_URL", "MCP_QUOTA_TOKEN", "MCP_QUOTA_ADMIN_TOKEN", "QUOTA_TOKENS_TABLE"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -113,7 +113,7 @@ def test_url_and_token_come_from_the_environment(
     cli: Cli, api: FakeAdminApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MCP_QUOTA_URL", api.url + "/")
-    monkeypatch.setenv("MCP_QUOTA_TOKEN", "env-token")
+    monkeypatch.setenv("MCP_QUOTA_ADMIN_TOKEN", "env-token")
     api.reply("GET", "/v1/sessions/sess-1", 200, session_view())
 
     run = cli("session", "show", "sess-1")
@@ -127,7 +127,7 @@ def test_flags_override_the_environment_and_work_before_the_command(
     cli: Cli, api: FakeAdminApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MCP_QUOTA_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("MCP_QUOTA_TOKEN", "env-token")
+    monkeypatch.setenv("MCP_QUOTA_ADMIN_TOKEN", "env-token")
     api.reply("GET", "/v1/sessions/sess-1", 200, session_view())
 
     run = cli("--url", api.url, "--token", "flag-token", "--json", "session", "show", "sess-1")
@@ -141,7 +141,22 @@ def test_no_token_exits_4_without_calling_the_service(cli: Cli, api: FakeAdminAp
     run = cli("session", "show", "sess-1", "--url", api.url)
 
     assert run.code == 4
-    assert "MCP_QUOTA_TOKEN" in run.err
+    assert "MCP_QUOTA_ADMIN_TOKEN" in run.err
+    assert api.requests == []
+
+
+def test_the_server_token_variable_is_not_taken_for_the_admin_token(
+    cli: Cli, api: FakeAdminApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect class: one variable (MCP_QUOTA_TOKEN) meaning the server token for the
+    proxy and the admin token for the CLI; the refusal names the CLI's own variable."""
+    monkeypatch.setenv("MCP_QUOTA_TOKEN", "dev-server-token")
+
+    run = cli("session", "show", "sess-1", "--url", api.url)
+
+    assert run.code == 4
+    assert "MCP_QUOTA_ADMIN_TOKEN" in run.err
+    assert "MCP_QUOTA_TOKEN is the MCP server's token" in run.err
     assert api.requests == []
 
 

@@ -21,7 +21,7 @@ def url() -> Iterator[str]:
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MCP_QUOTA_URL": url, "MCP_QUOTA_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "MCP_QUOTA_URL": url, "MCP_QUOTA_ADMIN_TOKEN": ADMIN_TOKEN}
     command = [str(ROOT / ".venv" / "bin" / "mcp-quota"), *args]
     return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
 

@@ -170,7 +170,7 @@ async def test_shadow_mode_lets_the_call_run_and_says_what_would_have_refused_it
     mine = [e for e in shadows if e["detail"]["session_id"] == meta[META_SESSION_KEY]]
     assert len(mine) == 2 and mine[0]["detail"]["server"] == "articles"
     # The operator's "would have refused" view, grouped by server, principal and tool.
-    env = {**os.environ, "MCP_QUOTA_URL": service.url, "MCP_QUOTA_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "MCP_QUOTA_URL": service.url, "MCP_QUOTA_ADMIN_TOKEN": ADMIN_TOKEN}
     cli = str(ROOT / ".venv" / "bin" / "mcp-quota")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as mt
 import pytest
 from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
 from launch import SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
 from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
 
@@ -183,7 +184,7 @@ async def test_tools_list_keeps_the_upstreams_annotations(stack: Stack) -> None:
     async with Client(stack.url) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
 
-    assert set(tools) == {"delete_tag", "list_deletions"}
+    assert set(tools) == {"delete_tag", "delete_tags", "list_deletions"}
     delete, listing = tools["delete_tag"], tools["list_deletions"]
     assert delete.annotations is not None
     assert delete.annotations.destructive_hint is True
@@ -191,6 +192,46 @@ async def test_tools_list_keeps_the_upstreams_annotations(stack: Stack) -> None:
     assert listing.annotations is not None
     assert listing.annotations.read_only_hint is True
     assert delete.input_schema["required"] == ["tag"]
+
+
+def _wire(result: Any) -> dict[str, Any]:
+    """A list result as its JSON, less the result's own `_meta` (stamped per hop)."""
+    dumped: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    dumped.pop("_meta", None)
+    return dumped
+
+
+def _direct(stack: Stack) -> Client[Any]:
+    """A client of the upstream itself, not through the proxy."""
+    if stack.upstream_url is not None:
+        return Client(stack.upstream_url, mode="legacy")
+    command, *args = tags_command(stack.record)
+    return Client(StdioTransport(command, args), mode="legacy")
+
+
+async def test_the_lists_and_server_info_are_the_upstreams_byte_for_byte(stack: Stack) -> None:
+    """Defect class: a visible proxy (FastMCP's added `title`, `_meta.fastmcp.tags`
+    and its own serverInfo 4.2.3 instead of the upstream's). Both sides speak the
+    upstream's protocol era (the TypeScript SDK's handshake era): a 2026-07-28 client
+    is sent the same lists less the fields its era no longer has (`execution`)."""
+    async with Client(stack.url, mode="legacy") as client:
+        proxied = [
+            await client.list_tools_mcp(),
+            await client.list_resources_mcp(),
+            await client.list_prompts_mcp(),
+        ]
+        info = client.server_info
+    async with _direct(stack) as client:
+        direct = [
+            await client.list_tools_mcp(),
+            await client.list_resources_mcp(),
+            await client.list_prompts_mcp(),
+        ]
+
+    for through, upstream in zip(proxied, direct, strict=True):
+        assert _wire(through) == _wire(upstream)
+    assert info is not None
+    assert (info.name, info.version) == ("tags", "1.0.0")
 
 
 async def test_the_inspector_lists_the_tools_with_their_annotations(stack: Stack) -> None:

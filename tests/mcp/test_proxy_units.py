@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp_quota_client.proxy import costs_from_policy, parse_args
+from mcp_quota_client.proxy import costs_from_policy, parse_args, start_line
 
 from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
@@ -45,3 +45,13 @@ def test_a_bad_units_from_is_refused_at_start_up() -> None:
 def test_an_unreadable_policy_stops_the_proxy_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--upstream-url", "http://127.0.0.1:9/mcp", "--policy", str(tmp_path / "no")])
+
+
+def test_the_start_line_says_where_it_listens_the_upstream_and_the_service() -> None:
+    """Defect class: a proxy that printed nothing at start, not even where it listens."""
+    settings = parse_args(["--port", "8010", "--upstream-command", "node server.mjs"])
+    line = start_line(settings, "http://127.0.0.1:8000")
+    assert line == (
+        "mcp-quota-proxy: listening on http://127.0.0.1:8010/mcp, upstream node server.mjs, "
+        "quota service http://127.0.0.1:8000"
+    )

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 import mcp_types as mt
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_access_token
-from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.server.middleware import CallNext, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_quota_client.client import QuotaClient
+from mcp_quota_client.content_checks import ContentQuotaHooks
 from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
 from mcp_quota_client.session import (
     CallerInfo,
@@ -52,14 +53,15 @@ def oauth_client_id() -> str | None:
     return token.client_id or None
 
 
-class QuotaMiddleware(Middleware):
+class QuotaMiddleware(ContentQuotaHooks):
     """Refuses a tool call, without running it, when its session's quota is used up.
 
     A refusal is a `CallToolResult` with `isError: true`, the service's message as
     text and `{"kind", "category", "used", "limit", "retryAfterSeconds"}` as
     `structuredContent`: feedback the model can act on, not a protocol error.
     The tool's own annotations (from this server's tool list) go with each check,
-    so read-only tools are classified without configuration.
+    so read-only tools are classified without configuration. `resources/read` and
+    `prompts/get` are checked too (`content_checks`).
     """
 
     def __init__(

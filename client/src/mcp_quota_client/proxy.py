@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
+import mcp_types as mt
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from fastmcp.server.auth import TokenVerifier
 from fastmcp.server.auth.providers.jwt import JWTVerifier
@@ -37,6 +38,12 @@ from starlette.responses import JSONResponse
 from mcp_quota_client.client import QuotaClient, QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.guard import Cost
+from mcp_quota_client.passthrough import (
+    pass_calls_through,
+    pass_lists_through,
+    show_upstream_identity,
+)
+from mcp_quota_client.service_policy import units_of
 from mcp_quota_client.session import SessionKeying
 from mcp_quota_client.startup import client_from_env, url_problem
 from mcp_quota_client.upstream_http import keep_alive_client
@@ -160,9 +167,9 @@ class Upstream:
         value = get_http_headers(include={"authorization"}).get("authorization")
         return {"Authorization": value} if value else {}
 
-    async def probe(self) -> str:
-        """Connect once: learn the upstream's name, and pin the HTTP protocol era so
-        that no later connection pays a `server/discover` probe.
+    async def probe(self) -> mt.Implementation:
+        """Connect once: learn the upstream's `serverInfo`, and pin the HTTP protocol
+        era so that no later connection pays a `server/discover` probe.
 
         Raises:
             UpstreamUnreachableError: the upstream did not answer the handshake.
@@ -180,7 +187,9 @@ class Upstream:
             ) from exc
         if self._stdio is None:
             self.mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
-        return info.name if info is not None and info.name else "upstream"
+        if info is None or not info.name:
+            return mt.Implementation(name="upstream", version="")
+        return info
 
     async def aclose(self) -> None:
         """Close the shared HTTP session and stop a stdio upstream's process."""
@@ -196,8 +205,11 @@ def build_proxy(
     upstream: Upstream,
     name: str,
     client: QuotaClient | None = None,
+    info: mt.Implementation | None = None,
 ) -> FastMCPProxy:
-    """The proxy server: `upstream`'s tools, resources and prompts behind the quota.
+    """The proxy server: `upstream`'s tools, resources and prompts behind the quota,
+    listed as the upstream lists them, under the upstream's `serverInfo` (`info`; the
+    quota's `name` when the upstream was not probed).
 
     Raises:
         QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
@@ -217,6 +229,10 @@ def build_proxy(
         # a refused call is answered here and never sent upstream.
         middleware=[quota],
     )
+
+    pass_lists_through(proxy, upstream.client)
+    pass_calls_through(proxy, upstream.client, quota)
+    show_upstream_identity(proxy, info or mt.Implementation(name=name, version=""))
 
     @proxy.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> JSONResponse:
@@ -240,8 +256,9 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
         client = client_from_env()
     try:
         probed = await upstream.probe() if settings.probes_at_start else None
-        name = settings.name or probed or "upstream"
-        proxy = build_proxy(settings, upstream, name, client)
+        name = settings.name or (probed.name if probed is not None else "upstream")
+        proxy = build_proxy(settings, upstream, name, client, probed)
+        print(start_line(settings, client.config.base_url), file=sys.stderr, flush=True)
         if settings.stdio:
             await proxy.run_async("stdio", show_banner=False, log_level="warning")
         else:
@@ -258,6 +275,16 @@ async def serve(settings: ProxySettings, client: QuotaClient | None = None) -> N
         # Gives back unspent leased reads (best effort; a killed proxy leaves them
         # counted, the safe side).
         await client.aclose()
+
+
+def start_line(settings: ProxySettings, service_url: str) -> str:
+    """The one line the proxy prints when it starts: where it listens, which upstream,
+    which quota service (on stderr: over `--stdio`, stdout is the MCP stream)."""
+    where = "stdio" if settings.stdio else f"http://{settings.host}:{settings.port}{MCP_PATH}"
+    return (
+        f"{PROG}: listening on {where}, upstream {settings.upstream_label}, "
+        f"quota service {service_url}"
+    )
 
 
 def _public_key(value: str) -> str:
@@ -284,19 +311,10 @@ class _Parser(argparse.ArgumentParser):
         _exit_with(f"{self.prog}: error: {message} (see --help)")
 
 
-def units_of(argument: str) -> Cost:
-    """A call's weight: the length of its list argument `argument`, else 1."""
-
-    def cost(arguments: Mapping[str, Any]) -> int:
-        value = arguments.get(argument)
-        return len(value) if isinstance(value, list) else 1
-
-    return cost
-
-
 def costs_from_policy(document: Any) -> dict[str, Cost]:
-    """The costs a policy's rules give by `"units_from": "<arg>"`, per tool the rule
-    names (`tools`; a `pattern` rule names no tool the proxy could key a cost by).
+    """The costs a policy file's rules give by `"units_from": "<arg>"`, per tool the rule
+    names (`tools`; a `pattern` rule names no tool the proxy could key a cost by): the
+    `--policy` override of the service's own rules.
 
     Raises:
         ValueError: the document has no list of rules.
@@ -379,7 +397,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         type=_policy_costs,
         default={},
-        help="weigh calls by the policy's rules' units_from (the list argument's length)",
+        help="override: weigh calls by this file's rules' units_from instead of the "
+        "service's policy (by default the proxy reads the rules from the service)",
     )
     return p
 

@@ -6,7 +6,8 @@
 //   node tests/mcp/servers/tags_server.mjs --record deletions.jsonl --port 9100 # HTTP /mcp
 //
 // Tools: delete_tag (destructiveHint) deletes a tag and appends one JSON line to the
-// record file; list_deletions (readOnlyHint) returns the record. The tag "protected"
+// record file; delete_tags deletes a list of tags (a bulk tool, weighed by
+// units_from); list_deletions (readOnlyHint) returns the record. The tag "protected"
 // is refused by the tool itself (an isError result), so the proxy's pass-through of
 // upstream errors can be seen. Resource tags://deletions and prompt tag_report show
 // that resources and prompts pass through too. Over HTTP, GET /health answers 200
@@ -73,6 +74,23 @@ function buildServer(authorization, connection) {
         content: [{ type: "text", text: `deleted tag '${tag}'` }],
         structuredContent: { deleted: tag },
       };
+    },
+  );
+
+  server.registerTool(
+    "delete_tags",
+    {
+      title: "Delete tags",
+      description: "Delete several tags at once. Destructive.",
+      inputSchema: { tags: z.array(z.string()) },
+      annotations: { destructiveHint: true, readOnlyHint: false },
+    },
+    async ({ tags }) => {
+      for (const tag of tags) {
+        const entry = { tag, pid: process.pid, authorization: authorization ?? null };
+        appendFileSync(recordFile, `${JSON.stringify({ ...entry, connection: connection ?? null })}\n`);
+      }
+      return { content: [{ type: "text", text: `deleted ${tags.length} tags` }] };
     },
   );
 
