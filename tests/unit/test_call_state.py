@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from mcp_quota_client.call_state import CallStateSealer, OpenedState
 
+from chalicelib.errors import ConfigurationError
+from chalicelib.quota.policy import SessionFrom, load_policy, parse_policy
+
 KEY = b"k" * 32
 
 
@@ -36,3 +39,13 @@ def test_a_state_without_the_tools_own_opens_to_none_inside() -> None:
 def test_a_short_shared_key_is_refused() -> None:
     with pytest.raises(ValueError, match="MCP_QUOTA_STATE_KEY"):
         CallStateSealer.from_env({"MCP_QUOTA_STATE_KEY": "short"})
+
+
+def test_the_policy_names_what_an_unnamed_session_is_keyed_on() -> None:
+    base = {"version": 1, "categories": {"read": {"limit": 5}, "write": {"limit": 2}}}
+    assert load_policy("default.json").session_from is SessionFrom.CALLER
+    assert parse_policy({**base, "session_from": "transport"}).session_from is (
+        SessionFrom.TRANSPORT
+    )
+    with pytest.raises(ConfigurationError, match="session_from must be one of"):
+        parse_policy({**base, "session_from": "connection"})
