@@ -12,7 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launch import SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
+from launch import (
+    SERVER_TOKEN,
+    Running,
+    spawn_articles_server,
+    spawn_quota_service,
+    wait_healthy,
+)
 
 from tests.mcp.proxy_support import deletions, inspector, spawn_proxy, spawn_tags_http
 
@@ -24,14 +30,26 @@ HEALTHY_WITHIN = 120.0
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Path]]:
-    logs = tmp_path_factory.mktemp("unnamed-logs")
-    record = logs / "deletions.jsonl"
-    service = spawn_quota_service(logs)
-    tags = spawn_tags_http(record, logs)
-    started = [service, tags]
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("unnamed-logs")
+
+
+@pytest.fixture(scope="module")
+def service(logs: Path) -> Iterator[Running]:
+    running = spawn_quota_service(logs)
     try:
-        wait_healthy(service, timeout=HEALTHY_WITHIN)
+        wait_healthy(running, timeout=HEALTHY_WITHIN)
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def proxied(logs: Path, service: Running) -> Iterator[tuple[Running, Path]]:
+    record = logs / "deletions.jsonl"
+    tags = spawn_tags_http(record, logs)
+    started = [tags]
+    try:
         wait_healthy(tags, timeout=HEALTHY_WITHIN)
         # A name of its own: the derived session is this server's alone.
         name = f"unnamed-{uuid.uuid4().hex[:8]}"
@@ -69,3 +87,26 @@ def test_the_inspector_one_process_per_call_no_session_named_deletes_15_of_20(
     assert [run.returncode == 0 for run in runs] == [True] * WRITE_LIMIT + [False] * (
         CALLS - WRITE_LIMIT
     )
+
+
+def test_the_same_through_the_python_middleware_runs_15_of_20(service: Running, logs: Path) -> None:
+    """Defect class: a budget keyed on the connection, on the FastMCP middleware's path."""
+    server = spawn_articles_server(service.url, logs)
+    try:
+        wait_healthy(server, timeout=HEALTHY_WITHIN)
+        runs = [
+            inspector(
+                f"{server.url}/mcp",
+                "tools/call",
+                "--tool-name",
+                "delete_tag",
+                "--tool-arg",
+                f"tag=t{i}",
+            )
+            for i in range(CALLS)
+        ]
+    finally:
+        server.stop()
+
+    refused = [run.result().get("isError") is True for run in runs]
+    assert refused == [False] * WRITE_LIMIT + [True] * (CALLS - WRITE_LIMIT)
