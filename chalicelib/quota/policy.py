@@ -8,6 +8,7 @@ category, so that an unknown tool can never land in a generous budget by acciden
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Mapping
@@ -136,6 +137,26 @@ class Classification:
     source: str  # "rule" | "request" | "annotations" | "default"
 
 
+class SessionFrom(enum.StrEnum):
+    """What an MCP server keys an unnamed session on (`"session_from"`)."""
+
+    CALLER = "caller"  # principal (or server token), client id, server: the default
+    TRANSPORT = "transport"  # a legacy Mcp-Session-Id, where the client sends one
+
+
+def _session_from(value: Any) -> SessionFrom:
+    """The policy's `session_from`.
+
+    Raises:
+        ConfigurationError: not one of the values.
+    """
+    try:
+        return SessionFrom(value)
+    except ValueError:
+        names = ", ".join(repr(v.value) for v in SessionFrom)
+        raise ConfigurationError(f"session_from must be one of {names}") from None
+
+
 @dataclass(frozen=True)
 class Policy:
     """The categories and rules of one stage."""
@@ -143,6 +164,8 @@ class Policy:
     categories: Mapping[str, Category]
     rules: tuple[Rule, ...]
     suspend_after_refusals: int = DEFAULT_SUSPEND_AFTER
+    session_from: SessionFrom = SessionFrom.CALLER
+    """Mirrored on the MCP side (`MCP_QUOTA_SESSION_FROM`): the service keys no session."""
 
     @property
     def most_restrictive(self) -> Category:
@@ -375,6 +398,7 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
         "rules",
         "suspend_after_refusals",
         "enforce",
+        "session_from",
     }
     if unknown:
         raise ConfigurationError(f"policy has unknown keys {sorted(unknown)}")
@@ -404,7 +428,12 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     suspend_after = _positive_int(
         "suspend_after_refusals", document.get("suspend_after_refusals", DEFAULT_SUSPEND_AFTER)
     )
-    return Policy(categories=categories, rules=rules, suspend_after_refusals=suspend_after)
+    return Policy(
+        categories=categories,
+        rules=rules,
+        suspend_after_refusals=suspend_after,
+        session_from=_session_from(document.get("session_from", SessionFrom.CALLER.value)),
+    )
 
 
 def load_policy(name: str) -> Policy:

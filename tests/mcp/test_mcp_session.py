@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp_quota_client import (
     META_CALL_ID_KEY,
     META_SESSION_KEY,
@@ -11,7 +13,8 @@ from mcp_quota_client import (
     resolve_call_id,
     resolve_session,
 )
-from mcp_quota_client.session import principal_from_token, safe_key
+from mcp_quota_client.decision import ClientInfo
+from mcp_quota_client.session import principal_from_token, safe_key, token_identity
 
 HTTP = "streamable-http"
 
@@ -31,39 +34,59 @@ def test_an_explicit_meta_session_wins_over_everything_else() -> None:
     assert identity.source is SessionSource.META
 
 
-def test_the_transport_session_is_used_when_the_client_names_none() -> None:
-    caller = CallerInfo(meta={"other": 1}, transport_session_id="abc", transport=HTTP)
+def test_a_transport_session_is_no_budget_boundary_unless_session_from_transport() -> None:
+    """Defect class: a budget keyed on a per-connection id (a fresh budget per call for
+    a client that connects per call, issue 31)."""
+    one = CallerInfo(meta={"other": 1}, transport_session_id="abc", transport=HTTP)
+    other = CallerInfo(meta={"other": 1}, transport_session_id="xyz", transport=HTTP)
 
-    identity = resolve_session(caller)
+    assert resolve_session(one).source is SessionSource.DERIVED
+    assert resolve_session(one) == resolve_session(other)
+    keyed = resolve_session(one, SessionKeying.TRANSPORT)
+    assert (keyed.session_id, keyed.source) == ("mcp:abc", SessionSource.TRANSPORT)
 
-    assert identity.session_id == "mcp:abc"
-    assert identity.source is SessionSource.TRANSPORT
 
-
-def test_without_either_the_key_is_derived_from_principal_and_connection() -> None:
+def test_without_a_named_session_the_key_is_derived_from_who_calls() -> None:
     alice_a = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.1")
-    alice_again = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.1", request_id=9)
+    alice_again = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.9", request_id=9)
     bob_a = CallerInfo(principal="bob", transport=HTTP, peer="10.0.0.1")
-    alice_b = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.2")
+    alice_other_client = CallerInfo(principal="alice", client=ClientInfo(name="other"))
 
     first = resolve_session(alice_a)
 
     assert first.source is SessionSource.DERIVED
     assert first.session_id.startswith("derived:")
-    assert resolve_session(alice_again) == first
+    assert resolve_session(alice_again) == first  # another connection, same agent
     assert resolve_session(bob_a) != first
-    assert resolve_session(alice_b) != first
+    assert resolve_session(alice_other_client) != first
 
 
-def test_on_stdio_the_server_process_is_the_connection() -> None:
-    caller = CallerInfo(transport="stdio")
+def test_the_oauth_client_id_names_the_client_before_its_own_name() -> None:
+    cimd = "https://app.example/client.json"
+    one = CallerInfo(client=ClientInfo(name="claude", oauth_client_id=cimd))
+    renamed = CallerInfo(client=ClientInfo(name="claude-2", oauth_client_id=cimd))
 
-    one = resolve_session(caller, process_key="process-1")
-    same = resolve_session(caller, process_key="process-1")
-    other = resolve_session(caller, process_key="process-2")
+    assert resolve_session(one) == resolve_session(renamed)
 
-    assert one == same
-    assert one != other
+
+def test_without_a_principal_the_server_token_is_who_calls() -> None:
+    one = CallerInfo(server_identity=token_identity("token-a"))
+    two = CallerInfo(server_identity=token_identity("token-b"))
+
+    assert resolve_session(one) != resolve_session(two)
+    assert "token-a" not in token_identity("token-a")
+
+
+def test_a_minted_session_echoed_back_is_sent_for_the_service_to_verify() -> None:
+    minted = "mqs1-abcd.payload.sig"
+    caller = CallerInfo(meta={META_SESSION_KEY: minted}, principal="alice")
+
+    identity = resolve_session(caller)
+
+    assert identity.source is SessionSource.MINTED
+    assert identity.minted == minted
+    # The key sent beside it is the derived one: what a service that mints none uses.
+    assert identity.session_id == resolve_session(CallerInfo(principal="alice")).session_id
 
 
 def test_principal_keying_ignores_ids_the_client_controls() -> None:
@@ -98,19 +121,17 @@ def test_an_explicit_call_id_is_the_idempotency_key() -> None:
     assert resolve_call_id(caller) == "retry-me"
 
 
-def test_a_json_rpc_id_counts_only_within_its_transport_session() -> None:
-    first = resolve_call_id(CallerInfo(transport_session_id="t1", request_id=3))
-    other_session = resolve_call_id(CallerInfo(transport_session_id="t2", request_id=3))
-
-    assert first is not None
-    assert first.startswith("rpc:")
-    assert first.endswith(":3")
-    assert first != other_session
-
-
-def test_a_bare_json_rpc_id_is_never_an_idempotency_key() -> None:
-    # Ids restart on every connection: a reused one would replay an old "allowed".
+def test_a_json_rpc_id_is_never_an_idempotency_key() -> None:
+    """Defect class: a retry key that changes on retry (2026-07-28 re-sends a call with a
+    new JSON-RPC id) or repeats across connections (ids restart at each one)."""
+    assert resolve_call_id(CallerInfo(transport_session_id="t1", request_id=3)) is None
     assert resolve_call_id(CallerInfo(request_id=3, transport=HTTP)) is None
+
+
+def test_an_mrtr_retry_is_the_call_its_sealed_state_names() -> None:
+    assert resolve_call_id(CallerInfo(state_call_id="gen-1", request_id=4)) == "gen-1"
+    both = CallerInfo(meta={META_CALL_ID_KEY: "mine"}, state_call_id="gen-1")
+    assert resolve_call_id(both) == "mine"
 
 
 def test_principal_prefers_the_subject_then_the_client_id() -> None:
@@ -127,3 +148,55 @@ def test_two_mcp_servers_never_share_a_derived_key() -> None:
     assert resolve_session(articles) == resolve_session(
         CallerInfo(transport=HTTP, peer="10.0.0.1", server_name="articles", request_id=2)
     )
+
+
+_text = st.one_of(st.none(), st.text(max_size=12))
+_meta = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            META_SESSION_KEY: st.one_of(st.text(max_size=20), st.just("mqs1-x.y.z")),
+            META_CALL_ID_KEY: st.text(max_size=12),
+        },
+    ),
+)
+
+
+@given(
+    meta=_meta,
+    principal=_text,
+    server=_text,
+    client=st.one_of(st.none(), st.builds(ClientInfo, name=_text, oauth_client_id=_text)),
+    keying=st.sampled_from([SessionKeying.CLIENT, SessionKeying.PRINCIPAL]),
+    connection_a=st.tuples(_text, st.one_of(st.none(), st.integers()), _text, _text),
+    connection_b=st.tuples(_text, st.one_of(st.none(), st.integers()), _text, _text),
+)
+def test_the_session_and_call_are_functions_of_who_calls_never_of_the_connection(
+    meta: dict[str, str] | None,
+    principal: str | None,
+    server: str | None,
+    client: ClientInfo | None,
+    keying: SessionKeying,
+    connection_a: tuple[str | None, int | None, str | None, str | None],
+    connection_b: tuple[str | None, int | None, str | None, str | None],
+) -> None:
+    """Defect class: a session or retry key that moves with the JSON-RPC id, the
+    transport session, the transport or the peer (outside `session_from: transport`)."""
+
+    def caller(connection: tuple[str | None, int | None, str | None, str | None]) -> CallerInfo:
+        transport_session, request_id, transport, peer = connection
+        return CallerInfo(
+            meta=meta,
+            principal=principal,
+            server_name=server,
+            client=client,
+            transport_session_id=transport_session,
+            request_id=request_id,
+            transport=transport,
+            peer=peer,
+        )
+
+    a, b = caller(connection_a), caller(connection_b)
+    assert resolve_session(a, keying) == resolve_session(b, keying)
+    assert resolve_call_id(a) == resolve_call_id(b)

@@ -111,6 +111,9 @@ class CheckRequest:
     never leave the server. For the loop breaker; ignored by services without it."""
     client: ClientInfo | None = None
     """The MCP client (name, version, OAuth client id), where the server knows it."""
+    session_token: str | None = None
+    """A session the service minted, echoed by the MCP client: the service verifies it
+    and counts the call in its session (else refuses with a 4xx naming the problem)."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -134,6 +137,8 @@ class CheckRequest:
         client = self.client.to_json() if self.client is not None else {}
         if client:
             body["client"] = client
+        if self.session_token is not None:
+            body["session_token"] = self.session_token
         return body
 
     def local_category(self) -> str | None:
@@ -196,6 +201,13 @@ class Decision:
     """A refusal's: the service's ticket for the calls refused here during its hold,
     sent back with their count (opaque)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def session_token(self) -> str | None:
+        """The session the service minted for this call's agent, to return to the MCP
+        client in the result's `_meta` (None: the service mints none)."""
+        value = self.raw.get("session_token")
+        return value if isinstance(value, str) and value else None
 
     @property
     def from_service(self) -> bool:

@@ -12,12 +12,13 @@ mcp.add_middleware(QuotaMiddleware())  # reads MCP_QUOTA_URL, MCP_QUOTA_TOKEN
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import mcp_types as mt
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.server.middleware import CallNext, MiddlewareContext
-from fastmcp.tools.base import ToolResult
+from fastmcp.tools.base import InputRequiredToolResult, ToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_quota_client.client import QuotaClient
@@ -53,6 +54,20 @@ def oauth_client_id() -> str | None:
     return token.client_id or None
 
 
+def _replace_request_state(ctx: Context, inner: str | None) -> None:
+    """Hand the tool (or the proxied upstream) its own `requestState` back: FastMCP reads
+    `ctx.request_state` from the request's params, which the SDK's boundary copied for
+    this request alone, so replacing it there changes nothing else."""
+    rc = ctx.request_context
+    params = rc._srctx.params if rc is not None else None
+    if not isinstance(params, dict):
+        return
+    if inner is None:
+        params.pop("requestState", None)
+    else:
+        params["requestState"] = inner
+
+
 class QuotaMiddleware(ContentQuotaHooks):
     """Refuses a tool call, without running it, when its session's quota is used up.
 
@@ -68,7 +83,7 @@ class QuotaMiddleware(ContentQuotaHooks):
         self,
         client: QuotaClient | None = None,
         *,
-        keying: SessionKeying = SessionKeying.CLIENT,
+        keying: SessionKeying | None = None,
         categories: Mapping[str, str] | None = None,
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
@@ -106,8 +121,15 @@ class QuotaMiddleware(ContentQuotaHooks):
         if ctx is None or tool is None:
             # Nothing will run: the server answers "unknown tool" itself.
             return await call_next(context)
+        arguments = context.message.arguments
+        caller = self._caller(ctx)
+        # An MRTR retry: the SDK's boundary has unsealed the wire state; ours is inside.
+        opened = self.guard.open_state(caller, arguments, context.message.request_state)
+        if opened is not None:
+            _replace_request_state(ctx, opened.inner)
+            caller = replace(caller, state_call_id=opened.call_id)
         guarded = await self.guard.decide(
-            name, annotations_from(tool.annotations), self._caller(ctx), context.message.arguments
+            name, annotations_from(tool.annotations), caller, arguments
         )
         refusal = guarded.refusal
         if refusal is not None:
@@ -115,8 +137,13 @@ class QuotaMiddleware(ContentQuotaHooks):
                 content=[mt.TextContent(type="text", text=refusal.text)],
                 structured_content=refusal.structured,
                 is_error=True,
+                meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
         result = await call_next(context)
+        if isinstance(result, InputRequiredToolResult):
+            asked = result.input_required
+            sealed = self.guard.seal_state(guarded, asked.request_state)
+            return InputRequiredToolResult(asked.model_copy(update={"request_state": sealed}))
         if guarded.meta is not None and type(result) is ToolResult:
             result.meta = {**(result.meta or {}), **guarded.meta}
         return result

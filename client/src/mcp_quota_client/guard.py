@@ -12,21 +12,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mcp_quota_client.call_state import CallStateSealer, OpenedState
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import CheckRequest, Decision, Outcome, ToolAnnotations
 from mcp_quota_client.feedback import decision_meta, refusal_structured, refusal_text
 from mcp_quota_client.session import (
     META_DECISION_KEY,
+    META_SESSION_KEY,
     META_SHADOW_KEY,
     CallerInfo,
     SessionIdentity,
     SessionKeying,
     resolve_call_id,
     resolve_session,
+    token_identity,
 )
 
 PrincipalResolver = Callable[[], str | None]
@@ -94,7 +99,12 @@ class GuardedCall:
     decision: Decision
     identity: SessionIdentity
     meta: Mapping[str, Any] | None = None
-    """`_meta` entries to add to an allowed result (None: add nothing)."""
+    """`_meta` entries to add to the result, allowed or refused (None: add nothing)."""
+    call_id: str | None = None
+    """The call id the check was sent with: an MRTR retry of this call carries it back."""
+    who: str = "-"
+    """Whom the call was checked for (principal, else server token): MRTR state binding."""
+    args_digest: str | None = None
 
     @property
     def refusal(self) -> Refusal | None:
@@ -126,13 +136,15 @@ class ToolCallGuard:
     """This MCP server's name in derived session keys; None: the framework's server name."""
     costs: Mapping[str, Cost] = field(default_factory=dict)
     """Units per tool name, from the call's arguments; other tools weigh 1."""
+    states: CallStateSealer = field(default_factory=CallStateSealer.from_env)
+    """Seals the call id into an MRTR `requestState` and opens it on the retry."""
 
     @classmethod
     def create(
         cls,
         client: QuotaClient | None,
         *,
-        keying: SessionKeying,
+        keying: SessionKeying | None,
         categories: Mapping[str, str] | None,
         principal_resolver: PrincipalResolver | None,
         default_principal: PrincipalResolver,
@@ -142,18 +154,47 @@ class ToolCallGuard:
     ) -> ToolCallGuard:
         """The guard an adapter's options describe; `client` defaults to the environment's.
 
+        `keying` None: `MCP_QUOTA_SESSION_FROM` (mirroring the policy's `session_from`),
+        else `SessionKeying.CLIENT`.
+
         Raises:
             QuotaConfigError: no client given and `MCP_QUOTA_URL`/`MCP_QUOTA_TOKEN` unset.
+            ValueError: `MCP_QUOTA_SESSION_FROM` or `MCP_QUOTA_STATE_KEY` is invalid.
         """
         return cls(
             client if client is not None else QuotaClient.from_env(),
-            keying,
+            keying if keying is not None else SessionKeying.from_env(os.environ),
             dict(categories or {}),
             principal_resolver or default_principal,
             attach_decision_meta,
             server_name,
             dict(costs or {}),
         )
+
+    def caller_of(self, caller: CallerInfo) -> CallerInfo:
+        """The caller with this guard's server name and server token identity."""
+        if self.server_name is not None:
+            caller = replace(caller, server_name=self.server_name)
+        if caller.server_identity is None:
+            caller = replace(caller, server_identity=token_identity(self.client.config.token))
+        return caller
+
+    def open_state(
+        self, caller: CallerInfo, arguments: Mapping[str, Any] | None, state: object
+    ) -> OpenedState | None:
+        """Our envelope in an MRTR retry's `requestState`, opened; None when there is
+        none, or it is not genuine, expired, or another caller's or arguments' (the
+        retry is then a new call, counted)."""
+        if not isinstance(state, str):
+            return None
+        return self.states.open(state, _who(self.caller_of(caller)), args_digest(arguments))
+
+    def seal_state(self, guarded: GuardedCall, inner: str | None) -> str | None:
+        """The `requestState` to hand out for a tool's `input_required` answer: the
+        tool's own `inner`, sealed with the call id its check used."""
+        if guarded.call_id is None:
+            return inner
+        return self.states.seal(guarded.call_id, inner, guarded.who, guarded.args_digest)
 
     async def decide(
         self,
@@ -163,23 +204,27 @@ class ToolCallGuard:
         arguments: Mapping[str, Any] | None = None,
     ) -> GuardedCall:
         """Resolve the session, call id and weight, then ask the quota service."""
-        if self.server_name is not None:
-            caller = replace(caller, server_name=self.server_name)
+        caller = self.caller_of(caller)
         identity = resolve_session(caller, self.keying)
+        digest = args_digest(arguments)
+        # Every check has a call id, so that an MRTR retry can carry it back.
+        call_id = resolve_call_id(caller) or f"gen-{uuid.uuid4().hex}"
         request = CheckRequest(
             session_id=identity.session_id,
             tool=tool,
             category=self.categories.get(tool),
             annotations=annotations,
             principal=caller.principal,
-            call_id=resolve_call_id(caller),
+            call_id=call_id,
             server=server_field(caller.server_name),
             units=self._units(tool, arguments),
-            args_digest=args_digest(arguments),
+            args_digest=digest,
             client=caller.client,
+            session_token=identity.minted,
         )
+        who = _who(caller)
         if request.units > MAX_UNITS:
-            return GuardedCall(_too_heavy(request), identity)
+            return GuardedCall(_too_heavy(request), identity, None, call_id, who, digest)
         decision = await self.client.check(request)
         meta: dict[str, Any] = {}
         if decision.allowed and self.attach_decision_meta:
@@ -187,7 +232,10 @@ class ToolCallGuard:
         if decision.allowed and decision.shadow is not None:
             # Shadow mode: the call runs, and its result says what would have refused it.
             meta[META_SHADOW_KEY] = decision.shadow.to_json()
-        return GuardedCall(decision, identity, meta or None)
+        if decision.session_token is not None:
+            # The client echoes it under the same key: its next call is in this session.
+            meta[META_SESSION_KEY] = decision.session_token
+        return GuardedCall(decision, identity, meta or None, call_id, who, digest)
 
     def _units(self, tool: str, arguments: Mapping[str, Any] | None) -> int:
         """What the call weighs: its tool's cost of its arguments, at least 1. A cost
@@ -201,6 +249,11 @@ class ToolCallGuard:
             logger.warning("mcp-quota: the cost of tool %r failed; it weighs 1", tool)
             return 1
         return max(1, units)
+
+
+def _who(caller: CallerInfo) -> str:
+    """Whom a call is for, as MRTR state binds it: the principal, else the server token."""
+    return caller.principal or caller.server_identity or "-"
 
 
 def _too_heavy(request: CheckRequest) -> Decision:

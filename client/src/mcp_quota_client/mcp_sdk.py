@@ -12,12 +12,13 @@ protect(server)  # reads MCP_QUOTA_URL, MCP_QUOTA_TOKEN
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
@@ -59,7 +60,7 @@ class QuotaGuard:
         server: MCPServer[Any],
         client: QuotaClient | None = None,
         *,
-        keying: SessionKeying = SessionKeying.CLIENT,
+        keying: SessionKeying | None = None,
         categories: Mapping[str, str] | None = None,
         principal_resolver: PrincipalResolver | None = None,
         attach_decision_meta: bool = True,
@@ -99,17 +100,33 @@ class QuotaGuard:
             return await call_next(ctx)
         raw_args = ctx.params.get("arguments")
         arguments = raw_args if isinstance(raw_args, Mapping) else None
-        guarded = await self.guard.decide(
-            name, self._annotations[name], self._caller(ctx), arguments
-        )
+        caller = self._caller(ctx)
+        # An MRTR retry: the SDK's boundary (outside this middleware) has unsealed the
+        # wire state; ours is inside it, and the tool gets its own state back.
+        opened = self.guard.open_state(caller, arguments, ctx.params.get("requestState"))
+        if opened is not None:
+            params = {k: v for k, v in ctx.params.items() if k != "requestState"}
+            if opened.inner is not None:
+                params["requestState"] = opened.inner
+            ctx = replace(ctx, params=params)
+            caller = replace(caller, state_call_id=opened.call_id)
+        guarded = await self.guard.decide(name, self._annotations[name], caller, arguments)
         refusal = guarded.refusal
         if refusal is not None:
             return CallToolResult(
                 content=[TextContent(type="text", text=refusal.text)],
                 structured_content=refusal.structured,
                 is_error=True,
+                _meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
         result = await call_next(ctx)
+        if isinstance(result, InputRequiredResult):
+            sealed = self.guard.seal_state(guarded, result.request_state)
+            return result.model_copy(update={"request_state": sealed})
+        if isinstance(result, Mapping) and result.get("resultType") == "input_required":
+            state = result.get("requestState")
+            sealed = self.guard.seal_state(guarded, state if isinstance(state, str) else None)
+            return {**result, "requestState": sealed}
         entry = guarded.meta
         if entry is None:
             return result
@@ -157,7 +174,7 @@ def protect(
     server: MCPServer[Any],
     client: QuotaClient | None = None,
     *,
-    keying: SessionKeying = SessionKeying.CLIENT,
+    keying: SessionKeying | None = None,
     categories: Mapping[str, str] | None = None,
     principal_resolver: PrincipalResolver | None = None,
     server_name: str | None = None,

@@ -1,15 +1,17 @@
 """Which quota session a tool call belongs to, and which call it is.
 
-A quota keyed on a per-request identifier never trips, so the session key is
-resolved in a fixed, documented order (see `resolve_session`). Everything here is
-pure: the framework adapters gather a `CallerInfo` and pass it in.
+MCP 2026-07-28 has no sessions (SEP-2567) and re-sends a broken call as a new request
+with a new JSON-RPC id, so neither the transport session nor the JSON-RPC id can be a
+budget boundary or a retry key. The session is resolved in one fixed order
+(`resolve_session`), and the call in another (`resolve_call_id`); both are pure: the
+framework adapters (FastMCP middleware, SDK guard, and the proxy through the FastMCP
+middleware) gather a `CallerInfo` and pass it in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -17,22 +19,25 @@ from enum import StrEnum
 from mcp_quota_client.decision import ClientInfo
 
 META_SESSION_KEY = "io.mcp-quota/session"
-"""`_meta` key a client sets on `tools/call` to name its quota session explicitly."""
+"""`_meta` key of a `tools/call`'s quota session: one the client names, or the one the
+service minted and returned in an earlier result's `_meta` under the same key."""
 META_CALL_ID_KEY = "io.mcp-quota/call-id"
 """`_meta` key a client sets to the same value when it retries the same tool call."""
 META_DECISION_KEY = "io.mcp-quota/decision"
+"""`_meta` key on an allowed tool result carrying the quota decision (used, limit, ...)."""
 META_SHADOW_KEY = "io.mcp-quota/shadow"
+"""`_meta` key of a shadowed call's result: what an enforcing policy would have said."""
 META_CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 """Where a 2026-07-28 request may carry the client's name and version (no `initialize`)."""
-"""`_meta` key of a shadowed call's result: what an enforcing policy would have said."""
-"""`_meta` key on an allowed tool result carrying the quota decision (used, limit, ...)."""
 
+MINTED_PREFIX = "mqs1-"
+"""How a session the service minted begins (`chalicelib/check/minted.py`)."""
+MAX_MINTED = 1024
 MAX_SESSION_ID = 256
 MAX_CALL_ID = 128
 MAX_PRINCIPAL = 256
-
-PROCESS_KEY = uuid.uuid4().hex
-"""Identifies this server process: on stdio the process is the connection."""
+SESSION_FROM_ENV = "MCP_QUOTA_SESSION_FROM"
+"""Mirrors the policy's `session_from`: `transport` makes `Mcp-Session-Id` a boundary."""
 
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
@@ -41,20 +46,47 @@ class SessionSource(StrEnum):
     """Where a session key came from, in resolution order."""
 
     META = "meta"
+    """Named by the client in `_meta["io.mcp-quota/session"]`."""
+    MINTED = "minted"
+    """Minted by the service on an earlier call and echoed back by the client."""
     TRANSPORT = "transport"
+    """The legacy `Mcp-Session-Id`, only under `session_from: transport`."""
     PRINCIPAL = "principal"
     DERIVED = "derived"
+    """From who calls: principal (or server token), client id and server."""
 
 
 class SessionKeying(StrEnum):
     """How a deployment keys quota sessions."""
 
     CLIENT = "client"
-    """Client-chosen: `_meta` session, else transport session, else derived. Reconnecting
-    with a new session id starts a fresh budget."""
+    """The default: a named session, else a minted one echoed back, else one derived
+    from who calls (principal or server token, client id, server). Connections and
+    transport session ids are not boundaries."""
     PRINCIPAL = "principal"
-    """Server-chosen: one budget per authenticated principal (else per connection), so a
-    client cannot reset its counters by reconnecting or changing ids."""
+    """One budget per authenticated principal (else derived): ids the client sends are
+    ignored, so a client cannot reset its counters by changing them."""
+    TRANSPORT = "transport"
+    """The policy's `"session_from": "transport"`: as CLIENT, but a legacy
+    `Mcp-Session-Id` comes before the minted and derived session."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> SessionKeying:
+        """TRANSPORT when `MCP_QUOTA_SESSION_FROM=transport`, else CLIENT.
+
+        Raises:
+            ValueError: the variable names no keying.
+        """
+        value = environ.get(SESSION_FROM_ENV, "").strip().lower()
+        if not value or value == "caller":
+            return cls.CLIENT
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(
+                f"mcp-quota: {SESSION_FROM_ENV}={value!r} is not one of caller, "
+                "transport, principal"
+            ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,16 +99,20 @@ class CallerInfo:
     """`Mcp-Session-Id` on handshake-era streamable HTTP; None on 2026-07-28 and stdio."""
     principal: str | None = None
     """Who the agent acts for, from the server's authentication, when known."""
+    server_identity: str | None = None
+    """Who counts when no principal is known: a digest of the server token."""
     transport: str | None = None
     """"streamable-http", "sse", "stdio", or None when unknown / in-process."""
     peer: str | None = None
-    """Remote address of an HTTP caller."""
+    """Remote address of an HTTP caller (shown, never a key)."""
     request_id: str | int | None = None
-    """The JSON-RPC request id."""
+    """The JSON-RPC request id (never a key: a retry has a new one)."""
     server_name: str | None = None
     """The MCP server's own name: two servers never share a derived key."""
     client: ClientInfo | None = None
     """The MCP client's name and version and the OAuth client id, where known."""
+    state_call_id: str | None = None
+    """The call id our sealed `requestState` carried back on an MRTR retry."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +121,9 @@ class SessionIdentity:
 
     session_id: str
     source: SessionSource
+    minted: str | None = None
+    """The service-minted session the client echoed (MINTED): sent for the service to
+    verify; `session_id` is then the derived key, what a service without minting uses."""
 
 
 def safe_key(value: str, max_length: int) -> str:
@@ -98,6 +137,11 @@ def _digest(value: str, length: int) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
+def token_identity(token: str) -> str:
+    """Who a server token is, as a derived key names it: a digest, never the secret."""
+    return "token-sha256:" + _digest(token, 16)
+
+
 def _meta_string(meta: Mapping[str, object] | None, key: str) -> str | None:
     if meta is None:
         return None
@@ -107,68 +151,81 @@ def _meta_string(meta: Mapping[str, object] | None, key: str) -> str | None:
     return None
 
 
-def _derived(caller: CallerInfo, process_key: str) -> SessionIdentity:
-    who = caller.principal or "-"
-    if caller.transport in ("streamable-http", "sse") and caller.peer:
-        where = f"peer|{caller.peer}"
-    else:
-        where = f"process|{process_key}"
+def stable_client_id(client: ClientInfo | None) -> str | None:
+    """Which client calls: the OAuth client id (a URL under Client ID Metadata
+    Documents), else the client's own name (a claim: a key, never a credential)."""
+    if client is None:
+        return None
+    return client.oauth_client_id or client.name
+
+
+def derived_session(caller: CallerInfo) -> SessionIdentity:
+    """The session of who calls: principal (else the server token), client id, server.
+
+    No connection, transport session or request id takes part: a client that opens a
+    connection (or a process) per call stays in one session, which ends, like any, after
+    the policy's idle timeout.
+    """
+    who = caller.principal or caller.server_identity or "-"
+    client = stable_client_id(caller.client) or "-"
     # The server's name is part of the key: two MCP servers that share a service token
     # and see the same caller must not share a budget by accident.
     server = caller.server_name or "-"
-    key = _digest(f"{server}|{who}|{where}", 32)
+    key = _digest(f"{server}|{who}|{client}", 32)
     return SessionIdentity("derived:" + key, SessionSource.DERIVED)
 
 
 def resolve_session(
-    caller: CallerInfo,
-    keying: SessionKeying = SessionKeying.CLIENT,
-    *,
-    process_key: str = PROCESS_KEY,
+    caller: CallerInfo, keying: SessionKeying = SessionKeying.CLIENT
 ) -> SessionIdentity:
-    """Resolve the quota session of one tool call.
+    """Resolve the quota session of one tool call: the one order every path uses.
 
     With `SessionKeying.CLIENT` (the default), in order:
-      1. `_meta["io.mcp-quota/session"]` sent by the client;
-      2. the transport session id (`Mcp-Session-Id`), where the protocol has one;
-      3. a key derived from this MCP server's name, the principal and the connection
-         (the peer address over HTTP, the server process on stdio).
-    With `SessionKeying.PRINCIPAL`: the principal when authenticated, else step 3.
-    Client-sent ids are ignored, so reconnecting cannot reset the budget.
+      1. a session named in `_meta["io.mcp-quota/session"]`;
+      2. a session the service minted (`mqs1-...`) that the client echoes back under
+         the same key (the service verifies it; this side cannot);
+      3. derived from who calls: principal (else the server token), the client's stable
+         id (OAuth client id, else clientInfo.name) and this server's name.
+    `SessionKeying.TRANSPORT` puts the legacy `Mcp-Session-Id` between 1 and 2.
+    `SessionKeying.PRINCIPAL`: the principal when authenticated, else 3.
     """
-    if keying is SessionKeying.CLIENT:
-        explicit = _meta_string(caller.meta, META_SESSION_KEY)
-        if explicit is not None:
-            return SessionIdentity(safe_key(explicit, MAX_SESSION_ID), SessionSource.META)
-        if caller.transport_session_id:
+    if keying is SessionKeying.PRINCIPAL:
+        if caller.principal is not None:
             return SessionIdentity(
-                safe_key("mcp:" + caller.transport_session_id, MAX_SESSION_ID),
-                SessionSource.TRANSPORT,
+                safe_key("principal:" + caller.principal, MAX_SESSION_ID),
+                SessionSource.PRINCIPAL,
             )
-    elif caller.principal is not None:
+        return derived_session(caller)
+    sent = _meta_string(caller.meta, META_SESSION_KEY)
+    minted = sent is not None and sent.startswith(MINTED_PREFIX) and len(sent) <= MAX_MINTED
+    if sent is not None and not minted:
+        return SessionIdentity(safe_key(sent, MAX_SESSION_ID), SessionSource.META)
+    if keying is SessionKeying.TRANSPORT and caller.transport_session_id:
         return SessionIdentity(
-            safe_key("principal:" + caller.principal, MAX_SESSION_ID), SessionSource.PRINCIPAL
+            safe_key("mcp:" + caller.transport_session_id, MAX_SESSION_ID),
+            SessionSource.TRANSPORT,
         )
-    return _derived(caller, process_key)
+    derived = derived_session(caller)
+    if minted:
+        return SessionIdentity(derived.session_id, SessionSource.MINTED, sent)
+    return derived
 
 
 def resolve_call_id(caller: CallerInfo) -> str | None:
-    """The idempotency key of one tool call, or None to let the client generate one.
+    """The idempotency key of one tool call, or None (the check then has none of its own).
 
     1. `_meta["io.mcp-quota/call-id"]`: the client sends the same value when it
-       retries the same call, so the retry is not counted twice.
-    2. On a transport session, the JSON-RPC request id, qualified by that session:
-       ids are unique only within one transport session.
-    Otherwise None. A bare JSON-RPC id is never used on its own: clients restart
-    ids at each connection, and a reused id would be replayed as a duplicate,
-    letting the call run uncounted.
+       re-sends the same call, so the retry is not counted twice;
+    2. on an MRTR retry, the call id our sealed `requestState` carries.
+    Never the JSON-RPC id: a re-sent request and an MRTR retry both carry a new one
+    (so it would not match), and ids restart on each connection (so a reused one
+    would replay an old answer and let a new call run uncounted).
     """
     explicit = _meta_string(caller.meta, META_CALL_ID_KEY)
     if explicit is not None:
         return safe_key(explicit, MAX_CALL_ID)
-    if caller.transport_session_id and caller.request_id is not None:
-        scope = _digest(caller.transport_session_id, 16)
-        return safe_key(f"rpc:{scope}:{caller.request_id}", MAX_CALL_ID)
+    if caller.state_call_id:
+        return safe_key(caller.state_call_id, MAX_CALL_ID)
     return None
 
 
