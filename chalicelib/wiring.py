@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
     from chalicelib.auth.oidc import OidcVerifier
+    from chalicelib.check.approvals import Approvals
     from chalicelib.check.hooks import BlockListener
     from chalicelib.check.shadow import ShadowListener
     from chalicelib.check.tickets import HoldTickets, TicketSigner
@@ -458,6 +459,19 @@ class Container:
             mark=self.mark_trouble,
             shadow_listener=OnFirstShadow(self.shadow_reporter),
             tickets=self.hold_tickets(),
+        )
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """Approvals of single calls (issue 32): their store is opened on first use."""
+        from chalicelib.check.approvals import Approvals
+
+        return Approvals(
+            self.policy,
+            self.stores.approvals,
+            self.clock,
+            lambda: self.auditor,
+            lambda: self.base_url,
         )
 
     def shadow_reporter(self) -> ShadowListener:

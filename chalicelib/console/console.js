@@ -470,7 +470,8 @@ const EVENT_TYPES = ["quota_exceeded", "notification_sent", "notification_failed
   "session_raised", "session_lowered", "session_suspended", "session_resumed", "session_reset",
   "principal_raised", "principal_suspended", "principal_resumed", "principal_reset",
   "grant_created", "grant_deleted", "token_created", "token_revoked", "link_declined",
-  "shadow_refusal", "repeated_call"];
+  "shadow_refusal", "repeated_call", "approval_requested", "approval_granted",
+  "approval_denied", "approval_used", "approval_expired"];
 const AUDIT_FILTERS = ["type", "principal", "server", "since", "until"];
 
 // By default: every event of the tenant, newest first; a session id shows its own trail.
