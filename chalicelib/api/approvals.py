@@ -80,7 +80,9 @@ def _reason(body: dict[str, Any]) -> str | None:
         raise errors.InvalidRequest(f"Unknown field {sorted(unknown)[0]!r}.", sorted(unknown)[0])
     reason = body.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
-        raise errors.InvalidRequest(f"reason must be a string of at most {MAX_REASON} chars.", "reason")
+        raise errors.InvalidRequest(
+            f"reason must be a string of at most {MAX_REASON} chars.", "reason"
+        )
     return reason
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from chalicelib.quota.policy import parse_policy
-from tests.api.conftest import ADMIN, SERVER, Api, body
+from tests.api.conftest import ADMIN, SERVER, Api, body, running_api
 from tests.support import FixedClock
 
 DIGEST_A = hashlib.sha256(b'{"id":1}').hexdigest()
@@ -39,10 +40,12 @@ def drop(api: Api, digest: str | None = DIGEST_A, **extra: Any) -> Any:
     return api.check(**fields)
 
 
-@pytest.fixture
-def approving(api: Api) -> Api:
-    approval_policy(api)
-    return api
+@pytest.fixture(params=["memory", "dynamodb"])
+def approving(request: pytest.FixtureRequest, clock: FixedClock) -> Iterator[Api]:
+    """The API with an approval rule, on memory and on moto's DynamoDB."""
+    with running_api(clock, request.param) as api:
+        approval_policy(api)
+        yield api
 
 
 def test_the_approval_flow_end_to_end(approving: Api) -> None:

@@ -4,7 +4,6 @@ twin of a DynamoDB conditional write)."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
 from chalicelib.quota.approvals import Approval, ApprovalKey, ApprovalState
 from chalicelib.storage.ports import RecordNotFound
@@ -66,5 +65,5 @@ class MemoryApprovals:
                 return False, old
             if expected is not ApprovalState.USED and now_ms >= old.expires_ms:
                 return False, old
-            self._by_id[key] = replace(new, created_ms=old.created_ms)
+            self._by_id[key] = new
             return True, old
