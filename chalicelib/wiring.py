@@ -464,6 +464,7 @@ class Container:
     @cached_property
     def approvals(self) -> Approvals:
         """Approvals of single calls (issue 32): their store is opened on first use."""
+        from chalicelib.check import approval_email
         from chalicelib.check.approvals import Approvals
 
         return Approvals(
@@ -472,6 +473,7 @@ class Container:
             self.clock,
             lambda: self.auditor,
             lambda: self.base_url,
+            approval_email.Emailer(lambda: self.notifier),
         )
 
     def shadow_reporter(self) -> ShadowListener:

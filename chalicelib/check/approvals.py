@@ -84,7 +84,9 @@ class Approvals:
         clock: Clock,
         auditor: Callable[[], Auditor],
         base_url: Callable[[], str],
+        notify: Callable[[Approval, str], None] | None = None,
     ) -> None:
+        self._notify = notify
         self._policy = policy
         self._store = store
         self._clock = clock
@@ -163,9 +165,12 @@ class Approvals:
             shorten(preview),
         )
         stored = self._store.put_new(fresh, latest.approval_id if latest else None)
+        url = self.console_url(stored.approval_id)
         if stored.approval_id == fresh.approval_id:
             self._audit(EventType.APPROVAL_REQUESTED, stored, "mcp-quota", None)
-        return ApprovalRequired(stored, self.console_url(stored.approval_id))
+            if self._notify is not None:
+                self._notify(stored, url)
+        return ApprovalRequired(stored, url)
 
     def decide(
         self, tenant: str, approval_id: str, approve: bool, actor: str, reason: str | None

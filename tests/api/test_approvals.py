@@ -81,6 +81,8 @@ def test_the_approval_flow_end_to_end(approving: Api) -> None:
     again = drop(api)
     assert body(again)["error"]["code"] == "approval_required"
     assert body(again)["approval"]["id"] != approval["id"]
+    emails = [m for m in api.sent() if "drop_table" in m[1] and '{"id": 1}' in m[1]]
+    assert len(emails) == 1 and approval["id"] in emails[0][1]
     events = [e["type"] for e in body(api.get("/v1/audit?session_id=s1"))["events"]]
     for kind in ("approval_requested", "approval_granted", "approval_used"):
         assert kind in events, events
