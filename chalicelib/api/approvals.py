@@ -8,20 +8,19 @@ from typing import TYPE_CHECKING, Any
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import caller_may, deps, reader, reader_and_query, request_body
+from chalicelib.api.context import deps, operator_and_body, reader, reader_and_query
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib import clock, errors
     from chalicelib.api.schemas import ApprovalView
-    from chalicelib.auth import roles
+    from chalicelib.auth.tokens import Identity
     from chalicelib.check import approvals as approval_rules
     from chalicelib.quota.approvals import Approval
 else:
     clock = lazy_module("chalicelib.clock")
     errors = lazy_module("chalicelib.errors")
-    roles = lazy_module("chalicelib.auth.roles")
     approval_rules = lazy_module("chalicelib.check.approvals")
 
 approvals = Blueprint(__name__)
@@ -53,20 +52,20 @@ def show_approval(approval_id: str) -> Response:
 @handled
 def approve(approval_id: str) -> Response:
     """Approve a pending approval: its call may then run once."""
-    return _decide(approval_id, True)
+    who, body = operator_and_body(approvals.current_request)
+    return _decide(who, body, approval_id, True)
 
 
 @approvals.route("/v1/approvals/{approval_id}/deny", methods=["POST"], authorizer=bearer)
 @handled
 def deny(approval_id: str) -> Response:
     """Deny a pending approval: its call is refused with approval_denied."""
-    return _decide(approval_id, False)
+    who, body = operator_and_body(approvals.current_request)
+    return _decide(who, body, approval_id, False)
 
 
-def _decide(approval_id: str, approve: bool) -> Response:
-    request = approvals.current_request
-    who = caller_may(request, roles.Permission.ACT)
-    reason = _reason(request_body(request) if request.raw_body else {})
+def _decide(who: Identity, body: dict[str, Any], approval_id: str, approve: bool) -> Response:
+    reason = _reason(body)
     container = deps()
     decided = container.approvals.decide(who.tenant, approval_id, approve, who.actor, reason)
     return json_response(view(decided, container.clock()))

@@ -99,7 +99,7 @@ class Approvals:
 
     def console_url(self, approval_id: str) -> str:
         """Where an administrator approves it."""
-        return f"{self._base_url()}/console/#approvals/{approval_id}"
+        return f"{self._base_url()}/console#/approvals/{approval_id}"
 
     def guarded(
         self,

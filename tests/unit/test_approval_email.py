@@ -12,7 +12,7 @@ def test_the_arguments_are_shown_without_control_or_bidi_characters() -> None:
     key = ApprovalKey("acme", "bot\u202e1", "drop_table", "a" * 64)
     hostile = 'users"}\u202e\r\x1b[2J{"table": "audit'
     approval = Approval("ap_1", key, ApprovalState.PENDING, 0, 900_000, "s1", "db", hostile)
-    note = approval_notification(approval, "https://q.example/console/#approvals/ap_1")
+    note = approval_notification(approval, "https://q.example/console#/approvals/ap_1")
     assert all(c.isprintable() or c == "\n" for c in note.body)
-    assert "\\u202e" in note.body and "https://q.example/console/#approvals/ap_1" in note.body
+    assert "\\u202e" in note.body and "https://q.example/console#/approvals/ap_1" in note.body
     assert "\n" not in note.subject and len(note.subject) < 100
