@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from chalice.app import Chalice
 
-from chalicelib.api import audit, check, console, grants, links, notifier, principals, sessions
+from chalicelib.api import (
+    approvals,
+    audit,
+    check,
+    console,
+    grants,
+    links,
+    notifier,
+    principals,
+    sessions,
+)
 from chalicelib.api import tokens as token_routes
 from chalicelib.api.authorizer import authorizers
 from chalicelib.api.context import deps, on_request, reset_dependencies
@@ -33,3 +43,4 @@ app.register_blueprint(audit.audit)
 app.register_blueprint(links.links)
 app.register_blueprint(console.console)
 app.register_blueprint(notifier.notifications)
+app.register_blueprint(approvals.approvals)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from admin_cli import commands, render
+from admin_cli import approvals, commands, render
 from admin_cli.api_client import AdminClient, is_plain_http_to_remote
 from admin_cli.errors import CliError, ExitCode
 from admin_cli.render import Output
@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_commands(root)
     _add_principal_commands(root)
     _add_grant_commands(root)
+    approvals.add_commands(root, _leaf, _client)
     audit = _leaf(root, "audit", "list audit events: blocks, admin actions, notifications", _audit)
     audit.add_argument(
         "--session",

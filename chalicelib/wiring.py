@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from chalicelib.check.auditing import Auditor
     from chalicelib.check.hooks import DecisionListener
     from chalicelib.check.runaway import AdminChanges
+    from chalicelib.check.approvals import Approvals
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
@@ -468,4 +469,19 @@ class Container:
             tickets=self.hold_tickets(),
             changes=self.admin_changes,
             refusal_cache_ms=REFUSAL_CACHE_MS,
+        )
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """Approvals of single calls (issue 32): their store is opened on first use."""
+        from chalicelib.check import approval_email
+        from chalicelib.check.approvals import Approvals
+
+        return Approvals(
+            self.policy,
+            self.stores.approvals,
+            self.clock,
+            lambda: self.auditor,
+            lambda: self.base_url,
+            approval_email.Emailer(lambda: self.notifier),
         )

@@ -3,6 +3,7 @@ unspent calls, the policy's rules they weigh calls by, and the liveness probe.""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from chalice.app import Blueprint, Response
@@ -14,9 +15,10 @@ from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib import wiring
-    from chalicelib.check import binding, deadline
+    from chalicelib.check import approvals, binding, deadline
     from chalicelib.check import requests as validation
 else:
+    approvals = lazy_module("chalicelib.check.approvals")
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
     validation = lazy_module("chalicelib.check.requests")
@@ -39,11 +41,19 @@ def check() -> Response:
     request = checks.current_request
     identity = server_caller(request)
     container = deps()
-    parsed = validation.parse_check(request_body(request), container.policy)
+    body = request_body(request)
+    preview = approvals.preview_param(body) if "arguments_preview" in body else None
+    parsed = validation.parse_check(body, container.policy)
+    run = partial(binding.check_as, identity, parsed, container.checks)
     # Answered before the client gives up, and no store request left running past it.
     by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
     with deadline.answering_by(by):
-        return decision_response(binding.check_as(identity, parsed, container.checks))
+        if not container.policy.needs_approval(parsed.tool):
+            return decision_response(run())
+        # A call that needs a human's approval runs on one, used once (issue 32).
+        key = approvals.approval_key(identity, parsed)
+        context = (parsed.session_id, parsed.server, preview)
+        return decision_response(container.approvals.guarded(key, context, run))
 
 
 def _remaining_ms() -> int | None:

@@ -265,6 +265,27 @@ class Caller(TypedDict):
     permissions: list[str]
 
 
+class ApprovalView(TypedDict):
+    """An approval of one call (issue 32), as the API, the console and the CLI show it."""
+
+    id: str
+    state: str
+    principal: str
+    tool: str
+    args_digest: str
+    arguments_preview: str | None
+    session_id: str | None
+    server: str | None
+    created_at: str
+    expires_at: str
+    decided_by: str | None
+    reason: str | None
+
+
+class ApprovalList(TypedDict):
+    approvals: list[ApprovalView]
+
+
 Body = (
     Health
     | Decision
@@ -286,5 +307,7 @@ Body = (
     | ShadowView
     | ConsoleConfig
     | Caller
+    | ApprovalView
+    | ApprovalList
 )
 """Every body the JSON routes answer with (errors aside: `errors.QuotaServiceError.body`)."""

@@ -466,11 +466,39 @@ async function grantsPage(message) {
       el("label", {}, "Reason", f("reason")), el("button", { type: "submit", text: "Create grant" }))));
 }
 
+// Approvals of single calls (issue 32): pending first; approving or denying needs "act".
+async function approvalsPage(params, focus, message) {
+  const state = params.get("state") || "pending";
+  const data = await api("GET", `/v1/approvals?state=${encodeURIComponent(state)}`);
+  const status = el("div", { "aria-live": "polite" }, message || null);
+  const act = may("act");
+  const decide = (a, verb, reason) => async () => {
+    try {
+      await api("POST", `/v1/approvals/${encodeURIComponent(a.id)}/${verb}`, reason.value.trim() ? { reason: reason.value.trim() } : {});
+      approvalsPage(params, null, notice("ok", verb === "approve" ? "Approved: the call may run once." : "Denied.")).catch(fail);
+    } catch (err) { status.replaceChildren(notice("error", err.message)); }
+  };
+  const rows = data.approvals.map((a) => {
+    const reason = el("input", { name: "reason", placeholder: "reason (optional)", "aria-label": `reason for ${a.id}` });
+    const buttons = !act || a.state !== "pending" ? "" : el("span", {}, reason,
+      el("button", { type: "button", text: "Approve", onclick: decide(a, "approve", reason) }),
+      el("button", { type: "button", class: "secondary", text: "Deny", onclick: decide(a, "deny", reason) }));
+    return [el("code", { text: a.id, class: a.id === focus ? "focus" : null }), a.tool, el("code", { text: a.arguments_preview || "-" }),
+      principalLink(a.principal), a.session_id ? sessionLink(a.session_id) : "-", a.server || "-", stateBadge(a.state), fmt(a.expires_at), buttons];
+  });
+  const states = ["pending", "approved", "denied", "used", "expired"].map((s) =>
+    el("a", { href: `#/approvals?state=${s}`, text: s, "aria-current": s === state ? "page" : null }));
+  show(el("h1", { text: "Approvals" }), el("nav", { class: "filters" }, states), status,
+    el("section", {}, rows.length ? table(["Approval", "Tool", "Arguments", "Principal", "Session", "Server", "State", "Expires", ""], rows)
+      : el("p", { class: "muted", text: `No ${state} approvals.` })));
+}
+
 const EVENT_TYPES = ["quota_exceeded", "notification_sent", "notification_failed",
   "session_raised", "session_lowered", "session_suspended", "session_resumed", "session_reset",
   "principal_raised", "principal_suspended", "principal_resumed", "principal_reset",
   "grant_created", "grant_deleted", "token_created", "token_revoked", "link_declined",
-  "shadow_refusal", "repeated_call"];
+  "shadow_refusal", "repeated_call", "approval_requested", "approval_granted",
+  "approval_denied", "approval_used", "approval_expired"];
 const AUDIT_FILTERS = ["type", "principal", "server", "since", "until"];
 
 // By default: every event of the tenant, newest first; a session id shows its own trail.
@@ -560,6 +588,7 @@ function route() {
   else if (parts[0] === "principal" && parts[1]) page = principalPage(parts[1]);
   else if (parts[0] === "tenant") page = tenantPage();
   else if (parts[0] === "grants") page = grantsPage();
+  else if (parts[0] === "approvals") page = approvalsPage(params, parts[1]);
   else if (parts[0] === "audit") page = auditPage(params);
   else if (parts[0] === "shadow") page = shadowPage(params);
   else page = overview();

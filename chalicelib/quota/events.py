@@ -37,6 +37,11 @@ class EventType(enum.StrEnum):
     LINK_DECLINED = "link_declined"  # an emailed link whose action was already done
     SHADOW_REFUSAL = "shadow_refusal"  # shadow mode let a call over a limit run
     REPEATED_CALL = "repeated_call"  # the loop breaker refused a call (first of a run)
+    APPROVAL_REQUESTED = "approval_requested"  # a call needs a human's approval (#32)
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_USED = "approval_used"
+    APPROVAL_EXPIRED = "approval_expired"
 
 
 # The "session" of events that belong to no session. It holds a space, which no session

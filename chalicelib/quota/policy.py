@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from chalicelib.quota.approvals import DEFAULT_APPROVAL_SECONDS
 from chalicelib.quota.core import Scope
 from chalicelib.quota.errors import ConfigurationError
 
@@ -28,6 +29,7 @@ DAY_SECONDS = 86_400
 _WINDOW = re.compile(r"^([1-9][0-9]{0,4})([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": DAY_SECONDS}
 DEFAULT_SUSPEND_AFTER = 50
+RULE_KEYS = frozenset({"tools", "pattern", "category", "units_from", "approval"})
 DEFAULT_LEASE_MAX = 10
 DEFAULT_LEASE_SECONDS = 30
 MAX_LEASE = 100  # the most calls one check may ask for; a category's lease_max is capped too
@@ -121,6 +123,8 @@ class Rule:
     units_from: str | None = None
     """A list argument whose length a call of these tools weighs (the MCP side weighs
     calls with it: it reads the rules from `GET /v1/policy`)."""
+    approval: bool = False
+    """Each call of these tools needs a human's approval bound to it (issue 32)."""
 
     def matches(self, tool: str) -> bool:
         """Whether this rule applies to the tool name."""
@@ -166,6 +170,14 @@ class Policy:
     suspend_after_refusals: int = DEFAULT_SUSPEND_AFTER
     session_from: SessionFrom = SessionFrom.CALLER
     """Mirrored on the MCP side (`MCP_QUOTA_SESSION_FROM`): the service keys no session."""
+    approval_seconds: int = DEFAULT_APPROVAL_SECONDS
+
+    def needs_approval(self, tool: str) -> bool:
+        """Whether the rule that classifies `tool` asks for an approval of each call."""
+        exact = [r for r in self.rules if tool in r.tools]
+        for rule in exact or [r for r in self.rules if r.matches(tool)]:
+            return rule.approval
+        return False
 
     @property
     def most_restrictive(self) -> Category:
@@ -364,7 +376,7 @@ def _lease(name: str, raw: dict[str, Any], limit: int) -> tuple[bool, int, int]:
 
 def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
     where = f"rules[{index}]"
-    if not isinstance(raw, dict) or set(raw) - {"tools", "pattern", "category", "units_from"}:
+    if not isinstance(raw, dict) or set(raw) - RULE_KEYS:
         raise ConfigurationError(f"{where} must be an object of tools|pattern and category")
     category = raw.get("category")
     if not isinstance(category, str) or category not in categories:
@@ -380,7 +392,10 @@ def _rule(index: int, raw: Any, categories: Mapping[str, Category]) -> Rule:
     units_from = raw.get("units_from")
     if units_from is not None and (not isinstance(units_from, str) or not units_from):
         raise ConfigurationError(f"{where}: units_from must name an argument")
-    return Rule(str(category), frozenset(tools), pattern, units_from)
+    approval = raw.get("approval", False)
+    if not isinstance(approval, bool):
+        raise ConfigurationError(f"{where}: approval must be true or false")
+    return Rule(str(category), frozenset(tools), pattern, units_from, approval)
 
 
 def parse_policy(document: Mapping[str, Any]) -> Policy:
@@ -399,6 +414,7 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
         "suspend_after_refusals",
         "enforce",
         "session_from",
+        "approval_seconds",
     }
     if unknown:
         raise ConfigurationError(f"policy has unknown keys {sorted(unknown)}")
@@ -428,11 +444,15 @@ def parse_policy(document: Mapping[str, Any]) -> Policy:
     suspend_after = _positive_int(
         "suspend_after_refusals", document.get("suspend_after_refusals", DEFAULT_SUSPEND_AFTER)
     )
+    approval_seconds = _positive_int(
+        "approval_seconds", document.get("approval_seconds", DEFAULT_APPROVAL_SECONDS)
+    )
     return Policy(
         categories=categories,
         rules=rules,
         suspend_after_refusals=suspend_after,
         session_from=_session_from(document.get("session_from", SessionFrom.CALLER.value)),
+        approval_seconds=approval_seconds,
     )
 
 

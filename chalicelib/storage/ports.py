@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from chalicelib.quota.events import AuditEvent
     from chalicelib.quota.grants import Grant
     from chalicelib.storage.records import TokenRecord
+    from chalicelib.storage.approval_port import ApprovalStore
 
 # What every port raises (defined in `storage.errors`), named here for its callers.
 BadPageToken = errors.BadPageToken
@@ -486,3 +487,5 @@ class Stores(Protocol):
     def link_uses(self) -> LinkUses: ...
     @property
     def trouble(self) -> TroubleIndex: ...
+    @property
+    def approvals(self) -> ApprovalStore: ...

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 import schemathesis
 from jsonschema import Draft7Validator
 
+from chalicelib.quota.policy import Rule
 from tests.api.conftest import ADMIN, SERVER, Api, running_api
 from tests.support import ROOT, FixedClock
 
@@ -200,7 +201,25 @@ def walk(api: Api) -> list[Answer]:
     r.send("GET", "/v1/me")
     r.send("GET", "/v1/console-config")
     r.send("POST", "/v1/sessions/s-1/suspend", {"reason": "x" * 20_000})  # 413
+    walk_approvals(api, r)
     return r.answers
+
+
+def walk_approvals(api: Api, r: Recorder) -> None:
+    """The approval routes (issue 32), under the default policy plus an approval rule."""
+    policy = api.container.policy
+    rule = Rule("write", frozenset({"drop_table"}), approval=True)
+    api.container.__dict__["policy"] = replace(policy, rules=(rule, *policy.rules))
+    call = {"session_id": "s-9", "tool": "drop_table", "args_digest": "a" * 64}
+    asked = r.send("POST", "/v1/check", {**call, "arguments_preview": "{}"}, SERVER)  # 403
+    path = f"/v1/approvals/{asked.body['approval']['id']}"
+    r.send("GET", "/v1/approvals?state=pending")
+    r.send("GET", "/v1/approvals?state=nope")  # 400
+    r.send("GET", path)
+    r.send("GET", "/v1/approvals/ap_none")  # 404
+    r.send("POST", f"{path}/approve", {"reason": "ok"})
+    r.send("POST", f"{path}/deny", {"reason": "late"})  # 409
+    r.send("POST", "/v1/check", call, SERVER)
 
 
 @pytest.fixture(params=["memory", "moto"])

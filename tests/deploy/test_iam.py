@@ -112,8 +112,9 @@ def functions_that_authenticate() -> set[str]:
 # live in the counters table, and `updates.py` is the UpdateItem/GetItem helper of the
 # counters-table adapters.
 # The single use of emailed links is a small item in the counters table; the index of
-# sessions in trouble is a partition of the audit table.
+# sessions in trouble and the approvals of single calls are partitions of the audit table.
 SHARES_TABLE = {
+    "approvals": "audit",
     "budgets": "counters",
     "updates": "counters",
     "links": "counters",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mcp_quota_client.call_state import CallStateSealer, OpenedState
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import SessionFrom, load_policy, parse_policy
 
 KEY = b"k" * 32

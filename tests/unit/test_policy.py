@@ -6,6 +6,9 @@ from typing import Any
 import pytest
 
 from chalicelib.quota.errors import ConfigurationError
+from chalicelib import errors
+from chalicelib.quota import approvals
+from chalicelib.quota import policy as policy_module
 from chalicelib.quota.policy import load_policy, parse_policy
 
 DOC: dict[str, Any] = {
@@ -76,3 +79,25 @@ def test_invalid_policies_fail_at_start_with_a_named_reason(mutate: Any, message
 def test_missing_policy_file_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="cannot read"):
         load_policy("no-such-policy.json")
+
+
+def test_an_approval_rule_and_its_seconds_are_parsed() -> None:
+    """Issue 32: `approval` on a rule, `approval_seconds` on the policy, both checked."""
+    base = {"version": 1, "categories": {"read": {"limit": 5}, "write": {"limit": 2}}}
+    rules = [
+        {"tools": ["drop_table"], "category": "write", "approval": True},
+        {"pattern": "drop_*", "category": "write"},
+    ]
+    policy = policy_module.parse_policy({**base, "rules": rules})
+    assert policy.needs_approval("drop_table")
+    assert not policy.needs_approval("drop_index")  # its rule does not ask
+    assert not policy.needs_approval("unknown")
+    assert policy.approval_seconds == approvals.DEFAULT_APPROVAL_SECONDS
+    assert policy_module.parse_policy({**base, "approval_seconds": 60}).approval_seconds == 60
+    bad_rule = [{"tools": ["x"], "category": "write", "approval": "yes"}]
+    for document in ({**base, "rules": bad_rule}, {**base, "approval_seconds": 0}):
+        try:
+            policy_module.parse_policy(document)
+        except errors.ConfigurationError:
+            continue
+        raise AssertionError(f"accepted {document}")

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from chalicelib.settings import Settings
+    from chalicelib.storage.dynamodb.approvals import ApprovalTable
     from chalicelib.storage.ports import (
         AuditLog,
         BudgetCounters,
@@ -81,6 +82,12 @@ class DynamoDBStores:
         from chalicelib.storage.dynamodb.trouble import TroubleStore
 
         return TroubleStore(self._client(), self._settings.audit_table)
+
+    @cached_property
+    def approvals(self) -> ApprovalTable:
+        from chalicelib.storage.dynamodb.approvals import ApprovalTable
+
+        return ApprovalTable(self._client(), self._settings.audit_table)
 
 
 def open_stores(

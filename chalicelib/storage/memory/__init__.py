@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chalicelib.settings import Settings
+    from chalicelib.storage.memory.approvals import MemoryApprovals
     from chalicelib.storage.ports import (
         AuditLog,
         BudgetCounters,
@@ -72,6 +73,12 @@ class MemoryStores:
         from chalicelib.storage.memory.trouble import MemoryTroubleIndex
 
         return MemoryTroubleIndex()
+
+    @cached_property
+    def approvals(self) -> MemoryApprovals:
+        from chalicelib.storage.memory.approvals import MemoryApprovals
+
+        return MemoryApprovals()
 
 
 def open_stores(

@@ -1,0 +1,282 @@
+"""The approval step of a check (issue 32): a call of a tool whose rule says
+`"approval": true` runs only on an approved approval bound to it, used once.
+
+Ordering (the approval and the counters are separate items): the approval is consumed
+first, under the condition `state = approved` and unexpired, then the call is counted;
+if the count refuses or fails, the approval is given back (`used` -> `approved`). Of any
+number of concurrent copies, only the one whose consume succeeded is counted, so a call
+never runs twice on one approval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from chalicelib.check.auditing import Auditor
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.auth.tokens import Identity, effective_principal
+from chalicelib.check.requests import CheckRequest
+from chalicelib.clock import Clock, iso_utc
+from chalicelib.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from chalicelib.quota.answers import Decision, Refused
+from chalicelib.quota.approvals import (
+    Approval,
+    ApprovalKey,
+    ApprovalState,
+    Gate,
+    decided,
+    gate,
+    new_approval_id,
+    shorten,
+)
+from chalicelib.quota.policy import Policy
+from chalicelib.storage.approval_port import ApprovalStore
+from chalicelib.storage.ports import RecordNotFound
+
+MAX_PREVIEW_BODY = 4096  # what a check may send; MAX_PREVIEW of it is kept
+
+
+class ApprovalRequired(Forbidden):
+    """The call needs a human's approval; the answer names it."""
+
+    CODE = "approval_required"
+
+    def __init__(self, approval: Approval, console_url: str) -> None:
+        super().__init__(
+            f"Tool {approval.key.tool!r} needs an administrator's approval for this exact "
+            f"call (these arguments, principal {approval.key.principal!r}). Ask an "
+            f"administrator to approve {approval.approval_id} at {console_url} before "
+            f"{iso_utc(approval.expires_ms)}, then retry the same call."
+        )
+        self.approval = approval
+        self.console_url = console_url
+
+    def body(self) -> dict[str, object]:
+        body = super().body()
+        body["approval"] = {
+            "id": self.approval.approval_id,
+            "expires_at": iso_utc(self.approval.expires_ms),
+            "console_url": self.console_url,
+        }
+        return body
+
+
+class ApprovalDenied(Forbidden):
+    """An administrator denied this call."""
+
+    CODE = "approval_denied"
+
+    def __init__(self, approval: Approval) -> None:
+        why = f" ({approval.reason})" if approval.reason else ""
+        super().__init__(
+            f"An administrator denied this call of {approval.key.tool!r}{why}: do not "
+            "retry it; change the arguments or ask the administrator."
+        )
+
+
+class Approvals:
+    """Asks for, decides and uses approvals."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: ApprovalStore,
+        clock: Clock,
+        auditor: Callable[[], Auditor],
+        base_url: Callable[[], str],
+        notify: Callable[[Approval, str], None] | None = None,
+    ) -> None:
+        self._notify = notify
+        self._policy = policy
+        self._store = store
+        self._clock = clock
+        self._auditor = auditor
+        self._base_url = base_url
+
+    def needs(self, tool: str) -> bool:
+        """Whether calls of this tool need an approval."""
+        return self._policy.needs_approval(tool)
+
+    def console_url(self, approval_id: str) -> str:
+        """Where an administrator approves it."""
+        return f"{self._base_url()}/console#/approvals/{approval_id}"
+
+    def guarded(
+        self,
+        key: ApprovalKey,
+        context: tuple[str | None, str | None, str | None],
+        check: Callable[[], Decision],
+    ) -> Decision:
+        """Run the check on a consumed approval, giving it back if the call is not counted.
+
+        Raises:
+            ApprovalRequired: no usable approval (a pending one is answered again).
+            ApprovalDenied: the newest approval for the call was denied.
+            StorageError: a store failed (a consumed approval was given back first).
+        """
+        now = self._clock()
+        latest = self._store.latest(key)
+        outcome = gate(latest, now)
+        if outcome is Gate.DENIED and latest is not None:
+            raise ApprovalDenied(latest)
+        if outcome is Gate.USE and latest is not None:
+            used = replace(latest, state=ApprovalState.USED)
+            done, _ = self._store.change(used, ApprovalState.APPROVED, now)
+            if done:
+                return self._run(latest, check)
+            latest = self._store.latest(key)  # another copy used it: ask anew
+        if outcome is Gate.WAIT and latest is not None:
+            raise ApprovalRequired(latest, self.console_url(latest.approval_id))
+        if latest is not None and latest.state_at(now) is ApprovalState.EXPIRED:
+            self._audit(EventType.APPROVAL_EXPIRED, latest, "mcp-quota", None)
+        raise self._ask(key, context, latest, now)
+
+    def _run(self, approval: Approval, check: Callable[[], Decision]) -> Decision:
+        try:
+            decision = check()
+        except Exception:
+            self._give_back(approval)
+            raise
+        if isinstance(decision, Refused):
+            self._give_back(approval)
+        else:
+            self._audit(EventType.APPROVAL_USED, approval, "mcp-quota", None)
+        return decision
+
+    def _give_back(self, approval: Approval) -> None:
+        self._store.change(approval, ApprovalState.USED, self._clock())
+
+    def _ask(
+        self,
+        key: ApprovalKey,
+        context: tuple[str | None, str | None, str | None],
+        latest: Approval | None,
+        now: int,
+    ) -> ApprovalRequired:
+        session_id, server, preview = context
+        fresh = Approval(
+            new_approval_id(),
+            key,
+            ApprovalState.PENDING,
+            now,
+            now + self._policy.approval_seconds * 1000,
+            session_id,
+            server,
+            shorten(preview),
+        )
+        stored = self._store.put_new(fresh, latest.approval_id if latest else None)
+        url = self.console_url(stored.approval_id)
+        if stored.approval_id == fresh.approval_id:
+            self._audit(EventType.APPROVAL_REQUESTED, stored, "mcp-quota", None)
+            if self._notify is not None:
+                self._notify(stored, url)
+        return ApprovalRequired(stored, url)
+
+    def decide(
+        self, tenant: str, approval_id: str, approve: bool, actor: str, reason: str | None
+    ) -> Approval:
+        """An administrator's decision on a pending approval.
+
+        Raises:
+            NotFound: no such approval in this tenant.
+            Conflict: it is no longer pending (decided, used or expired).
+        """
+        current = self.get(tenant, approval_id)
+        now = self._clock()
+        done, old = self._store.change(
+            decided(current, approve, actor, reason), ApprovalState.PENDING, now
+        )
+        if not done:
+            state = (old or current).state_at(now)
+            raise Conflict(f"Approval {approval_id} is {state}, not pending: nothing to decide.")
+        kind = EventType.APPROVAL_GRANTED if approve else EventType.APPROVAL_DENIED
+        after = self.get(tenant, approval_id)
+        self._audit(kind, after, actor, reason)
+        return after
+
+    def get(self, tenant: str, approval_id: str) -> Approval:
+        """One approval of the tenant.
+
+        Raises:
+            NotFound: no such approval in this tenant.
+        """
+        try:
+            return self._store.get(tenant, approval_id)
+        except RecordNotFound as exc:
+            raise NotFound(f"No approval {approval_id} in this tenant.") from exc
+
+    def listed(self, tenant: str, state: ApprovalState | None) -> list[Approval]:
+        """The tenant's approvals in one state (all without one), newest first."""
+        now = self._clock()
+        return [a for a in self._store.list(tenant) if state is None or a.state_at(now) is state]
+
+    def _audit(self, kind: EventType, approval: Approval, actor: str, reason: str | None) -> None:
+        self._auditor().record(
+            AuditEvent(
+                at_ms=self._clock(),
+                type=kind,
+                tenant=approval.key.tenant,
+                session_id=approval.session_id or TENANT_SCOPE,
+                actor=actor,
+                reason=reason,
+                detail={
+                    "approval_id": approval.approval_id,
+                    "tool": approval.key.tool,
+                    "args_digest": approval.key.args_digest,
+                },
+                principal=approval.key.principal,
+                server=approval.server,
+            )
+        )
+
+
+def approval_state_param(raw: str | None) -> ApprovalState | None:
+    """The `state` query parameter.
+
+    Raises:
+        InvalidRequest: not a known state.
+    """
+    if raw is None:
+        return None
+    try:
+        return ApprovalState(raw)
+    except ValueError as exc:
+        names = ", ".join(s.value for s in ApprovalState)
+        raise InvalidRequest(f"state must be one of {names}.", "state") from exc
+
+
+def preview_param(body: dict[str, object]) -> str | None:
+    """Take the optional `arguments_preview` out of a check body (the rest is parsed
+    as before): the arguments as the MCP side sent them, for the approver's eyes only.
+
+    Raises:
+        InvalidRequest: not a string, or over MAX_PREVIEW_BODY characters.
+    """
+    raw = body.pop("arguments_preview", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or len(raw) > MAX_PREVIEW_BODY:
+        raise InvalidRequest(
+            f"arguments_preview must be a string of at most {MAX_PREVIEW_BODY} characters.",
+            "arguments_preview",
+        )
+    return raw
+
+
+def approval_key(identity: Identity, request: CheckRequest) -> ApprovalKey:
+    """The call an approval must be bound to: the token's tenant, the principal the
+    check counts as, the tool and the arguments' digest.
+
+    Raises:
+        InvalidRequest: no args_digest (an approval binds the arguments).
+        PrincipalNotAllowed: the claimed principal is not the token's.
+    """
+    if request.args_digest is None:
+        raise InvalidRequest(
+            f"Tool {request.tool!r} needs an approval of each call, bound to its "
+            "arguments: send args_digest (the SHA-256 hex of the canonical JSON arguments).",
+            "args_digest",
+        )
+    principal = effective_principal(identity, request.principal)
+    return ApprovalKey(identity.tenant, principal, request.tool, request.args_digest)
