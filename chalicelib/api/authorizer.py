@@ -22,7 +22,11 @@ else:
 
 authorizers = Blueprint(__name__)
 
-SERVER_ROUTES = [AuthRoute("/v1/check", ["POST"]), AuthRoute("/v1/leases/return", ["POST"])]
+SERVER_ROUTES = [
+    AuthRoute("/v1/check", ["POST"]),
+    AuthRoute("/v1/leases/return", ["POST"]),
+    AuthRoute("/v1/results/*", ["PUT"]),
+]
 
 
 class MeteredAuthResponse(AuthResponse):

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from chalicelib import wiring
     from chalicelib.check import binding, deadline
     from chalicelib.check import requests as validation
+    from chalicelib.quota import answers
 else:
+    answers = lazy_module("chalicelib.quota.answers")
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
     validation = lazy_module("chalicelib.check.requests")
@@ -43,7 +45,21 @@ def check() -> Response:
     # Answered before the client gives up, and no store request left running past it.
     by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
     with deadline.answering_by(by):
-        return decision_response(binding.check_as(identity, parsed, container.checks))
+        decision = binding.check_as(identity, parsed, container.checks)
+        return decision_response(decision, _replay(identity.tenant, parsed, decision))
+
+
+def _replay(
+    tenant: str, parsed: validation.CheckRequest, decision: answers.Decision
+) -> dict[str, object] | None:
+    """A duplicate's stored result, in a replaying category: only a duplicate reads it,
+    so an allowed first call costs no store request more."""
+    if not isinstance(decision, answers.Allowed) or not decision.duplicate:
+        return None
+    desk = deps().result_desk
+    if parsed.call_id is None or not desk.replays(decision.category):
+        return None
+    return desk.replay(tenant, parsed.session_id, parsed.call_id).to_json()
 
 
 def _remaining_ms() -> int | None:

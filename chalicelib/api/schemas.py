@@ -58,6 +58,19 @@ class Decision(TypedDict):
     principal: NotRequired[str]
     retry_after_seconds: NotRequired[int | None]
     hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
+    replay: NotRequired[dict[str, object]]  # a duplicate's stored result (replay categories)
+
+
+class ResultKept(TypedDict):
+    """`ResultKept`: what `PUT /v1/results/{call_id}` kept."""
+
+    call_id: str
+    session_id: str
+    tool: str
+    stored: str  # "stored" (201) or "same" (200: this result was kept before)
+    truncated: bool
+    digest: str
+    size: int
 
 
 class LeaseReturned(TypedDict):
@@ -251,6 +264,7 @@ Body = (
     Health
     | Decision
     | LeaseReturned
+    | ResultKept
     | SessionView
     | SessionListing
     | SessionChanged

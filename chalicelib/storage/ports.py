@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         SessionSnapshot,
         Spend,
     )
+    from chalicelib.quota.results import CallResults
 
 # What every port raises (defined in `storage.errors`), named here for its callers.
 BadPageToken = errors.BadPageToken
@@ -486,3 +487,5 @@ class Stores(Protocol):
     def link_uses(self) -> LinkUses: ...
     @property
     def trouble(self) -> TroubleIndex: ...
+    @property
+    def results(self) -> CallResults: ...

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from chalicelib.quota.results import CallResults
     from chalicelib.settings import Settings
     from chalicelib.storage.ports import (
         AuditLog,
@@ -81,6 +82,12 @@ class DynamoDBStores:
         from chalicelib.storage.dynamodb.trouble import TroubleStore
 
         return TroubleStore(self._client(), self._settings.audit_table)
+
+    @cached_property
+    def results(self) -> CallResults:
+        from chalicelib.storage.dynamodb.results import ResultStore
+
+        return ResultStore(self._client(), self._settings.counters_table)
 
 
 def open_stores(

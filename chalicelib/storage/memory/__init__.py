@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from chalicelib.quota.results import CallResults
     from chalicelib.settings import Settings
     from chalicelib.storage.ports import (
         AuditLog,
@@ -72,6 +73,12 @@ class MemoryStores:
         from chalicelib.storage.memory.trouble import MemoryTroubleIndex
 
         return MemoryTroubleIndex()
+
+    @cached_property
+    def results(self) -> CallResults:
+        from chalicelib.storage.memory.results import MemoryResults
+
+        return MemoryResults()
 
 
 def open_stores(
