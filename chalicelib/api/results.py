@@ -4,6 +4,7 @@ ran, so that a retry under the same call id gets it instead of running the tool 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from chalice.app import Blueprint, Response
 
@@ -37,7 +38,8 @@ def put_result(call_id: str) -> Response:
     body = validation.parse_json_object(
         raw.encode("utf-8") if isinstance(raw, str) else raw, desk.MAX_RESULT_BODY_BYTES
     )
-    put = desk.parse_result(call_id, body)
+    # As the session routes do: a gateway may hand the path parameter still encoded.
+    put = desk.parse_result(unquote(call_id), body)
     outcome, kept = deps().result_desk.store(identity, put)
     answer: ResultKept = {
         "call_id": put.call_id,

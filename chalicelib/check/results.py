@@ -11,7 +11,7 @@ from chalicelib.auth.tokens import Identity, effective_principal
 from chalicelib.check.requests import (
     MAX_SESSION_ID,
     TOOL_NAME,
-    check_printable,
+    VISIBLE_ASCII,
     reject_unknown,
     text_field,
 )
@@ -54,9 +54,8 @@ def parse_result(call_id: str, body: dict[str, Any]) -> ResultToStore:
         InvalidRequest: a field is missing, malformed or unknown.
     """
     reject_unknown(body, RESULT_FIELDS)
-    if not 1 <= len(call_id) <= 128:
-        raise InvalidRequest("The call id must be 1 to 128 characters.", "call_id")
-    check_printable(call_id, "call_id")
+    if not 1 <= len(call_id) <= 128 or not VISIBLE_ASCII.fullmatch(call_id):
+        raise InvalidRequest("The call id must be 1 to 128 visible ASCII characters.", "call_id")
     session_id = text_field(body, "session_id", MAX_SESSION_ID)
     tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
     result = body.get("result")

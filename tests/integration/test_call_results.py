@@ -12,6 +12,7 @@ import pytest
 from chalicelib.quota.results import CallResult, CallResults, ResultKey, kept
 from chalicelib.storage.dynamodb.results import ResultStore
 from chalicelib.storage.memory.results import MemoryResults
+from tests.conftest import _backend
 
 KEY = ResultKey("demo", "s1", "call-1")
 NOW = 1_800_000_000_000
@@ -23,8 +24,6 @@ def results(request: pytest.FixtureRequest) -> Iterator[CallResults]:
     if request.param == "memory":
         yield MemoryResults()
         return
-    from tests.conftest import _backend
-
     for backend in _backend(request, request.param):
         yield ResultStore(backend.client, backend.settings.counters_table)
 

@@ -1,5 +1,5 @@
 """Call results (exactly-once writes) on the counters table: one item per kept result,
-written once with a conditional PutItem. Its TTL is clean-up only: expiry is checked in
+written once with a conditional UpdateItem. Its TTL is clean-up only: expiry is checked in
 the condition and by the core on read.
 
 Item: pk "<tenant> call-result <session id> <call id, kept form>" (spaces, which no
@@ -16,34 +16,47 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.quota.core import call_id_key
 from chalicelib.quota.results import CallResult, ResultKey, canonical
-from chalicelib.storage.dynamodb.updates import n, s
+from chalicelib.storage.dynamodb.updates import n, only_used, s
 from chalicelib.storage.faults import error_code, translate
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_NAMES = {"#pk": "pk", "#exp": "exp"}
+_NAMES = {
+    "#pk": "pk",
+    "#tool": "tool",
+    "#dig": "dig",
+    "#size": "size",
+    "#res": "res",
+    "#at": "at",
+    "#exp": "exp",
+    "#ttl": "expires_at",
+}
 # First write wins; an expired result (TTL deletion can lag by days) is free again.
+# An UpdateItem, not a PutItem: the API role already may update the counters table.
 PUT_CONDITION = "attribute_not_exists(#pk) OR #exp <= :now"
+_SET = "SET #tool = :tool, #dig = :dig, #size = :size, #at = :at, #exp = :exp, #ttl = :ttl"
+KEEP_UPDATE = _SET + ", #res = :res"
+DIGEST_UPDATE = _SET + " REMOVE #res"  # over 64 KiB: an expired predecessor's text goes
 
 
 def _key(key: ResultKey) -> dict[str, Any]:
     return {"pk": s(f"{key.tenant} call-result {key.session_id} {call_id_key(key.call_id)}")}
 
 
-def _item(result: CallResult) -> dict[str, Any]:
-    item = {
-        **_key(result.key),
-        "tool": s(result.tool),
-        "dig": s(result.digest),
-        "size": n(result.size),
-        "at": n(result.stored_ms),
-        "exp": n(result.expires_ms),
-        "expires_at": n(result.expires_ms // 1000 + 1),
+def _values(result: CallResult) -> dict[str, Any]:
+    values = {
+        ":tool": s(result.tool),
+        ":dig": s(result.digest),
+        ":size": n(result.size),
+        ":at": n(result.stored_ms),
+        ":exp": n(result.expires_ms),
+        ":ttl": n(result.expires_ms // 1000 + 1),
+        ":now": n(result.stored_ms),
     }
     if result.result is not None:
-        item["res"] = s(canonical(result.result).decode())
-    return item
+        values[":res"] = s(canonical(result.result).decode())
+    return values
 
 
 def _result(key: ResultKey, item: dict[str, Any]) -> CallResult:
@@ -74,12 +87,13 @@ class ResultStore:
         """
         doing = "keeping a call result"
         try:
-            self._client.put_item(
+            update = DIGEST_UPDATE if result.truncated else KEEP_UPDATE
+            self._client.update_item(
                 TableName=self._table,
-                Item=_item(result),
+                Key=_key(result.key),
+                UpdateExpression=update,
                 ConditionExpression=PUT_CONDITION,
-                ExpressionAttributeNames=_NAMES,
-                ExpressionAttributeValues={":now": n(result.stored_ms)},
+                **only_used((update, PUT_CONDITION), _NAMES, _values(result)),
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
