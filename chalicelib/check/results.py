@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from chalicelib.auth.roles import Role
 from chalicelib.auth.tokens import Identity, effective_principal
 from chalicelib.check.requests import (
     MAX_SESSION_ID,
@@ -16,7 +17,7 @@ from chalicelib.check.requests import (
     text_field,
 )
 from chalicelib.clock import Clock
-from chalicelib.errors import CallNotAllowed, InvalidRequest, ResultConflict
+from chalicelib.errors import CallNotAllowed, Forbidden, InvalidRequest, ResultConflict
 from chalicelib.quota.core import CallState, SessionKey
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.results import (
@@ -87,11 +88,14 @@ class ResultDesk:
         under the token's tenant and principals; the first store wins.
 
         Raises:
+            Forbidden: not an MCP server's token (an administrator keeps no results).
             CallNotAllowed: no such admitted call for this tool (or another principal's).
             PrincipalNotAllowed: the call's principal is not one the token may act for.
             ResultConflict: another result was kept first.
             StorageError: a store failed.
         """
+        if identity.role != Role.SERVER:
+            raise Forbidden("Only an MCP server's token keeps call results.")
         snapshot = self._sessions.get(SessionKey(identity.tenant, put.session_id))
         record = None if snapshot is None else snapshot.find_call(put.call_id)
         life = None if snapshot is None else snapshot.life_of(put.call_id)

@@ -44,7 +44,7 @@ def replay_of(answer: Mapping[str, Any]) -> Replay | None:
     if not isinstance(raw, Mapping):
         return None
     try:
-        state = ReplayState(raw.get("state"))
+        state = ReplayState(str(raw.get("state")))
     except ValueError:
         return None
     result = raw.get("result")
