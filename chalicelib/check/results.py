@@ -26,6 +26,7 @@ from chalicelib.quota.results import (
     Replay,
     ResultKey,
     StoreOutcome,
+    keep_ms,
     kept,
     outcome,
     replay_of,
@@ -81,7 +82,7 @@ class ResultDesk:
         self._sessions = sessions
         self._results = results
         self._clock = clock
-        self._keep_ms = idle_timeout_seconds * 1000
+        self._keep_ms = keep_ms(idle_timeout_seconds * 1000)
 
     def store(self, identity: Identity, put: ResultToStore) -> tuple[StoreOutcome, CallResult]:
         """Keep the result of a call this session allowed and admitted for `put.tool`

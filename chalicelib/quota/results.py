@@ -10,7 +10,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from chalicelib.quota.core import REPLAY_WINDOW_MS
+
 MAX_KEPT_BYTES = 64 * 1024  # a result's canonical JSON past this keeps only its digest
+
+
+def keep_ms(idle_ms: int) -> int:
+    """How long a result is kept: the session's idle timeout, and never less than the
+    window in which a copy of its call is still answered as a duplicate."""
+    return max(idle_ms, REPLAY_WINDOW_MS)
 
 
 class ReplayState(enum.StrEnum):

@@ -54,6 +54,15 @@ def test_only_an_allowed_counted_call_of_this_session_and_tool_can_store(any_api
     assert body(put(any_api, "never-checked"))["error"]["code"] == "call_not_allowed"
 
 
+def test_a_refused_call_cannot_store(any_api: Api) -> None:
+    """Defect class: a result kept for a call that never ran (refused, not counted)."""
+    for i in range(15):  # the default policy's writes per session
+        any_api.check(session_id="s", tool="delete_tag", call_id=f"ok-{i}")
+    refused = any_api.check(session_id="s", tool="delete_tag", call_id="over")
+    assert refused.status_code == 429
+    assert body(put(any_api, "over"))["error"]["code"] == "call_not_allowed"
+
+
 def test_the_first_store_wins_and_the_same_result_again_is_idempotent(any_api: Api) -> None:
     """Defect class: a second store overwrites the result a retry was promised."""
     any_api.check(session_id="s", tool="delete_tag", call_id="c3")

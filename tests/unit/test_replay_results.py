@@ -14,6 +14,7 @@ from chalicelib.quota.results import (
     ReplayState,
     ResultKey,
     StoreOutcome,
+    keep_ms,
     kept,
     outcome,
     replay_of,
@@ -66,3 +67,8 @@ def test_an_expired_or_missing_result_is_still_running() -> None:
     assert replay_of(stored, 9).to_json() == {"state": "stored", "result": {"a": 1}}
     assert replay_of(stored, 10).state is ReplayState.RUNNING
     assert replay_of(None, 0).to_json() == {"state": "running"}
+
+
+def test_a_result_outlives_its_duplicates_window() -> None:
+    """Defect class: a short idle timeout drops a result its duplicates still ask for."""
+    assert keep_ms(1000) == 60_000 and keep_ms(3_600_000) == 3_600_000
