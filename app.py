@@ -22,6 +22,7 @@ from chalicelib.api import (
     principals,
     sessions,
 )
+from chalicelib.api import results as result_routes
 from chalicelib.api import tokens as token_routes
 from chalicelib.api.authorizer import authorizers
 from chalicelib.api.context import deps, on_request, reset_dependencies
@@ -35,6 +36,7 @@ app.debug = False  # never a stack trace in a response, in any stage
 app.register_middleware(on_request, "http")
 app.register_blueprint(authorizers)
 app.register_blueprint(check.checks)
+app.register_blueprint(result_routes.results)
 app.register_blueprint(sessions.sessions)
 app.register_blueprint(principals.principals)
 app.register_blueprint(grants.grants)

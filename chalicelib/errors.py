@@ -151,6 +151,19 @@ class CallInProgress(Conflict):
         return {"Retry-After": "1"}
 
 
+class ResultConflict(Conflict):
+    """Another result is already kept under this call id: the first store wins."""
+
+    CODE = "result_conflict"
+
+
+class CallNotAllowed(Forbidden):
+    """A result for a call id this session did not allow and count for this tool (or
+    not yet at every scope): a token can keep results only of calls it made."""
+
+    CODE = "call_not_allowed"
+
+
 class StoreUnavailableError(QuotaServiceError):
     """The counter store is throttled or unreachable; the caller should retry later."""
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from chalicelib.check.hooks import DecisionListener
     from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.approvals import Approvals
+    from chalicelib.check.results import ResultDesk
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner
@@ -212,6 +213,15 @@ class Container:
     @cached_property
     def trouble(self) -> TroubleIndex:
         return self.stores.trouble
+
+    @cached_property
+    def result_desk(self) -> ResultDesk:
+        """Exactly-once writes: results of allowed calls, read back for duplicates."""
+        from chalicelib.check.results import ResultDesk
+
+        s = self.settings
+        results = self.stores.results
+        return ResultDesk(self.policy, self.counters, results, self.clock, s.idle_timeout_seconds)
 
     def mark_trouble(self, mark: TroubleMark) -> None:
         """Index a session in trouble (the index is built on the first refusal)."""

@@ -26,6 +26,7 @@ SERVER_ROUTES = [
     AuthRoute("/v1/check", ["POST"]),
     AuthRoute("/v1/leases/return", ["POST"]),
     AuthRoute("/v1/policy", ["GET"]),
+    AuthRoute("/v1/results/*", ["PUT"]),
 ]
 
 

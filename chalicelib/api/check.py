@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from chalicelib import wiring
     from chalicelib.check import approvals, binding, deadline
     from chalicelib.check import requests as validation
+    from chalicelib.quota import answers
 else:
+    answers = lazy_module("chalicelib.quota.answers")
     approvals = lazy_module("chalicelib.check.approvals")
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
@@ -49,11 +51,26 @@ def check() -> Response:
     by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
     with deadline.answering_by(by):
         if not container.policy.needs_approval(parsed.tool):
-            return decision_response(run())
-        # A call that needs a human's approval runs on one, used once (issue 32).
-        key = approvals.approval_key(identity, parsed)
-        context = (parsed.session_id, parsed.server, preview)
-        return decision_response(container.approvals.guarded(key, context, run))
+            decision = run()
+        else:
+            # A call that needs a human's approval runs on one, used once (issue 32).
+            key = approvals.approval_key(identity, parsed)
+            context = (parsed.session_id, parsed.server, preview)
+            decision = container.approvals.guarded(key, context, run)
+        return decision_response(decision, _replay(identity.tenant, parsed, decision))
+
+
+def _replay(
+    tenant: str, parsed: validation.CheckRequest, decision: answers.Decision
+) -> dict[str, object] | None:
+    """A duplicate's stored result, in a replaying category: only a duplicate reads it,
+    so an allowed first call costs no store request more."""
+    if not isinstance(decision, answers.Allowed) or not decision.duplicate:
+        return None
+    desk = deps().result_desk
+    if parsed.call_id is None or not desk.replays(decision.category):
+        return None
+    return desk.replay(tenant, parsed.session_id, parsed.call_id).to_json()
 
 
 def _remaining_ms() -> int | None:

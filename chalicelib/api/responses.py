@@ -134,8 +134,11 @@ def refusal_error(refusal: answers.Refused, message: str) -> RefusalError:
     }
 
 
-def decision_response(decision: answers.Decision) -> Response:
-    """200 for an allowed call; 429 with Retry-After and an explicit message for a refusal."""
+def decision_response(
+    decision: answers.Decision, replay: dict[str, object] | None = None
+) -> Response:
+    """200 for an allowed call (with a duplicate's `replay`, when its category replays);
+    429 with Retry-After and an explicit message for a refusal."""
     body: Decision = {
         "allowed": decision.allowed,
         "session_id": decision.session_id,
@@ -171,6 +174,8 @@ def decision_response(decision: answers.Decision) -> Response:
             }
         if decision.shadow is not None:
             body["shadow"] = refusal_error(decision.shadow, shadow.shadow_message(decision.shadow))
+        if replay is not None:
+            body["replay"] = replay
         return json_response(body, 200, headers)
     body["error"] = refusal_error(decision, decision.message)
     if decision.principal is not None:

@@ -59,6 +59,19 @@ class Decision(TypedDict):
     principal: NotRequired[str]
     retry_after_seconds: NotRequired[int | None]
     hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
+    replay: NotRequired[dict[str, object]]  # a duplicate's stored result (replay categories)
+
+
+class ResultKept(TypedDict):
+    """`ResultKept`: what `PUT /v1/results/{call_id}` kept."""
+
+    call_id: str
+    session_id: str
+    tool: str
+    stored: str  # "stored" (201) or "same" (200: this result was kept before)
+    truncated: bool
+    digest: str
+    size: int
 
 
 class RuleView(TypedDict, total=False):
@@ -291,6 +304,7 @@ Body = (
     | Decision
     | LeaseReturned
     | PolicyView
+    | ResultKept
     | SessionView
     | SessionListing
     | SessionChanged

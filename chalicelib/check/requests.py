@@ -94,8 +94,8 @@ class LeaseReturn:
     unused: int
 
 
-def parse_json_object(raw: bytes | None) -> dict[str, Any]:
-    """Decode a request body that must be one JSON object of at most 16 KiB.
+def parse_json_object(raw: bytes | None, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """Decode a request body that must be one JSON object of at most `limit` bytes.
 
     Raises:
         PayloadTooLarge: the body is over the size limit.
@@ -103,8 +103,8 @@ def parse_json_object(raw: bytes | None) -> dict[str, Any]:
     """
     if raw is None or raw == b"":
         raise InvalidRequest("The request body is empty; send a JSON object.", "body")
-    if len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"The request body is over {MAX_BODY_BYTES} bytes.")
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"The request body is over {limit} bytes.")
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -106,6 +106,8 @@ class Category:
     repeat: RepeatLimit | None = None
     """The loop breaker: at most `limit` calls of one tool with the same arguments per
     window in a session (None: no such limit)."""
+    replay: bool = False
+    """Whether a retry under an admitted call id gets the first run's stored result."""
 
     @property
     def windows(self) -> tuple[WindowLimit, ...]:
@@ -298,6 +300,7 @@ def _category(name: str, raw: Any, enforce: bool = True) -> Category:
         "lease_seconds",
         "enforce",
         "repeat",
+        "replay",
     }
     if unknown:
         raise ConfigurationError(f"category {name!r} has unknown keys {sorted(unknown)}")
@@ -329,7 +332,21 @@ def _category(name: str, raw: Any, enforce: bool = True) -> Category:
         lease_seconds,
         enforcing,
         _repeat(name, raw.get("repeat")),
+        _replay(name, raw, lease),
     )
+
+
+def _replay(name: str, raw: dict[str, Any], lease: bool) -> bool:
+    """Whether a category replays results: by default every one but `read` and those
+    that lease (a leased call is spent without a check, so it has nothing to replay).
+
+    Raises:
+        ConfigurationError: `replay` is not a boolean.
+    """
+    replay = raw.get("replay", name != "read" and not lease)
+    if not isinstance(replay, bool):
+        raise ConfigurationError(f"category {name!r}: replay must be true or false")
+    return replay
 
 
 def _repeat(category: str, raw: Any) -> RepeatLimit | None:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from chalicelib.quota.grants import Grant
     from chalicelib.storage.records import TokenRecord
     from chalicelib.storage.approval_port import ApprovalStore
+    from chalicelib.quota.results import CallResults
 
 # What every port raises (defined in `storage.errors`), named here for its callers.
 BadPageToken = errors.BadPageToken
@@ -489,3 +490,4 @@ class Stores(Protocol):
     def trouble(self) -> TroubleIndex: ...
     @property
     def approvals(self) -> ApprovalStore: ...
+    def results(self) -> CallResults: ...

@@ -25,7 +25,7 @@ from tests.api.conftest import ADMIN, SERVER, Api, running_api
 from tests.support import ROOT, FixedClock
 
 SPEC: dict[str, Any] = schemathesis.openapi.from_path(ROOT / "openapi.yaml").raw_schema
-METHODS = {"get", "post", "delete"}
+METHODS = {"get", "post", "put", "delete"}
 # The routes whose answers are HTML or files, not JSON (the browser tests cover them).
 NOT_JSON = {"/actions/{token}", "/console", "/console/{name}", "/favicon.ico"}
 
@@ -200,6 +200,7 @@ def walk(api: Api) -> list[Answer]:
     r.send("GET", "/v1/shadow")
     r.send("GET", "/v1/me")
     r.send("GET", "/v1/console-config")
+    walk_results(r)
     r.send("POST", "/v1/sessions/s-1/suspend", {"reason": "x" * 20_000})  # 413
     walk_approvals(api, r)
     return r.answers
@@ -220,6 +221,25 @@ def walk_approvals(api: Api, r: Recorder) -> None:
     r.send("POST", f"{path}/approve", {"reason": "ok"})
     r.send("POST", f"{path}/deny", {"reason": "late"})  # 409
     r.send("POST", "/v1/check", call, SERVER)
+def walk_results(r: Recorder) -> None:
+    """Exactly-once writes: every `replay` state and every answer of keeping a result."""
+    write = {"session_id": "s-r", "tool": "delete_tag", "call_id": "w-1"}
+    kept = {"session_id": "s-r", "tool": "delete_tag", "result": {"content": []}}
+    big = {**kept, "result": {"content": [{"type": "text", "text": "x" * 70_000}]}}
+    r.send("POST", "/v1/check", write, SERVER)
+    r.send("POST", "/v1/check", write, SERVER)  # replay: running
+    r.send("PUT", "/v1/results/w-1", kept, SERVER)  # 201
+    r.send("PUT", "/v1/results/w-1", kept, SERVER)  # 200 same
+    r.send("PUT", "/v1/results/w-1", {**kept, "result": {"isError": True}}, SERVER)  # 409
+    r.send("PUT", "/v1/results/w-1", kept)  # 403: an admin token
+    r.send("PUT", "/v1/results/nope", kept, SERVER)  # 403: no such call
+    r.send("PUT", "/v1/results/w-1", {"session_id": "s-r"}, SERVER)  # 400
+    r.send("POST", "/v1/check", write, SERVER)  # replay: stored
+    r.send("POST", "/v1/check", {**write, "call_id": "w-2"}, SERVER)
+    r.send("PUT", "/v1/results/w-2", big, SERVER)  # 201, truncated
+    r.send("POST", "/v1/check", {**write, "call_id": "w-2"}, SERVER)  # replay: not_kept
+    states = {a.body["replay"]["state"] for a in r.answers if "replay" in (a.body or {})}
+    assert states == {"stored", "running", "not_kept"}
 
 
 @pytest.fixture(params=["memory", "moto"])

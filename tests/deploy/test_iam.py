@@ -118,6 +118,7 @@ SHARES_TABLE = {
     "budgets": "counters",
     "updates": "counters",
     "links": "counters",
+    "results": "counters",  # exactly-once writes: a kept call result per item
     "trouble": "audit",
 }
 
@@ -372,9 +373,9 @@ def test_every_token_admin_route_needs_an_admin() -> None:
 
 
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# Routes that change something without an admin token: checks and lease returns (server
-# tokens), and the emailed links (their own signature, single use).
-NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "perform_link"})
+# Routes that change something without an admin token: checks, lease returns and kept
+# call results (server tokens), and the emailed links (their own signature, single use).
+NOT_ADMIN_CHANGES = frozenset({"check", "return_lease", "put_result", "perform_link"})
 
 
 def test_every_admin_route_that_changes_anything_reads_the_token_afresh() -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from chalicelib.quota.results import CallResults
     from chalicelib.settings import Settings
     from chalicelib.storage.dynamodb.approvals import ApprovalTable
     from chalicelib.storage.ports import (
@@ -88,6 +89,10 @@ class DynamoDBStores:
         from chalicelib.storage.dynamodb.approvals import ApprovalTable
 
         return ApprovalTable(self._client(), self._settings.audit_table)
+    def results(self) -> CallResults:
+        from chalicelib.storage.dynamodb.results import ResultStore
+
+        return ResultStore(self._client(), self._settings.counters_table)
 
 
 def open_stores(

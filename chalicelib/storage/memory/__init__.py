@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from chalicelib.quota.results import CallResults
     from chalicelib.settings import Settings
     from chalicelib.storage.memory.approvals import MemoryApprovals
     from chalicelib.storage.ports import (
@@ -79,6 +80,10 @@ class MemoryStores:
         from chalicelib.storage.memory.approvals import MemoryApprovals
 
         return MemoryApprovals()
+    def results(self) -> CallResults:
+        from chalicelib.storage.memory.results import MemoryResults
+
+        return MemoryResults()
 
 
 def open_stores(

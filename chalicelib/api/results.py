@@ -1,0 +1,49 @@
+"""Exactly-once writes: the MCP side keeps an allowed call's result here after the tool
+ran, so that a retry under the same call id gets it instead of running the tool again."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from chalice.app import Blueprint, Response
+
+from chalicelib.api.authorizer import bearer
+from chalicelib.api.context import deps, server_caller
+from chalicelib.api.responses import handled, json_response
+from chalicelib.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from chalicelib.api.schemas import ResultKept
+    from chalicelib.check import requests as validation
+    from chalicelib.check import results as desk
+else:
+    desk = lazy_module("chalicelib.check.results")
+    validation = lazy_module("chalicelib.check.requests")
+
+results = Blueprint(__name__)
+
+
+@results.route("/v1/results/{call_id}", methods=["PUT"], authorizer=bearer)
+@handled
+def put_result(call_id: str) -> Response:
+    """Keep the result of a call this session allowed; the first store wins."""
+    request = results.current_request
+    identity = server_caller(request)
+    raw = request.raw_body
+    body = validation.parse_json_object(
+        raw.encode("utf-8") if isinstance(raw, str) else raw, desk.MAX_RESULT_BODY_BYTES
+    )
+    # As the session routes do: a gateway may hand the path parameter still encoded.
+    put = desk.parse_result(unquote(call_id), body)
+    outcome, kept = deps().result_desk.store(identity, put)
+    answer: ResultKept = {
+        "call_id": put.call_id,
+        "session_id": put.session_id,
+        "tool": put.tool,
+        "stored": outcome.value,
+        "truncated": kept.truncated,
+        "digest": kept.digest,
+        "size": kept.size,
+    }
+    return json_response(answer, 201 if outcome.value == "stored" else 200)

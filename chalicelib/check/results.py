@@ -1,0 +1,132 @@
+"""Exactly-once writes around the check: keep an allowed call's result under its call id
+(only a call this session allowed and admitted, for that tool), and answer a duplicate
+of it in a replaying category with that result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chalicelib.auth.roles import Role
+from chalicelib.auth.tokens import Identity, effective_principal
+from chalicelib.check.requests import (
+    MAX_SESSION_ID,
+    TOOL_NAME,
+    VISIBLE_ASCII,
+    reject_unknown,
+    text_field,
+)
+from chalicelib.clock import Clock
+from chalicelib.errors import CallNotAllowed, Forbidden, InvalidRequest, ResultConflict
+from chalicelib.quota.core import CallState, SessionKey
+from chalicelib.quota.policy import Policy
+from chalicelib.quota.results import (
+    CallResult,
+    CallResults,
+    Replay,
+    ResultKey,
+    StoreOutcome,
+    keep_ms,
+    kept,
+    outcome,
+    replay_of,
+)
+from chalicelib.storage.ports import SessionReads
+
+# A result body may hold more than a check's 16 KiB: past MAX_KEPT_BYTES only its digest
+# is kept, so the MCP side can always send the whole result and let the service cut it.
+MAX_RESULT_BODY_BYTES = 1024 * 1024
+RESULT_FIELDS = frozenset({"session_id", "tool", "result"})
+
+
+@dataclass(frozen=True)
+class ResultToStore:
+    """A validated `PUT /v1/results/{call_id}` body."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    result: dict[str, Any]
+
+
+def parse_result(call_id: str, body: dict[str, Any]) -> ResultToStore:
+    """Validate a `PUT /v1/results/{call_id}` request.
+
+    Raises:
+        InvalidRequest: a field is missing, malformed or unknown.
+    """
+    reject_unknown(body, RESULT_FIELDS)
+    if not 1 <= len(call_id) <= 128 or not VISIBLE_ASCII.fullmatch(call_id):
+        raise InvalidRequest("The call id must be 1 to 128 visible ASCII characters.", "call_id")
+    session_id = text_field(body, "session_id", MAX_SESSION_ID)
+    tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
+    result = body.get("result")
+    if not isinstance(result, dict):
+        raise InvalidRequest("result must be the tool's CallToolResult, a JSON object.", "result")
+    assert session_id is not None and tool is not None  # required=True guarantees it
+    return ResultToStore(session_id, call_id, tool, result)
+
+
+class ResultDesk:
+    """Keeps results of allowed calls and reads them back for duplicates."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        sessions: SessionReads,
+        results: CallResults,
+        clock: Clock,
+        idle_timeout_seconds: int,
+    ) -> None:
+        self._policy = policy
+        self._sessions = sessions
+        self._results = results
+        self._clock = clock
+        self._keep_ms = keep_ms(idle_timeout_seconds * 1000)
+
+    def store(self, identity: Identity, put: ResultToStore) -> tuple[StoreOutcome, CallResult]:
+        """Keep the result of a call this session allowed and admitted for `put.tool`
+        under the token's tenant and principals; the first store wins.
+
+        Raises:
+            Forbidden: not an MCP server's token (an administrator keeps no results).
+            CallNotAllowed: no such admitted call for this tool (or another principal's).
+            PrincipalNotAllowed: the call's principal is not one the token may act for.
+            ResultConflict: another result was kept first.
+            StorageError: a store failed.
+        """
+        if identity.role != Role.SERVER:
+            raise Forbidden("Only an MCP server's token keeps call results.")
+        snapshot = self._sessions.get(SessionKey(identity.tenant, put.session_id))
+        record = None if snapshot is None else snapshot.find_call(put.call_id)
+        life = None if snapshot is None else snapshot.life_of(put.call_id)
+        if record is None or life is None or life.state is not CallState.ADMITTED:
+            raise CallNotAllowed(
+                f"No call with id {put.call_id!r} was allowed and counted in session "
+                f"{put.session_id!r}: keep a result only after its check was allowed."
+            )
+        if record.tool != put.tool:
+            raise CallNotAllowed(f"Call id {put.call_id!r} was allowed for another tool.")
+        effective_principal(identity, record.principal)
+        key = ResultKey(identity.tenant, put.session_id, put.call_id)
+        mine = kept(key, put.tool, put.result, self._clock(), self._keep_ms)
+        done = outcome(mine, self._results.put_first(mine))
+        if done is StoreOutcome.CONFLICT:
+            raise ResultConflict(
+                f"Another result is already kept for call id {put.call_id!r}; it stays."
+            )
+        return done, mine
+
+    def replays(self, category: str) -> bool:
+        """Whether a duplicate in this category is answered with the stored result."""
+        found = self._policy.categories.get(category)
+        return found is not None and found.replay
+
+    def replay(self, tenant: str, session_id: str, call_id: str) -> Replay:
+        """What a duplicate of this call is answered with.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        stored = self._results.get(ResultKey(tenant, session_id, call_id))
+        return replay_of(stored, self._clock())
