@@ -44,11 +44,11 @@ if TYPE_CHECKING:
     from chalicelib.admin.views import SessionViews
     from chalicelib.auth.authorizer import Authenticator
     from chalicelib.auth.oidc import OidcVerifier
+    from chalicelib.check.approvals import Approvals
     from chalicelib.check.auditing import Auditor
     from chalicelib.check.hooks import DecisionListener
-    from chalicelib.check.runaway import AdminChanges
-    from chalicelib.check.approvals import Approvals
     from chalicelib.check.results import ResultDesk
+    from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
     from chalicelib.links.signing import LinkSigner

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from chalicelib.check.auditing import Auditor
-from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.auth.tokens import Identity, effective_principal
+from chalicelib.check.auditing import Auditor
 from chalicelib.check.requests import CheckRequest
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -30,6 +29,7 @@ from chalicelib.quota.approvals import (
     new_approval_id,
     shorten,
 )
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
 from chalicelib.quota.policy import Policy
 from chalicelib.storage.approval_port import ApprovalStore
 from chalicelib.storage.ports import RecordNotFound

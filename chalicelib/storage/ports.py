@@ -49,9 +49,9 @@ if TYPE_CHECKING:
     )
     from chalicelib.quota.events import AuditEvent
     from chalicelib.quota.grants import Grant
-    from chalicelib.storage.records import TokenRecord
-    from chalicelib.storage.approval_port import ApprovalStore
     from chalicelib.quota.results import CallResults
+    from chalicelib.storage.approval_port import ApprovalStore
+    from chalicelib.storage.records import TokenRecord
 
 # What every port raises (defined in `storage.errors`), named here for its callers.
 BadPageToken = errors.BadPageToken
@@ -490,4 +490,5 @@ class Stores(Protocol):
     def trouble(self) -> TroubleIndex: ...
     @property
     def approvals(self) -> ApprovalStore: ...
+    @property
     def results(self) -> CallResults: ...

@@ -44,7 +44,7 @@ def test_the_fourth_same_write_is_refused_as_a_repeat(both: Api, clock: FixedClo
         "scope": "session",
         "message": MESSAGE,
     }
-    assert MESSAGE == f"The tool 'delete_tag' was NOT run: {error['why']}"
+    assert f"The tool 'delete_tag' was NOT run: {error['why']}" == MESSAGE
     assert data["used"] == 3 and data["remaining"] == 12  # nothing counted for it
     assert 0 < int(refused.headers["Retry-After"]) <= 600
     # Other arguments still run; the refused call shows in the session's last calls.

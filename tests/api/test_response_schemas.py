@@ -221,6 +221,8 @@ def walk_approvals(api: Api, r: Recorder) -> None:
     r.send("POST", f"{path}/approve", {"reason": "ok"})
     r.send("POST", f"{path}/deny", {"reason": "late"})  # 409
     r.send("POST", "/v1/check", call, SERVER)
+
+
 def walk_results(r: Recorder) -> None:
     """Exactly-once writes: every `replay` state and every answer of keeping a result."""
     write = {"session_id": "s-r", "tool": "delete_tag", "call_id": "w-1"}

@@ -11,8 +11,8 @@ from threading import Lock
 
 import pytest
 
-from chalicelib.check.auditing import Auditor
 from chalicelib.check.approvals import ApprovalRequired, Approvals
+from chalicelib.check.auditing import Auditor
 from chalicelib.quota.answers import Decision
 from chalicelib.quota.approvals import Approval, ApprovalKey, ApprovalState, new_approval_id
 from chalicelib.quota.policy import parse_policy

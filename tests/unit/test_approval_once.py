@@ -9,8 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from chalicelib.check.auditing import Auditor
 from chalicelib.check.approvals import ApprovalDenied, ApprovalRequired, Approvals
+from chalicelib.check.auditing import Auditor
 from chalicelib.errors import Conflict
 from chalicelib.quota.answers import Decision, Refused
 from chalicelib.quota.approvals import Approval, ApprovalKey

@@ -5,10 +5,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib.quota.errors import ConfigurationError
-from chalicelib import errors
 from chalicelib.quota import approvals
 from chalicelib.quota import policy as policy_module
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import load_policy, parse_policy
 
 DOC: dict[str, Any] = {
@@ -98,6 +97,6 @@ def test_an_approval_rule_and_its_seconds_are_parsed() -> None:
     for document in ({**base, "rules": bad_rule}, {**base, "approval_seconds": 0}):
         try:
             policy_module.parse_policy(document)
-        except errors.ConfigurationError:
+        except ConfigurationError:
             continue
         raise AssertionError(f"accepted {document}")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chalicelib.errors import ConfigurationError
+from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from chalicelib.quota.results import (
     MAX_KEPT_BYTES,

@@ -89,6 +89,8 @@ class DynamoDBStores:
         from chalicelib.storage.dynamodb.approvals import ApprovalTable
 
         return ApprovalTable(self._client(), self._settings.audit_table)
+
+    @cached_property
     def results(self) -> CallResults:
         from chalicelib.storage.dynamodb.results import ResultStore
 

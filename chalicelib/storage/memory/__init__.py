@@ -80,6 +80,8 @@ class MemoryStores:
         from chalicelib.storage.memory.approvals import MemoryApprovals
 
         return MemoryApprovals()
+
+    @cached_property
     def results(self) -> CallResults:
         from chalicelib.storage.memory.results import MemoryResults
 
