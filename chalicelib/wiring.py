@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from chalicelib.auth.oidc import OidcVerifier
     from chalicelib.check.approvals import Approvals
     from chalicelib.check.auditing import Auditor
+    from chalicelib.check.escalation import DeferredStreaks
     from chalicelib.check.hooks import DecisionListener
     from chalicelib.check.results import ResultDesk
     from chalicelib.check.runaway import AdminChanges
@@ -382,7 +383,23 @@ class Container:
         from chalicelib.admin.budgets import BudgetAdmin
 
         budgets = self.admin_changes.watching(self.budgets, BUDGET_ADMIN_WRITES)
-        return BudgetAdmin(self.policy, budgets, self.limits, self.gate, self.auditor, self.clock)
+        return BudgetAdmin(
+            self.policy,
+            budgets,
+            self.limits,
+            self.gate,
+            self.auditor,
+            self.clock,
+            self.deferred_streaks,
+        )
+
+    @cached_property
+    def deferred_streaks(self) -> DeferredStreaks:
+        """Refusals answered from memory here, waiting to count in their principal's
+        streak: the check adds to them, an administrator's reset here ends them."""
+        from chalicelib.check.escalation import DeferredStreaks
+
+        return DeferredStreaks()
 
     @cached_property
     def admin_changes(self) -> AdminChanges:
@@ -476,6 +493,7 @@ class Container:
             keep_calls=self.settings.last_calls,
             budgets=self.budgets,
             gate=self.gate,
+            streaks=self.deferred_streaks,
             tickets=self.hold_tickets(),
             changes=self.admin_changes,
             refusal_cache_ms=REFUSAL_CACHE_MS,

@@ -12,6 +12,7 @@ from chalicelib.admin.audit import actor_of, link_detail
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
 from chalicelib.check.auditing import Auditor
+from chalicelib.check.escalation import DeferredStreaks
 from chalicelib.check.hooks import LimitResolver
 from chalicelib.check.service import PrincipalGate
 from chalicelib.check.shards import shard_key, summed
@@ -47,8 +48,11 @@ class BudgetAdmin:
         gate: PrincipalGate,
         auditor: Auditor,
         clock: Clock,
+        streaks: DeferredStreaks | None = None,
     ) -> None:
         self._policy = policy
+        # Refusals the check here answered from memory: what ends a stored streak ends them.
+        self._streaks = streaks or DeferredStreaks()
         self._budgets = budgets
         self._limits = limits
         self._gate = gate
@@ -164,6 +168,7 @@ class BudgetAdmin:
                 after = self._budgets.raise_limit(key, request.category, new)
             except RecordChanged:
                 continue
+            self._streaks.ended(key, request.category)
             self._audit(
                 who,
                 EventType.PRINCIPAL_RAISED,
@@ -198,6 +203,7 @@ class BudgetAdmin:
         """
         before, after = self._change(key, self._budgets.resume)
         self._gate.learn(key, None)
+        self._streaks.ended(key)
         state = {"state": "suspended" if before.suspended else "active"}
         self._audit(who, EventType.PRINCIPAL_RESUMED, key, reason, state, {"state": "active"})
         return {"principal": self.view(key, after)}
@@ -209,6 +215,7 @@ class BudgetAdmin:
             NotFound: the principal was never seen.
         """
         before, after = self._change(key, self._budgets.reset)
+        self._streaks.ended(key)
         used = {"used": {str(k): dict(v) for k, v in before.counts.items()}}
         self._audit(who, EventType.PRINCIPAL_RESET, key, reason, used, {"used": {}})
         return {"principal": self.view(key, after)}

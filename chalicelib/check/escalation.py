@@ -53,6 +53,58 @@ class PrincipalGate:
         self._cache[key] = (self._clock() + self._cache_ms, reason)
 
 
+class DeferredStreaks:
+    """Per principal and category, in this container: the streak the store last returned,
+    and the refusals answered from memory since, counted with the next refusal sent.
+    Shared by the check and the administrators' actions made here, so that what ends a
+    stored streak (an allowed call; a reset, resume or raise) ends its deferred part too:
+    refusals deferred before a reset never count in the streak after it."""
+
+    def __init__(self) -> None:
+        self._streaks: dict[tuple[BudgetKey, str], int] = {}
+        self._pending: dict[tuple[BudgetKey, str], int] = {}
+        self._lock = threading.Lock()
+
+    def defer(self, key: BudgetKey, category: str, after: int) -> bool:
+        """Whether one more refusal may wait here: only while the streak last seen plus
+        the deferred ones stays short of `after`."""
+        with self._lock:
+            known = self._streaks.get((key, category))
+            pending = self._pending.get((key, category), 0)
+            if known is None or known + pending + 1 >= after:
+                return False
+            self._pending[(key, category)] = pending + 1
+        return True
+
+    def take(self, key: BudgetKey, category: str) -> int:
+        """The refusals deferred for `category`, taken to be counted in the request now
+        being sent."""
+        with self._lock:
+            return self._pending.pop((key, category), 0)
+
+    def pending(self, key: BudgetKey) -> dict[str, int]:
+        with self._lock:
+            return {c: n for (k, c), n in self._pending.items() if k == key and n}
+
+    def put_back(self, key: BudgetKey, category: str, pending: int) -> None:
+        with self._lock:
+            self._pending[(key, category)] = self._pending.get((key, category), 0) + pending
+
+    def seen(self, key: BudgetKey, category: str, streak: int) -> None:
+        with self._lock:
+            if len(self._streaks) > 10_000:
+                self._streaks.clear()
+            self._streaks[(key, category)] = streak
+
+    def ended(self, key: BudgetKey, category: str | None = None) -> None:
+        """The principal's streak in `category` (every category's: None) ended."""
+        with self._lock:
+            for held in (self._streaks, self._pending):
+                for k, c in list(held):
+                    if k == key and category in (None, c):
+                        del held[(k, c)]
+
+
 class Escalation:
     """Counts each refusal in its principal's streak in the refused category, and
     suspends at the threshold. A streak follows what the principal does in that
@@ -60,16 +112,16 @@ class Escalation:
     lists (allowed) and then deletes (refused) is suspended after N refused deletes."""
 
     def __init__(
-        self, budgets: BudgetCounters | None, gate: PrincipalGate | None, after: int
+        self,
+        budgets: BudgetCounters | None,
+        gate: PrincipalGate | None,
+        after: int,
+        streaks: DeferredStreaks | None = None,
     ) -> None:
         self._budgets = budgets
         self._gate = gate
         self._after = after
-        # Per principal and category: the streak the store last returned here, and the
-        # refusals answered from this container since, counted with the next one sent.
-        self._streaks: dict[tuple[BudgetKey, str], int] = {}
-        self._pending: dict[tuple[BudgetKey, str], int] = {}
-        self._lock = threading.Lock()
+        self._streaks = streaks or DeferredStreaks()
 
     def defer(self, attempt: Attempt) -> bool:
         """Whether a refusal answered from this container may count in its principal's
@@ -78,50 +130,35 @@ class Escalation:
         refusal that suspends is always sent, at the same count as before."""
         if self._budgets is None or attempt.principal is None:
             return True
-        key = (BudgetKey.principal(attempt.tenant, attempt.principal), attempt.category)
-        with self._lock:
-            known = self._streaks.get(key)
-            pending = self._pending.get(key, 0)
-            if known is None or known + pending + 1 >= self._after:
-                return False
-            self._pending[key] = pending + 1
-        return True
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        return self._streaks.defer(key, attempt.category, self._after)
 
     def deferred(self, key: BudgetKey, category: str) -> int:
         """The refusals deferred here for the principal's streak in `category`, taken to
         be counted in the request now being sent."""
-        with self._lock:
-            return self._pending.pop((key, category), 0)
+        return self._streaks.take(key, category)
 
     def pending(self, key: BudgetKey) -> dict[str, int]:
         """The refusals deferred here for a principal's streaks, by category: what its
         stored streaks lack until the next refusal sent (a model's or a test's view)."""
-        with self._lock:
-            return {c: n for (k, c), n in self._pending.items() if k == key and n}
+        return self._streaks.pending(key)
 
     def put_back(self, key: BudgetKey, category: str, pending: int, exc: StorageError) -> None:
         """Deferred refusals a failed request did not count: kept for the next one, unless
         it may have counted them (a timeout): never counted twice."""
         if pending and surely_not_written(exc):
-            with self._lock:
-                self._pending[(key, category)] = self._pending.get((key, category), 0) + pending
+            self._streaks.put_back(key, category, pending)
 
     def seen(self, key: BudgetKey, category: str, streak: int) -> None:
         """Remember the streak the store returned."""
-        with self._lock:
-            if len(self._streaks) > 10_000:
-                self._streaks.clear()
-            self._streaks[(key, category)] = streak
+        self._streaks.seen(key, category, streak)
 
     def allowed(self, attempt: Attempt) -> None:
         """A call of the principal allowed at its scope in the category: the streak there
         ends, and refusals deferred before it would have ended with it."""
-        if attempt.principal is None:
-            return
-        key = (BudgetKey.principal(attempt.tenant, attempt.principal), attempt.category)
-        with self._lock:
-            self._pending.pop(key, None)
-            self._streaks.pop(key, None)
+        if attempt.principal is not None:
+            key = BudgetKey.principal(attempt.tenant, attempt.principal)
+            self._streaks.ended(key, attempt.category)
 
     def after(
         self,

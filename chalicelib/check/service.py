@@ -21,7 +21,7 @@ from typing import TypeAlias
 
 from chalicelib.check import deadline
 from chalicelib.check.attempts import attempt_of
-from chalicelib.check.escalation import Escalation
+from chalicelib.check.escalation import DeferredStreaks, Escalation
 from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
 from chalicelib.check.hooks import DecisionListener, LimitResolver, PolicyLimits, QuietListener
 from chalicelib.check.lease_returns import return_lease
@@ -100,6 +100,7 @@ class CheckService:
         tickets: HoldTickets | None = None,
         changes: AdminChanges | None = None,
         refusal_cache_ms: int = 0,
+        streaks: DeferredStreaks | None = None,
     ) -> None:
         self._policy = policy
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
@@ -114,7 +115,7 @@ class CheckService:
         # Give-backs owed to a session's next check (a deadline came, the store was down).
         self._repairs = Repairs()
         self._wider = WiderBudgets(budgets, self._limits, self._repairs) if budgets else None
-        self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals)
+        self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals, streaks)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
         self._spent = RunawayLoops(keep_calls, changes, refusal_cache_ms)

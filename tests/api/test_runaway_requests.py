@@ -104,3 +104,17 @@ def test_cached_refusals_suspend_the_principal_at_the_same_refusal(scoped: Api) 
     codes = [body(write(scoped, "s"))["error"]["code"] for _ in range(N + 2)]
     assert codes[:N] == ["quota_exceeded"] * N
     assert set(codes[N:]) == {"principal_suspended"}
+
+
+def test_a_principal_reset_forgets_refusals_answered_from_memory(scoped: Api) -> None:
+    """Defect class: innocent suspension. Refusals answered from the container wait to be
+    counted with the next refusal sent; an administrator's reset of the principal made
+    between them did not drop them, so the streak after the reset started above zero and
+    the principal was suspended early."""
+    assert [write(scoped, "s").status_code for _ in range(3)] == [200] * 3
+    codes = [body(write(scoped, "s"))["error"]["code"] for _ in range(N - 1)]
+    assert codes == ["quota_exceeded"] * (N - 1)  # most of them answered from memory
+    reset = scoped.admin("/v1/principals/bot/reset", {"reason": "looked at it"})
+    assert reset.status_code == 200, body(reset)
+    after = [body(write(scoped, "s"))["error"]["code"] for _ in range(N + 1)]
+    assert after[: N - 1] == ["quota_exceeded"] * (N - 1), after
