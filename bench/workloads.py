@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from moto import mock_aws
 
 from bench.sizing import item_size, write_units
+from chalicelib.aws import CLIENT_CONFIG
 from chalicelib.check.requests import CheckRequest
 from chalicelib.quota.answers import Refused
 from chalicelib.settings import Settings
-from chalicelib.wiring import CLIENT_CONFIG, Container
+from chalicelib.wiring import Container
 from tests.support import client_for, fake_aws_env, fresh_settings, provisioned
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class Backend:
     client: DynamoDBClient  # the naive counter's (boto3's defaults), and set-up
     settings: Settings
     container: Container
-    ours: DynamoDBClient  # the service's own client configuration (wiring.CLIENT_CONFIG)
+    ours: DynamoDBClient  # the service's own client configuration (aws.CLIENT_CONFIG)
 
 
 @contextmanager

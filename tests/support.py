@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import BaseWSGIServer
 
 from admin_cli.provision import create_tables
 from chalicelib.quota.answers import Refused
@@ -102,6 +105,22 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
 
 
 @contextmanager
+def serialised_moto() -> Iterator[str]:
+    """moto's DynamoDB over HTTP as `make run` serves it: one request at a time (moto's
+    own threaded server is not atomic under concurrent conditional writes; DynamoDB is)."""
+    app = DomainDispatcherApplication(create_backend_app)
+    server = BaseWSGIServer("127.0.0.1", free_port(), app)
+    server.request_queue_size = 128  # a burst of 64 concurrent checks waits its turn
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def dynalite_server() -> Iterator[str]:
     """Run dynalite (in memory) on a free loopback port; yields its endpoint URL."""
     with dynalite_process() as (endpoint, _):
@@ -143,7 +162,7 @@ def dynalite_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 def client_for(endpoint: str | None, pool: int = 10, base: Config | None = None) -> DynamoDBClient:
     """A DynamoDB client on `endpoint` (None: moto in-process); `base` is a client
-    configuration to start from (the service's `wiring.CLIENT_CONFIG`, say)."""
+    configuration to start from (the service's `aws.CLIENT_CONFIG`, say)."""
     config = (base or Config(retries={"max_attempts": 2, "mode": "standard"})).merge(
         Config(max_pool_connections=pool)
     )

@@ -14,7 +14,7 @@ from chalicelib.api.responses import decision_response, handled, json_response, 
 from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
-    from chalicelib import wiring
+    from chalicelib import aws
     from chalicelib.check import approvals, binding, deadline
     from chalicelib.check import requests as validation
     from chalicelib.quota import answers
@@ -24,7 +24,7 @@ else:
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
     validation = lazy_module("chalicelib.check.requests")
-    wiring = lazy_module("chalicelib.wiring")
+    aws = lazy_module("chalicelib.aws")
 
 checks = Blueprint(__name__)
 
@@ -48,7 +48,7 @@ def check() -> Response:
     parsed = validation.parse_check(body, container.policy)
     run = partial(binding.check_as, identity, parsed, container.checks)
     # Answered before the client gives up, and no store request left running past it.
-    by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
+    by = deadline.Deadline.starting(aws.STORE_STEP_SECONDS, _remaining_ms())
     with deadline.answering_by(by):
         if not container.policy.needs_approval(parsed.tool):
             decision = run()

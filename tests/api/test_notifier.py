@@ -166,9 +166,9 @@ def test_the_notifier_defers_through_the_lambda_context(queued_api: Api) -> None
 
 
 def test_the_batch_fits_the_timeout_at_the_worst_publish() -> None:
-    from chalicelib import wiring  # noqa: PLC0415
+    from chalicelib import aws  # noqa: PLC0415
 
-    one_try = wiring.STORE_ATTEMPTS * (wiring.STORE_CONNECT_SECONDS + wiring.STORE_READ_SECONDS)
+    one_try = aws.STORE_ATTEMPTS * (aws.STORE_CONNECT_SECONDS + aws.STORE_READ_SECONDS)
     assert PUBLISH_TRIES * (one_try + 1) * 1000 <= PUBLISH_WORST_MS  # + backoff
     timeout = load_config()["stages"]["prod"]["lambda_functions"]["notifier"]["lambda_timeout"]
     assert timeout * 1000 > BATCH_SIZE * PUBLISH_WORST_MS

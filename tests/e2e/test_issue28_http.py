@@ -10,16 +10,16 @@ import json
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from tests.e2e.http import ADMIN_TOKEN, Reply, call
 from tests.integration.lossy import endpoint, lossy_proxy, session_writes
-from tests.support import free_port, issue28_policy, running_service
+from tests.support import issue28_policy, running_service, serialised_moto
 
 pytestmark = pytest.mark.e2e
 
@@ -39,27 +39,19 @@ def service(
 ) -> Iterator[Service]:
     path: Path = tmp_path_factory.mktemp("issue28") / "policy.json"
     path.write_text(json.dumps(POLICY))
-    moto: ThreadedMotoServer | None = None
-    if request.param == "moto":
-        port = free_port()
-        moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        moto.start()
-        store = f"http://127.0.0.1:{port}"
-    else:
-        store = request.getfixturevalue("dynalite_endpoint")
     lose = [False]
 
     def choose(target: str, body: dict[str, Any]) -> bool:
         return lose[0] and session_writes(target, body)
 
-    try:
-        with lossy_proxy(store, choose) as proxy:
-            env = {"QUOTA_POLICY": str(path), "AWS_ENDPOINT_URL": endpoint(proxy)}
-            with running_service(env) as url:
-                yield Service(url, lose)
-    finally:
-        if moto is not None:
-            moto.stop()
+    with ExitStack() as stack:
+        if request.param == "moto":
+            store = stack.enter_context(serialised_moto())
+        else:
+            store = request.getfixturevalue("dynalite_endpoint")
+        proxy = stack.enter_context(lossy_proxy(store, choose))
+        env = {"QUOTA_POLICY": str(path), "AWS_ENDPOINT_URL": endpoint(proxy)}
+        yield Service(stack.enter_context(running_service(env)), lose)
 
 
 def check(service: Service, **body: Any) -> Reply:

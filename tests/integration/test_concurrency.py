@@ -16,6 +16,7 @@ import pytest
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import ReadTimeoutError
 
+from chalicelib.aws import CLIENT_CONFIG
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.clock import system_clock
@@ -25,7 +26,6 @@ from chalicelib.quota.policy import load_policy
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import LimitChange, RecordChanged, SessionCounters
-from chalicelib.wiring import CLIENT_CONFIG
 from tests.support import client_for, fresh_settings, provisioned
 
 POLICY = load_policy("default.json")

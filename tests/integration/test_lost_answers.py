@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 from moto.server import ThreadedMotoServer
 
+from chalicelib.aws import CLIENT_CONFIG
 from chalicelib.check.requests import CheckRequest
 from chalicelib.check.service import CheckService
 from chalicelib.check.shards import shard_key, summed
@@ -25,7 +26,6 @@ from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
 from chalicelib.storage.dynamodb.layout import UNCOUNTED
 from chalicelib.storage.ports import SessionCounters
-from chalicelib.wiring import CLIENT_CONFIG
 from tests.integration.lossy import endpoint, lossy_proxy
 from tests.support import (
     FixedClock,

@@ -24,11 +24,12 @@ from botocore.exceptions import ClientError
 from chalice.test import Client
 
 import app as app_module
+from chalicelib.aws import CLIENT_CONFIG
 from chalicelib.observability import SERVICE
 from chalicelib.observability import logger as service_logger
 from chalicelib.storage.dynamodb.layout import UNCOUNTED
 from chalicelib.storage.ports import BudgetCounters, SessionCounters, StoreUnavailable
-from chalicelib.wiring import CLIENT_CONFIG, Container
+from chalicelib.wiring import Container
 from tests.integration.lossy import endpoint, lossy_proxy
 from tests.support import ROOT, T0, FixedClock, client_for, fresh_settings, provisioned
 

@@ -8,7 +8,7 @@ import httpx2
 import pytest
 from mcp_quota_client import CheckRequest, Outcome, QuotaClient, QuotaClientConfig
 
-from chalicelib.wiring import (
+from chalicelib.aws import (
     CLIENT_CONFIG,
     STORE_ATTEMPTS,
     STORE_CONNECT_SECONDS,
