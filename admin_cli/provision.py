@@ -25,8 +25,10 @@ def table_names(settings: Settings) -> dict[str, str]:
     }
 
 
-def create_tables(client: DynamoDBClient, settings: Settings) -> list[str]:
-    """Create each missing table and enable TTL where supported; returns those created."""
+def create_tables(client: DynamoDBClient, settings: Settings, poll_seconds: float = 1) -> list[str]:
+    """Create each missing table and enable TTL where supported; returns those created.
+    `poll_seconds`: how often to look whether a new table is active (a local server
+    makes it active at once: the tests look every 20 ms)."""
     created: list[str] = []
     existing = set(client.list_tables().get("TableNames", []))
     for key, name in table_names(settings).items():
@@ -35,7 +37,8 @@ def create_tables(client: DynamoDBClient, settings: Settings) -> list[str]:
             kwargs: dict[str, Any] = spec.create_table_kwargs(name)
             client.create_table(**kwargs)
             client.get_waiter("table_exists").wait(
-                TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30}
+                TableName=name,
+                WaiterConfig={"Delay": poll_seconds, "MaxAttempts": 30},  # type: ignore[typeddict-item]  # botocore sleeps any number
             )
             created.append(name)
         if spec.ttl_attribute is not None:

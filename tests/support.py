@@ -186,7 +186,7 @@ def fresh_settings(prefix: str, **overrides: object) -> Settings:
 
 
 def provisioned(client: DynamoDBClient, settings: Settings) -> Settings:
-    create_tables(client, settings)
+    create_tables(client, settings, poll_seconds=0.02)
     return settings
 
 
