@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
+    from chalicelib.links.approval_links import ApprovalDesk, ApprovalLinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota.answers import Allowed, Refused
@@ -293,6 +294,22 @@ class Container:
             return None
         return LinkMaker(signer, self.base_url, self.policy)
 
+    def approval_link_maker(self) -> ApprovalLinkMaker | None:
+        """Signs an approval email's approve and deny links; None without a secret or a
+        base URL."""
+        from chalicelib.links.approval_links import ApprovalLinkMaker
+
+        signer = self.link_signer
+        if signer is None or not self.base_url:
+            return None
+        return ApprovalLinkMaker(signer, self.base_url)
+
+    def approval_desk(self) -> ApprovalDesk:
+        """Answers the pages of approve and deny links: decides as the admin API does."""
+        from chalicelib.links.approval_links import ApprovalDesk
+
+        return ApprovalDesk(self.approvals, self.link_uses, self.clock, self.auditor.record)
+
     def link_desk(self) -> LinkDesk | None:
         """Answers the links' pages; None without a secret."""
         from chalicelib.links.actions import LinkDesk
@@ -307,6 +324,7 @@ class Container:
             lambda: self.budget_admin,
             self.clock,
             self.base_url,
+            self.approval_desk,
         )
 
     @cached_property
@@ -511,5 +529,5 @@ class Container:
             self.clock,
             lambda: self.auditor,
             lambda: self.base_url,
-            approval_email.Emailer(lambda: self.notifier),
+            approval_email.Emailer(lambda: self.notifier, self.approval_link_maker),
         )
