@@ -141,7 +141,7 @@ class ApprovalDesk:
             body = paragraph(
                 f"Approval {payload.approval_id} is no longer kept, so this link does nothing."
             )
-            return render(404, "No such approval", body + self._console(payload), "bad")
+            return render(410, "This approval is gone", body + self._console(payload), "bad")
 
     def _declined(self, payload: LinkPayload, approval: Approval, done: AlreadyDone) -> Page:
         body = paragraph(done.sentence()) + paragraph(
