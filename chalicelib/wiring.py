@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.tickets import HoldTickets, TicketSigner
     from chalicelib.links.actions import LinkDesk, LinkMaker
+    from chalicelib.links.approval_links import ApprovalLinkMaker
     from chalicelib.links.signing import LinkSigner
     from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota.answers import Allowed, Refused
@@ -262,9 +263,18 @@ class Container:
             return None
         return LinkMaker(signer, self.base_url, self.policy)
 
+    def approval_link_maker(self) -> ApprovalLinkMaker | None:
+        """Signs an approval email's links; None without a secret or a base URL."""
+        from chalicelib.links.approval_links import ApprovalLinkMaker
+
+        signer, base = self.link_signer, self.base_url
+        return ApprovalLinkMaker(signer, base) if signer is not None and base else None
+
     def link_desk(self) -> LinkDesk | None:
-        """Answers the links' pages; None without a secret."""
+        """Answers the links' pages (approve and deny ones as the admin API decides);
+        None without a secret."""
         from chalicelib.links.actions import LinkDesk
+        from chalicelib.links.approval_links import ApprovalDesk
 
         signer = self.link_signer
         if signer is None:
@@ -276,6 +286,7 @@ class Container:
             lambda: self.budget_admin,
             self.clock,
             self.base_url,
+            lambda: ApprovalDesk(self.approvals, self.link_uses, self.clock, self.auditor.record),
         )
 
     @cached_property
@@ -480,5 +491,5 @@ class Container:
             self.clock,
             lambda: self.auditor,
             lambda: self.base_url,
-            approval_email.Emailer(lambda: self.notifier),
+            approval_email.Emailer(lambda: self.notifier, self.approval_link_maker),
         )

@@ -10,7 +10,7 @@ never runs twice on one approval.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from chalicelib.auth.tokens import Identity, effective_principal
@@ -174,9 +174,16 @@ class Approvals:
         return ApprovalRequired(stored, url)
 
     def decide(
-        self, tenant: str, approval_id: str, approve: bool, actor: str, reason: str | None
+        self,
+        tenant: str,
+        approval_id: str,
+        approve: bool,
+        actor: str,
+        reason: str | None,
+        via: Mapping[str, str] | None = None,
     ) -> Approval:
-        """An administrator's decision on a pending approval.
+        """An administrator's decision on a pending approval: from the API and the
+        console, or through the approval email's link (`via` names it in the audit).
 
         Raises:
             NotFound: no such approval in this tenant.
@@ -192,7 +199,7 @@ class Approvals:
             raise Conflict(f"Approval {approval_id} is {state}, not pending: nothing to decide.")
         kind = EventType.APPROVAL_GRANTED if approve else EventType.APPROVAL_DENIED
         after = self.get(tenant, approval_id)
-        self._audit(kind, after, actor, reason)
+        self._audit(kind, after, actor, reason, via)
         return after
 
     def get(self, tenant: str, approval_id: str) -> Approval:
@@ -211,7 +218,14 @@ class Approvals:
         now = self._clock()
         return [a for a in self._store.list(tenant) if state is None or a.state_at(now) is state]
 
-    def _audit(self, kind: EventType, approval: Approval, actor: str, reason: str | None) -> None:
+    def _audit(
+        self,
+        kind: EventType,
+        approval: Approval,
+        actor: str,
+        reason: str | None,
+        via: Mapping[str, str] | None = None,
+    ) -> None:
         self._auditor().record(
             AuditEvent(
                 at_ms=self._clock(),
@@ -224,6 +238,7 @@ class Approvals:
                     "approval_id": approval.approval_id,
                     "tool": approval.key.tool,
                     "args_digest": approval.key.args_digest,
+                    **(via or {}),
                 },
                 principal=approval.key.principal,
                 server=approval.server,

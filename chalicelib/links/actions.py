@@ -1,7 +1,8 @@
 """One-click actions from the exhaustion email: the links it carries, and the pages that
 confirm (GET, changes nothing: a mail scanner's prefetch is harmless) and perform (POST)
-them. Each link is single-use (a conditional write in the store), expires after 24 h,
-and every use is audited with actor `email-link` and the link's id."""
+them; an approval email's approve and deny links are handed to `approval_links`. Each
+link is single-use (a conditional write in the store), expires after 24 h, and every use
+is audited with actor `email-link` and the link's id."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from urllib.parse import quote
 
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.errors import Conflict, QuotaServiceError, from_storage
+from chalicelib.errors import Conflict, NotFound, QuotaServiceError, from_storage
 from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
 from chalicelib.links.plans import (
     AlreadyDone,
@@ -24,6 +25,7 @@ from chalicelib.links.plans import (
     subject,
 )
 from chalicelib.links.signing import (
+    APPROVAL_ACTIONS,
     LINK_ACTOR,
     LINK_TTL_MS,
     LinkAction,
@@ -42,6 +44,7 @@ from chalicelib.storage.ports import AuditFilter, LinkUse, LinkUses, StorageErro
 if TYPE_CHECKING:
     from chalicelib.admin.actions import AdminService
     from chalicelib.admin.budgets import BudgetAdmin
+    from chalicelib.links.approval_links import ApprovalDesk
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class EmailLink:
 
     label: str
     url: str
+    expires_ms: int | None = None  # an approval's links: when they expire with it
 
 
 def console_url(base_url: str, session_id: str) -> str:
@@ -134,6 +138,7 @@ class LinkDesk:
         budget_admin: Callable[[], BudgetAdmin],
         clock: Clock,
         base_url: str,
+        approval_desk: Callable[[], ApprovalDesk] | None = None,
     ) -> None:
         self._signer = signer
         self._uses = uses
@@ -141,9 +146,21 @@ class LinkDesk:
         self._budget_admin = budget_admin
         self._clock = clock
         self._base = base_url
+        self._approval_desk = approval_desk
+
+    def _approvals(self) -> ApprovalDesk:
+        """The desk of approve and deny links.
+
+        Raises:
+            NotFound: approvals are not wired in this deployment.
+        """
+        if self._approval_desk is None:
+            raise NotFound("Approval links are not set up in this deployment.")
+        return self._approval_desk()
 
     def _checked(self, token: str) -> LinkPayload | Page:
-        verified = self._signer.verify(token, self._clock())
+        now = self._clock()
+        verified = self._signer.verify(token, now)
         if verified is LinkProblem.TAMPERED:
             return render(
                 403,
@@ -166,6 +183,9 @@ class LinkDesk:
                 "bad",
             )
         if verified is LinkProblem.EXPIRED:
+            expired = self._signer.read(token, now)
+            if isinstance(expired, LinkPayload) and expired.action in APPROVAL_ACTIONS:
+                return self._approvals().expired(expired)
             return render(
                 410,
                 "This link has expired",
@@ -229,7 +249,7 @@ class LinkDesk:
     def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
         """The page of a link whose action someone already took; audited when pressed."""
         if pressed:
-            _log("email link declined", payload, done.sentence())
+            log_link("email link declined", payload, done.sentence())
             self._admin().record(
                 AuditEvent(
                     at_ms=self._clock(),
@@ -263,6 +283,8 @@ class LinkDesk:
         checked = self._checked(token)
         if isinstance(checked, Page):
             return checked
+        if checked.action in APPROVAL_ACTIONS:
+            return self._approvals().confirm(checked)
         previous = self._uses.find(checked.tenant, checked.link_id)
         if previous is not None:
             return self._used(checked, previous)
@@ -284,6 +306,8 @@ class LinkDesk:
         checked = self._checked(token)
         if isinstance(checked, Page):
             return checked
+        if checked.action in APPROVAL_ACTIONS:
+            return self._approvals().perform(checked)
         previous = self._uses.find(checked.tenant, checked.link_id)
         if previous is not None:
             return self._used(checked, previous)
@@ -308,11 +332,11 @@ class LinkDesk:
         except (QuotaServiceError, StorageError) as exc:
             self._uses.release(checked.tenant, checked.link_id)
             error = from_storage(exc) if isinstance(exc, StorageError) else exc
-            _log("email link failed", checked, error.message)
+            log_link("email link failed", checked, error.message)
             body = paragraph(f"Nothing was changed: {error.message}")
             body += paragraph("The link can be used again.") + self._console(checked)
             return render(error.STATUS_CODE, "The action could not be done", body, "bad")
-        _log("email link used", checked, plan.summary)
+        log_link("email link used", checked, plan.summary)
         body = paragraph(f"Done: {plan.summary}") + paragraph(outcome)
         body += facts(_what(checked)) + self._console(checked)
         return render(200, "Done", body, "ok")
@@ -339,7 +363,7 @@ class LinkDesk:
         return "Every tool call made for the principal is now refused, until it is resumed."
 
 
-def _log(message: str, payload: LinkPayload, outcome: str) -> None:
+def log_link(message: str, payload: LinkPayload, outcome: str) -> None:
     """One log line naming the link: its id, action, subject and actor (never its token)."""
     logger.info(
         message,

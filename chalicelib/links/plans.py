@@ -1,6 +1,7 @@
 """What an emailed link would do now, decided from the state it was sent for and the
-state now: a change to make (shown on the confirmation page, then made), or a sign that
-someone already did what it asks. Pure: the caller reads the state and the audit trail.
+state now (an approve or deny link: the approval's): a change to make (shown on the
+confirmation page, then made), or a sign that someone already did what it asks. Pure:
+the caller reads the state and the audit trail.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from chalicelib.clock import iso_utc
 from chalicelib.links.signing import LinkAction, LinkPayload
+from chalicelib.quota.approvals import Approval, ApprovalState
 from chalicelib.quota.core import SessionSnapshot
 from chalicelib.quota.events import AuditEvent, EventType
 
@@ -163,8 +165,40 @@ def plan_suspend_principal(
     )
 
 
+# What became of an approval that is no longer pending, as an approve or deny link's
+# page says it.
+_SETTLED = {
+    ApprovalState.APPROVED: "the call was approved",
+    ApprovalState.DENIED: "the call was denied",
+    ApprovalState.USED: "the call was approved, and has run",
+}
+
+
+def plan_decision(payload: LinkPayload, approval: Approval, now_ms: int) -> Plan:
+    """Approve or deny the approval while it is pending; once decided (in the console,
+    the CLI or by the email's other link), used or expired, say so: one decision."""
+    state = approval.state_at(now_ms)
+    if state is ApprovalState.EXPIRED:
+        return AlreadyDone(f"the approval expired at {iso_utc(approval.expires_ms)}")
+    if state is not ApprovalState.PENDING:
+        return AlreadyDone(_SETTLED[state], approval.decided_by)
+    after = "approved" if payload.action is LinkAction.APPROVE else "denied"
+    return Change(
+        f"{approval.approval_id} pending \u2192 {after}",
+        (("after", _AFTER[payload.action]),),
+    )
+
+
+_AFTER = {
+    LinkAction.APPROVE: "approved: the same call (tool, arguments, principal) runs once",
+    LinkAction.DENY: "denied: the call is refused with approval_denied",
+}
+
+
 def subject(payload: LinkPayload) -> str:
     """What the link acts on, as the log and the pages name it."""
     if payload.action is LinkAction.SUSPEND_PRINCIPAL:
         return f"principal {payload.principal}"
+    if payload.approval_id is not None:
+        return f"approval {payload.approval_id}"
     return f"session {payload.session_id}"

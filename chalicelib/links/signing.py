@@ -1,10 +1,12 @@
-"""Signed one-click actions for the exhaustion email: a compact payload (tenant, session,
-action, category, amount, link id, expiry) signed with HMAC-SHA256 under a per-deployment
-key. Verifying a link is pure: a clock is passed in; the single use lives in a store.
+"""Signed one-click actions for the exhaustion email and the approval email: a compact
+payload (tenant, session, action, category, amount, link id, expiry; for an approve or
+deny link the approval's id) signed with HMAC-SHA256 under a per-deployment key.
+Verifying a link is pure: a clock is passed in; the single use lives in a store.
 
 Keys rotate: a token names the id of the key that signed it (`v2-<key id>`), the newest
 key signs, and every key still held verifies, so during a rotation the current and the
-previous key are both valid (docs/operations.md, "Link key rotation"). A link lives 24 h:
+previous key are both valid (docs/operations.md, "Link key rotation"). A link lives 24 h
+at most (an approval's links as long as the approval, within that):
 rotations at least two days apart never break a link already sent. A leaked key is
 withdrawn from the secret, and a signer re-read without it neither signs nor verifies
 with it. Tokens from before key ids (`v1`) are retired: one could have been signed with
@@ -41,6 +43,12 @@ class LinkAction(enum.StrEnum):
     RAISE = "raise"  # raise the session's category by `amount`
     SUSPEND = "suspend"  # suspend the session
     SUSPEND_PRINCIPAL = "suspend_principal"  # suspend whom the session's agent acts for
+    APPROVE = "approve"  # approve one pending approval of a call (issue 32)
+    DENY = "deny"  # deny it
+
+
+# The actions that decide an approval: their links expire with it, not after LINK_TTL_MS.
+APPROVAL_ACTIONS = frozenset({LinkAction.APPROVE, LinkAction.DENY})
 
 
 class LinkProblem(enum.StrEnum):
@@ -65,6 +73,7 @@ class LinkPayload:
     principal: str | None = None
     limit: int | None = None  # the category's limit when the email was sent
     started_ms: int | None = None  # when the session's counters then had started
+    approval_id: str | None = None  # an approve or deny link: the approval it decides
 
     @property
     def sent_ms(self) -> int:
@@ -87,6 +96,8 @@ class LinkPayload:
             out["l"] = self.limit
         if self.started_ms is not None:
             out["g"] = self.started_ms
+        if self.approval_id is not None:
+            out["v"] = self.approval_id
         return out
 
     @classmethod
@@ -96,6 +107,7 @@ class LinkPayload:
             return None
         try:
             principal, limit, started = raw.get("p"), raw.get("l"), raw.get("g")
+            approval = raw.get("v")
             payload = cls(
                 tenant=str(raw["t"]),
                 session_id=str(raw["s"]),
@@ -107,9 +119,12 @@ class LinkPayload:
                 principal=None if principal is None else str(principal),
                 limit=None if limit is None else int(limit),
                 started_ms=None if started is None else int(started),
+                approval_id=None if approval is None else str(approval),
             )
         except (KeyError, ValueError, TypeError):
             return None
+        if (payload.approval_id is None) == (payload.action in APPROVAL_ACTIONS):
+            return None  # an approval link names its approval; no other link does
         return payload
 
     def identity(self) -> Identity:
@@ -126,6 +141,10 @@ class LinkPayload:
             )
         if self.action is LinkAction.SUSPEND:
             return f"Suspend session '{self.session_id}': every tool call in it is refused."
+        if self.action is LinkAction.APPROVE:
+            return f"Approve {self.approval_id}: the call it is for may then run once."
+        if self.action is LinkAction.DENY:
+            return f"Deny {self.approval_id}: the call it is for is refused (approval_denied)."
         return (
             f"Suspend principal '{self.principal}': every tool call made for it is refused, "
             "in every session."
@@ -211,6 +230,18 @@ class LinkSigner:
         Raises:
             StorageError: re-reading the keys for an unknown key id failed.
         """
+        payload = self.read(token, now_ms)
+        if isinstance(payload, LinkPayload) and payload.expires_ms <= now_ms:
+            return LinkProblem.EXPIRED
+        return payload
+
+    def read(self, token: str, now_ms: int) -> LinkPayload | LinkProblem:
+        """The payload of a genuine token, expired or not (for the page that says what
+        expired): never to act on.
+
+        Raises:
+            StorageError: re-reading the keys for an unknown key id failed.
+        """
         if len(token) > MAX_TOKEN or not token.isascii() or token.count(".") != 2:
             return LinkProblem.TAMPERED
         version, encoded, mac = token.split(".")
@@ -226,6 +257,4 @@ class LinkSigner:
             return LinkProblem.TAMPERED
         if payload is None:
             return LinkProblem.TAMPERED
-        if payload.expires_ms <= now_ms:
-            return LinkProblem.EXPIRED
         return payload

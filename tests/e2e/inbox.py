@@ -34,11 +34,11 @@ class Stack:
 
 
 @contextmanager
-def service_with_inbox() -> Iterator[Stack]:
+def service_with_inbox(extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
     """Start the service and subscribe an SQS queue to its alerts topic."""
     backend_port = free_port()
     backend = f"http://127.0.0.1:{backend_port}"
-    with running_service({"QUOTA_BACKEND_PORT": str(backend_port)}) as url:
+    with running_service({"QUOTA_BACKEND_PORT": str(backend_port), **(extra_env or {})}) as url:
         sns = boto3.client("sns", endpoint_url=backend, region_name="us-east-1")
         sqs = boto3.client("sqs", endpoint_url=backend, region_name="us-east-1")
         [topic] = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
