@@ -15,7 +15,7 @@ from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib import wiring
-    from chalicelib.check import approvals, binding, deadline
+    from chalicelib.check import approvals, binding, deadline, minted
     from chalicelib.check import requests as validation
     from chalicelib.quota import answers
 else:
@@ -23,6 +23,7 @@ else:
     approvals = lazy_module("chalicelib.check.approvals")
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
+    minted = lazy_module("chalicelib.check.minted")
     validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
 
@@ -46,6 +47,11 @@ def check() -> Response:
     body = request_body(request)
     preview = approvals.preview_param(body) if "arguments_preview" in body else None
     parsed = validation.parse_check(body, container.policy)
+    if parsed.session_token is not None or parsed.mint_session:
+        # A session the service minted: verified here, so the check sees a plain id.
+        parsed, sealing = container.session_mint.resolve(identity, parsed)
+    else:
+        sealing = None
     run = partial(binding.check_as, identity, parsed, container.checks)
     # Answered before the client gives up, and no store request left running past it.
     by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
@@ -57,7 +63,9 @@ def check() -> Response:
             key = approvals.approval_key(identity, parsed)
             context = (parsed.session_id, parsed.server, preview)
             decision = container.approvals.guarded(key, context, run)
-        return decision_response(decision, _replay(identity.tenant, parsed, decision))
+        replay = _replay(identity.tenant, parsed, decision)
+        token = None if sealing is None else sealing.token(parsed.session_id)
+        return decision_response(decision, replay, token)
 
 
 def _replay(

@@ -60,6 +60,7 @@ class Decision(TypedDict):
     retry_after_seconds: NotRequired[int | None]
     hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
     replay: NotRequired[dict[str, object]]  # a duplicate's stored result (replay categories)
+    session_token: NotRequired[str]  # the session the service minted, to echo back (#31)
 
 
 class ResultKept(TypedDict):
