@@ -64,12 +64,13 @@ class SessionTokenInvalid(InvalidRequest):
 
     CODE = "session_token_invalid"
 
-    def __init__(self) -> None:
+    def __init__(self, tool: str) -> None:
         super().__init__(
-            "Field 'session_token' is not a session this service minted for this tenant "
-            "(forged, altered, or signed by a key no longer held); nothing was counted. "
-            'Send back the `_meta["io.mcp-quota/session"]` of an earlier result unchanged, '
-            "or none: the call is then counted in the session derived from who calls.",
+            f"The tool '{tool}' was NOT run: the session sent back "
+            '(`_meta["io.mcp-quota/session"]`) is not a session this service minted for '
+            "this tenant (forged, altered, or signed by a key no longer held); nothing was "
+            "counted. Send back the one an earlier result carried, unchanged, or none: the "
+            "call is then counted in the session derived from who calls.",
             "session_token",
         )
 
@@ -80,12 +81,13 @@ class SessionTokenOtherPrincipal(InvalidRequest):
 
     CODE = "session_token_other_principal"
 
-    def __init__(self, minted_for: str, principal: str) -> None:
+    def __init__(self, tool: str, minted_for: str, principal: str) -> None:
         super().__init__(
-            f"Field 'session_token' names a session minted for principal {minted_for!r}, "
+            f"The tool '{tool}' was NOT run: the session sent back "
+            f'(`_meta["io.mcp-quota/session"]`) was minted for principal {minted_for!r}, '
             f"but this call is for principal {principal!r}; nothing was counted. A session "
-            "belongs to one principal: send no token, and the call is counted in a "
-            f"session of {principal!r}'s own.",
+            "belongs to one principal: send none, and the call is counted in a session of "
+            f"{principal!r}'s own.",
             "session_token",
         )
 

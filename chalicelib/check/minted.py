@@ -105,9 +105,9 @@ class SessionMint:
             return replace(request, session_token=None), sealing
         minted = MintedSession.from_compact(signer.open(echoed))
         if minted is None or minted.tenant != identity.tenant:
-            raise SessionTokenInvalid()
+            raise SessionTokenInvalid(request.tool)
         if minted.principal != principal:
-            raise SessionTokenOtherPrincipal(minted.principal, principal)
+            raise SessionTokenOtherPrincipal(request.tool, minted.principal, principal)
         if minted.expires_ms <= self._clock():
             # Idle for a whole timeout: that session has ended; this call starts another.
             return replace(request, session_token=None), sealing
