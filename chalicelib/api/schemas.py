@@ -107,7 +107,8 @@ class CategoryView(TypedDict):
     raised_limit: int | None
     raised_until: str | None
     remaining: int
-    refused: int
+    refused: int  # every refusal, those the MCP side held included
+    refused_held: int  # of those, the ones the MCP side held (answered without asking)
     state: str
 
 

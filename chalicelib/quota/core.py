@@ -233,7 +233,7 @@ class SessionSnapshot:
     started_ms: int
     counts: Mapping[str, int] = field(default_factory=dict)
     raised: Mapping[str, int] = field(default_factory=dict)
-    refused: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, int] = field(default_factory=dict)  # held ones included
     suspended: bool = False
     suspended_reason: str | None = None
     principal: str | None = None
@@ -254,6 +254,8 @@ class SessionSnapshot:
     allowed_before: Mapping[str, int] = field(default_factory=dict)
     # The lives of the calls counted under a client's call id, by `call_id_key`.
     lives: Mapping[str, CallLife] = field(default_factory=dict)
+    # Of `refused`, the refusals the MCP side held during a refusal's hold (vouched for).
+    refused_held: Mapping[str, int] = field(default_factory=dict)
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -426,6 +428,7 @@ class Attempt:
     repeat_key: str | None = None
     repeat_limit: int = 0
     repeat_window_ms: int = 0
+    transport_session: str | None = None  # the legacy Mcp-Session-Id: shown, no boundary
 
     @property
     def tenant(self) -> str:
@@ -496,4 +499,6 @@ class Attempt:
             self.check_id,
             repeats=1 if allowed else 1 + self.held + self.answered,
             units=self.asked,
+            held=0 if allowed else self.held,
+            transport_session=self.transport_session,
         )
