@@ -1,10 +1,12 @@
-"""One signing scheme for everything the service hands a client to send back unchanged
-(email links, hold tickets, minted sessions): `<version>-<key id>.<payload>.<signature>`,
-the payload compact JSON in URL-safe base64, the signature an HMAC-SHA256 of the first
-two parts under the key the id names.
+"""One signing scheme for what the service hands a client to send back unchanged (hold
+tickets, minted sessions): `<version>-<key id>.<payload>.<signature>`, the payload
+compact JSON in URL-safe base64, the signature an HMAC-SHA256 of the first two parts
+under the key the id names, each kind's key made from the link keys for its purpose.
+The email links (`links/signing.py`) write the same format under the link keys
+themselves; `seal` and `unseal` are theirs to use too.
 
-Pure: no clock and no store. What a token binds, and when it expires, is its kind's
-business (`links/signing.py`, `check/tickets.py`, `check/minted.py`).
+What a token binds, and when it expires, is its kind's business (`check/tickets.py`,
+`check/minted.py`); `KeyRing` holds the keys they are made from.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 KEY_ID_LENGTH = 8
 MAX_TOKEN = 2048
@@ -104,3 +108,43 @@ class PurposeSigner:
         prefix, _, kid = label.partition("-")
         key = self._keys.get(kid) if prefix == self._version else None
         return [] if key is None else [key]
+
+
+class KeyRing:
+    """The link keys, read again every `every_ms`, and the signers made from them (made
+    anew when the keys are read again), so one read serves every kind of token."""
+
+    def __init__(
+        self, read: Callable[[], list[bytes]], clock: Callable[[], int], every_ms: int
+    ) -> None:
+        self._read = read
+        self._clock = clock
+        self._every_ms = every_ms
+        self._keys: list[bytes] = []
+        self._read_at: int | None = None
+        self._made: dict[object, Any] = {}
+
+    def keys(self) -> list[bytes]:
+        """The keys, newest first (re-read when they are older than `every_ms`).
+
+        Raises:
+            StorageError: the keys could not be read.
+        """
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self._every_ms:
+            self._keys, self._read_at, self._made = self._read(), now, {}
+        return self._keys
+
+    def made(self, make: Callable[[list[bytes]], T]) -> T | None:
+        """What `make` makes of the current keys (made once per read); None without keys.
+
+        Raises:
+            StorageError: the keys could not be read.
+        """
+        keys = self.keys()
+        if not keys:
+            return None
+        if make not in self._made:
+            self._made[make] = make(keys)
+        made: T = self._made[make]
+        return made

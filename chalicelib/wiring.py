@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota.answers import Allowed, Refused
     from chalicelib.quota.core import Attempt
-    from chalicelib.signed import PurposeSigner
+    from chalicelib.signed import KeyRing
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
 MISCONFIGURED_METRIC = "Misconfigured"
@@ -142,11 +142,6 @@ class Container:
         self.seen_base_url = ""
         self._signer: LinkSigner | None = None
         self._signer_read_at: int | None = None
-        self._tickets: TicketSigner | None = None
-        self._sessions: PurposeSigner | None = None
-        self._signed_with: list[bytes] | None = None  # the keys those two were made from
-        self._keys: list[bytes] = []
-        self._keys_read_at: int | None = None
 
     @cached_property
     def settings(self) -> Settings:
@@ -258,56 +253,27 @@ class Container:
             self._signer_read_at = now
         return self._signer
 
-    def _signing_keys(self) -> list[bytes]:
-        """The link keys hold tickets and session tokens are made from, read again every
-        LINK_KEYS_CACHE_MS (as `link_signer` reads them), and the signers made anew then.
+    @cached_property
+    def keyring(self) -> KeyRing:
+        """The link keys hold tickets and minted sessions are signed from, read again
+        every LINK_KEYS_CACHE_MS (as `link_signer` reads them)."""
+        from chalicelib.signed import KeyRing
 
-        Raises:
-            StorageError: the keys could not be read.
-        """
-        now = self.clock()
-        if self._keys_read_at is None or now - self._keys_read_at >= LINK_KEYS_CACHE_MS:
-            self._keys = self._link_keys()
-            self._keys_read_at = now
-        if self._signed_with is not self._keys:
-            from chalicelib.check.minted import session_signer
-            from chalicelib.check.tickets import TicketSigner
-
-            self._tickets = TicketSigner(self._keys) if self._keys else None
-            self._sessions = session_signer(self._keys)
-            self._signed_with = self._keys
-        return self._keys
+        return KeyRing(self._link_keys, self.clock, LINK_KEYS_CACHE_MS)
 
     @property
     def ticket_signer(self) -> TicketSigner | None:
-        """The signer of refusals' hold tickets, from the link keys; None where no link
-        secret is configured.
+        """The signer of refusals' hold tickets; None without a link secret."""
+        from chalicelib.check.tickets import TicketSigner
 
-        Raises:
-            StorageError: the keys could not be read.
-        """
-        self._signing_keys()
-        return self._tickets
-
-    @property
-    def session_signer(self) -> PurposeSigner | None:
-        """The signer of the sessions the service mints (issue 31), from the link keys;
-        None where no link secret is configured.
-
-        Raises:
-            StorageError: the keys could not be read.
-        """
-        self._signing_keys()
-        return self._sessions
+        return self.keyring.made(TicketSigner)
 
     @cached_property
     def session_mint(self) -> SessionMint:
-        """Verifies echoed session tokens and mints the ones answers carry."""
+        """Verifies echoed session tokens and mints the ones answers carry (issue 31)."""
         from chalicelib.check.minted import SessionMint
 
-        return SessionMint(
-            lambda: self.session_signer, self.clock, self.settings.idle_timeout_seconds
-        )
+        return SessionMint(self.keyring, self.clock, self.settings.idle_timeout_seconds)
 
     def hold_tickets(self) -> HoldTickets:
         """Issues and redeems the tickets of clients' refusal holds."""

@@ -17,7 +17,6 @@ the check itself sees an ordinary session id.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,13 +25,11 @@ from chalicelib.check.requests import CheckRequest
 from chalicelib.clock import Clock
 from chalicelib.errors import SessionTokenInvalid, SessionTokenOtherPrincipal
 from chalicelib.observability import logger
-from chalicelib.signed import PurposeSigner
+from chalicelib.signed import KeyRing, PurposeSigner
 from chalicelib.storage.ports import StorageError
 
 SESSION_VERSION = "mqs1"  # a token reads `mqs1-<key id>.<payload>.<signature>`
 PURPOSE = b"mcp-quota session token key"  # domain separation from links and tickets
-
-Signer = Callable[[], PurposeSigner | None]
 
 
 @dataclass(frozen=True)
@@ -76,11 +73,11 @@ class Sealing:
 class SessionMint:
     """Verifies the session tokens checks echo, and mints the ones answers carry."""
 
-    def __init__(self, signer: Signer, clock: Clock, idle_seconds: int) -> None:
-        """`signer`: the current signer, or None where no link key is configured (then no
-        answer carries a token, and an echoed one is ignored: the call counts in the
-        session it sends, as on a service that mints none)."""
-        self._signer = signer
+    def __init__(self, keys: KeyRing, clock: Clock, idle_seconds: int) -> None:
+        """`keys`: the link keys, of which none may be configured (then no answer carries
+        a token, and an echoed one is ignored: the call counts in the session it sends,
+        as on a service that mints none)."""
+        self._keys = keys
         self._clock = clock
         self._idle_ms = idle_seconds * 1000
 
@@ -100,7 +97,7 @@ class SessionMint:
         sealing = Sealing(self, identity.tenant, principal, answer)
         if echoed is None:
             return request, sealing
-        signer = self._signer()
+        signer = self._keys.made(session_signer)
         if signer is None:
             return replace(request, session_token=None), sealing
         minted = MintedSession.from_compact(signer.open(echoed))
@@ -117,7 +114,7 @@ class SessionMint:
         """A token for the session, expiring one idle timeout from now; None without a
         key (or when the keys cannot be read: the answer is given without one)."""
         try:
-            signer = self._signer()
+            signer = self._keys.made(session_signer)
         except StorageError as exc:
             logger.warning("session tokens: the keys could not be read", extra={"error": exc.doing})
             return None
@@ -127,6 +124,10 @@ class SessionMint:
         return signer.sign(MintedSession(tenant, session_id, principal, expires).to_compact())
 
 
-def session_signer(link_keys: list[bytes]) -> PurposeSigner | None:
-    """The signer of session tokens made from the link keys (newest first); None without."""
-    return PurposeSigner(SESSION_VERSION, PURPOSE, link_keys) if link_keys else None
+def session_signer(link_keys: list[bytes]) -> PurposeSigner:
+    """The signer of session tokens made from the link keys (newest first).
+
+    Raises:
+        ValueError: no key (a configuration fault).
+    """
+    return PurposeSigner(SESSION_VERSION, PURPOSE, link_keys)

@@ -249,13 +249,11 @@ class SessionSnapshot:
     # Call ids (in `call_id_key` form) the store still holds as counted, whether or not
     # `calls` shows them (a record folded away): what the store's condition reads.
     held_call_ids: frozenset[str] = frozenset()
-    # When the last allowed call of each category in earlier last calls was (they
-    # started again since).
+    # When the last allowed call of each category in earlier last calls was (restarted).
     allowed_before: Mapping[str, int] = field(default_factory=dict)
     # The lives of the calls counted under a client's call id, by `call_id_key`.
     lives: Mapping[str, CallLife] = field(default_factory=dict)
-    # Of `refused`, the refusals the MCP side held during a refusal's hold (vouched for).
-    refused_held: Mapping[str, int] = field(default_factory=dict)
+    refused_held: Mapping[str, int] = field(default_factory=dict)  # of `refused`, held ones
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -419,9 +417,7 @@ class Attempt:
     # Shadow mode: the limit a refusal would enforce; `base_limit` is then the ceiling
     # the store counts up to, so that counting goes on past the policy's limit.
     shadow_limit: int | None = None
-    # Refusals of this category the client answered locally since its last check: folded
-    # into this check's record when it is refused too ("delete_tag refused x37").
-    held: int = 0
+    held: int = 0  # refusals the client held since (vouched for): counted with this one
     answered: int = 0  # repeats refused from memory since (issue 29): recorded with this
     # The loop breaker: this call's `repeat_key`, how many such calls its window allows,
     # and the window (None: the category sets no `repeat`, or the client sent no digest).
