@@ -15,15 +15,15 @@ from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib import wiring
-    from chalicelib.check import approvals, binding, deadline, minted
+    from chalicelib.check import approvals, binding, deadline
     from chalicelib.check import requests as validation
+    from chalicelib.check.minted import Sealing
     from chalicelib.quota import answers
 else:
     answers = lazy_module("chalicelib.quota.answers")
     approvals = lazy_module("chalicelib.check.approvals")
     binding = lazy_module("chalicelib.check.binding")
     deadline = lazy_module("chalicelib.check.deadline")
-    minted = lazy_module("chalicelib.check.minted")
     validation = lazy_module("chalicelib.check.requests")
     wiring = lazy_module("chalicelib.wiring")
 
@@ -47,11 +47,10 @@ def check() -> Response:
     body = request_body(request)
     preview = approvals.preview_param(body) if "arguments_preview" in body else None
     parsed = validation.parse_check(body, container.policy)
+    sealing: Sealing | None = None
     if parsed.session_token is not None or parsed.mint_session:
         # A session the service minted: verified here, so the check sees a plain id.
         parsed, sealing = container.session_mint.resolve(identity, parsed)
-    else:
-        sealing = None
     run = partial(binding.check_as, identity, parsed, container.checks)
     # Answered before the client gives up, and no store request left running past it.
     by = deadline.Deadline.starting(wiring.STORE_STEP_SECONDS, _remaining_ms())
