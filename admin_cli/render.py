@@ -191,6 +191,9 @@ def budget_view(budget: Mapping[str, Any]) -> str:
     return f"{fields(pairs)}\n\n{body}"
 
 
+HELD_NOTE = "held: answered by the MCP server without asking, during a refusal's hold"
+
+
 def _categories(categories: Mapping[str, Any]) -> str:
     # LEASED: of USED, calls counted at once in leases (a client spends them locally).
     headers = ("CATEGORY", "USED", "LEASED", "LIMIT", "BASE", "RAISED", "REMAINING", "REFUSED")
@@ -203,12 +206,21 @@ def _categories(categories: Mapping[str, Any]) -> str:
             c.get("base_limit"),
             c.get("raised_limit"),
             c.get("remaining"),
-            c.get("refused"),
+            _refused(c),
         )
         for name, c in sorted(categories.items())
         if isinstance(c, Mapping)
     ]
-    return table(headers, rows)
+    held = any(isinstance(c, Mapping) and c.get("refused_held") for c in categories.values())
+    return table(headers, rows) + (f"\n{HELD_NOTE}" if held else "")
+
+
+def _refused(category: Mapping[str, Any]) -> object:
+    """One refused count, with the refusals the MCP server held (the console's words)."""
+    held = category.get("refused_held")
+    if isinstance(held, int) and held > 0:
+        return f"{category.get('refused')} ({held} held)"
+    return category.get("refused")
 
 
 def _outcome(call: Mapping[str, Any]) -> str:
@@ -220,6 +232,9 @@ def _outcome(call: Mapping[str, Any]) -> str:
     if call.get("allowed"):
         return "allowed"
     repeats = call.get("repeats")
+    held = call.get("held")
+    if isinstance(repeats, int) and repeats > 1 and isinstance(held, int) and held > 0:
+        return f"refused {TIMES}{repeats} in a row ({held} held)"
     if isinstance(repeats, int) and repeats > 1:
         return f"refused {TIMES}{repeats} in a row"
     return "refused"

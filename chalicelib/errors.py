@@ -58,6 +58,40 @@ class InvalidPageToken(InvalidRequest):
         )
 
 
+class SessionTokenInvalid(InvalidRequest):
+    """A check echoes a `session_token` this service did not mint (forged, altered, or
+    another tenant's): nothing is counted."""
+
+    CODE = "session_token_invalid"
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(
+            f"The tool '{tool}' was NOT run: the session sent back "
+            '(`_meta["io.mcp-quota/session"]`) is not a session this service minted for '
+            "this tenant (forged, altered, or signed by a key no longer held); nothing was "
+            "counted. Send back the one an earlier result carried, unchanged, or none: the "
+            "call is then counted in the session derived from who calls.",
+            "session_token",
+        )
+
+
+class SessionTokenOtherPrincipal(InvalidRequest):
+    """A check for one principal echoes a session minted for another: a session is one
+    principal's, so nothing is counted."""
+
+    CODE = "session_token_other_principal"
+
+    def __init__(self, tool: str, minted_for: str, principal: str) -> None:
+        super().__init__(
+            f"The tool '{tool}' was NOT run: the session sent back "
+            f'(`_meta["io.mcp-quota/session"]`) was minted for principal {minted_for!r}, '
+            f"but this call is for principal {principal!r}; nothing was counted. A session "
+            "belongs to one principal: send none, and the call is counted in a session of "
+            f"{principal!r}'s own.",
+            "session_token",
+        )
+
+
 class PayloadTooLarge(QuotaServiceError):
     """The request body is larger than the service accepts."""
 

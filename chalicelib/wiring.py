@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from chalicelib.check.auditing import Auditor
     from chalicelib.check.escalation import DeferredStreaks
     from chalicelib.check.hooks import DecisionListener
+    from chalicelib.check.minted import SessionMint
     from chalicelib.check.results import ResultDesk
     from chalicelib.check.runaway import AdminChanges
     from chalicelib.check.tickets import HoldTickets, TicketSigner
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from chalicelib.notify import Notifier, Publisher
     from chalicelib.quota.answers import Allowed, Refused
     from chalicelib.quota.core import Attempt
+    from chalicelib.signed import KeyRing
 
 # Counted once per request answered 503 `misconfigured` (an invalid policy).
 MISCONFIGURED_METRIC = "Misconfigured"
@@ -110,8 +112,6 @@ class Container:
         self.seen_base_url = ""
         self._signer: LinkSigner | None = None
         self._signer_read_at: int | None = None
-        self._tickets: TicketSigner | None = None
-        self._tickets_read_at: int | None = None
 
     @cached_property
     def settings(self) -> Settings:
@@ -223,22 +223,27 @@ class Container:
             self._signer_read_at = now
         return self._signer
 
+    @cached_property
+    def keyring(self) -> KeyRing:
+        """The link keys hold tickets and minted sessions are signed from, read again
+        every LINK_KEYS_CACHE_MS (as `link_signer` reads them)."""
+        from chalicelib.signed import KeyRing
+
+        return KeyRing(self._link_keys, self.clock, LINK_KEYS_CACHE_MS)
+
     @property
     def ticket_signer(self) -> TicketSigner | None:
-        """The signer of refusals' hold tickets, from the link keys (read again as
-        `link_signer` reads them); None where no link secret is configured.
+        """The signer of refusals' hold tickets; None without a link secret."""
+        from chalicelib.check.tickets import TicketSigner
 
-        Raises:
-            StorageError: the keys could not be read.
-        """
-        now = self.clock()
-        if self._tickets_read_at is None or now - self._tickets_read_at >= LINK_KEYS_CACHE_MS:
-            from chalicelib.check.tickets import TicketSigner
+        return self.keyring.made(TicketSigner)
 
-            keys = self._link_keys()
-            self._tickets = TicketSigner(keys) if keys else None
-            self._tickets_read_at = now
-        return self._tickets
+    @cached_property
+    def session_mint(self) -> SessionMint:
+        """Verifies echoed session tokens and mints the ones answers carry (issue 31)."""
+        from chalicelib.check.minted import SessionMint
+
+        return SessionMint(self.keyring, self.clock, self.settings.idle_timeout_seconds)
 
     def hold_tickets(self) -> HoldTickets:
         """Issues and redeems the tickets of clients' refusal holds."""

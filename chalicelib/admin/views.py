@@ -91,6 +91,7 @@ class SessionViews:
                 "raised_until": None if until is None else iso_utc(until),
                 "remaining": left(used, limit, stopped=state is SessionState.SUSPENDED),
                 "refused": 0 if fresh else snapshot.refused.get(name, 0),
+                "refused_held": 0 if fresh else snapshot.refused_held.get(name, 0),
                 "state": str(_category_state(state, used, limit, name in self._enforced)),
             }
         suspended = state is SessionState.SUSPENDED

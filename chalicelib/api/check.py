@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from chalicelib import aws
     from chalicelib.check import approvals, binding, deadline
     from chalicelib.check import requests as validation
+    from chalicelib.check.minted import Sealing
     from chalicelib.quota import answers
 else:
     answers = lazy_module("chalicelib.quota.answers")
@@ -46,6 +47,10 @@ def check() -> Response:
     body = request_body(request)
     preview = approvals.preview_param(body) if "arguments_preview" in body else None
     parsed = validation.parse_check(body, container.policy)
+    sealing: Sealing | None = None
+    if parsed.session_token is not None or parsed.mint_session:
+        # A session the service minted: verified here, so the check sees a plain id.
+        parsed, sealing = container.session_mint.resolve(identity, parsed)
     run = partial(binding.check_as, identity, parsed, container.checks)
     # Answered before the client gives up, and no store request left running past it.
     by = deadline.Deadline.starting(aws.STORE_STEP_SECONDS, _remaining_ms())
@@ -57,7 +62,9 @@ def check() -> Response:
             key = approvals.approval_key(identity, parsed)
             context = (parsed.session_id, parsed.server, preview)
             decision = container.approvals.guarded(key, context, run)
-        return decision_response(decision, _replay(identity.tenant, parsed, decision))
+        replay = _replay(identity.tenant, parsed, decision)
+        token = None if sealing is None else sealing.token(parsed.session_id)
+        return decision_response(decision, replay, token)
 
 
 def _replay(

@@ -135,10 +135,13 @@ def refusal_error(refusal: answers.Refused, message: str) -> RefusalError:
 
 
 def decision_response(
-    decision: answers.Decision, replay: dict[str, object] | None = None
+    decision: answers.Decision,
+    replay: dict[str, object] | None = None,
+    session_token: str | None = None,
 ) -> Response:
     """200 for an allowed call (with a duplicate's `replay`, when its category replays);
-    429 with Retry-After and an explicit message for a refusal."""
+    429 with Retry-After and an explicit message for a refusal. Either carries the
+    `session_token` the service minted for the call's session, if any."""
     body: Decision = {
         "allowed": decision.allowed,
         "session_id": decision.session_id,
@@ -161,6 +164,8 @@ def decision_response(
             }
             for use in decision.scopes
         }
+    if session_token is not None:
+        body["session_token"] = session_token
     headers = rate_limit_headers(decision)
     if not isinstance(decision, answers.Refused):
         if decision.lease is not None:

@@ -60,6 +60,7 @@ class Decision(TypedDict):
     retry_after_seconds: NotRequired[int | None]
     hold_ticket: NotRequired[str]  # a refusal's: vouches for the refusals its hold reports
     replay: NotRequired[dict[str, object]]  # a duplicate's stored result (replay categories)
+    session_token: NotRequired[str]  # the session the service minted, to echo back (#31)
 
 
 class ResultKept(TypedDict):
@@ -106,7 +107,8 @@ class CategoryView(TypedDict):
     raised_limit: int | None
     raised_until: str | None
     remaining: int
-    refused: int
+    refused: int  # every refusal, those the MCP side held included
+    refused_held: int  # of those, the ones the MCP side held (answered without asking)
     state: str
 
 

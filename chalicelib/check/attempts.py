@@ -57,5 +57,6 @@ def attempt_of(
         client=request.client,
         shadow_limit=shadow_limit,
         args_digest=request.args_digest,
+        transport_session=request.transport_session_id,
     )
     return with_repeat(attempt, category, request.args_digest)

@@ -41,6 +41,9 @@ CHECK_FIELDS = frozenset(
         "refused_locally",
         "args_digest",
         "client",
+        "session_token",
+        "mint_session",
+        "transport_session_id",
     }
 )
 CLIENT_FIELDS = {"name": 128, "version": 64, "oauth_client_id": 256}  # longest of each
@@ -52,6 +55,8 @@ UNADDRESSABLE = frozenset({".", ".."})
 LEASE_RETURN_FIELDS = frozenset({"session_id", "lease", "unused"})
 MAX_FAIL_OPEN = 1_000_000
 MAX_HOLD_TICKET = 2048
+MAX_SESSION_TOKEN = 2048  # longer is no token this service minted (`check/minted.py`)
+MAX_TRANSPORT_SESSION = 128
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 LATEST_MS = 32_503_680_000_000  # 3000-01-01T00:00:00Z
 
@@ -83,6 +88,12 @@ class CheckRequest:
     refused_locally: Mapping[str, HeldReport] | None = None  # refusals the client held
     args_digest: str | None = None  # SHA-256 of the arguments; for the loop breaker (#22)
     client: ClientInfo | None = None  # the MCP client the agent runs in, where known
+    # A session the service minted, echoed back: verified, it names the session counted.
+    session_token: str | None = None
+    # `session_id` is what the MCP side derived (no session named): answer with a token.
+    mint_session: bool = False
+    # The legacy `Mcp-Session-Id` the call came over: shown with the call, never a budget.
+    transport_session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -396,7 +407,37 @@ def parse_check(body: Mapping[str, Any], policy: Policy) -> CheckRequest:
         refused_locally=_held(body.get("refused_locally"), policy),
         args_digest=digest,
         client=_client(body.get("client")),
+        session_token=_session_token(body.get("session_token")),
+        mint_session=_flag(body, "mint_session"),
+        transport_session_id=text_field(
+            body, "transport_session_id", MAX_TRANSPORT_SESSION, required=False
+        ),
     )
+
+
+def _session_token(raw: Any) -> str | None:
+    """The echoed `session_token`, as sent: any string (what is not a genuine token is
+    refused as one, by `check/minted.py`, with its own code)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise InvalidRequest(
+            "Field 'session_token' must be a string: the session token of an earlier answer.",
+            "session_token",
+        )
+    return raw
+
+
+def _flag(body: Mapping[str, Any], name: str) -> bool:
+    """An optional true/false field (absent: false).
+
+    Raises:
+        InvalidRequest: present and not a boolean.
+    """
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"Field '{name}' must be true or false.", name)
+    return value
 
 
 def parse_lease_return(body: Mapping[str, Any]) -> LeaseReturn:

@@ -15,12 +15,7 @@ rotation of the link key rotates these too (a ticket lives about a minute).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
-import hashlib
-import hmac
-import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,13 +25,12 @@ from chalicelib.check.requests import HeldReport
 from chalicelib.observability import count, logger
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, RefusalReason
+from chalicelib.signed import PurposeSigner, purpose_key
 from chalicelib.storage.ports import LinkUse, LinkUses, StorageError
 
 HOLD_MS = 5_000  # the longest hold a client keeps (the client's MAX_HOLD_SECONDS)
 SLACK_MS = 60_000  # the hold's report rides on the session's next check: later counts nothing
 TICKET_VERSION = "h1"
-MAX_TICKET = 2048
-KEY_ID_LENGTH = 8
 _PURPOSE = b"mcp-quota hold ticket key"  # domain separation from the link tokens
 _USE_PREFIX = "hold-ticket."  # a ticket's single use, beside the links' (hex ids) in one store
 _USED_FOR = "hold ticket"
@@ -119,21 +113,14 @@ def new_ticket_id() -> str:
     return secrets.token_urlsafe(12)
 
 
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def ticket_key(link_key: bytes) -> bytes:
     """The ticket key made from one link key: an HMAC of a fixed label under it."""
-    return hmac.new(link_key, _PURPOSE, hashlib.sha256).digest()
+    return purpose_key(link_key, _PURPOSE)
 
 
 class TicketSigner:
-    """Signs hold tickets with the newest key and verifies them with any key held."""
+    """Signs hold tickets with the newest key and verifies them with any key held
+    (`signed.PurposeSigner`: the one signing scheme)."""
 
     def __init__(self, link_keys: Sequence[bytes]) -> None:
         """`link_keys`, newest first (the email links' keys).
@@ -141,39 +128,15 @@ class TicketSigner:
         Raises:
             ValueError: no key (a configuration fault).
         """
-        if not link_keys:
-            raise ValueError("hold tickets need at least one link key")
-        keys = [ticket_key(key) for key in link_keys]
-        self._keys = {self._key_id(key): key for key in reversed(keys)}
-        self._current = self._key_id(keys[0])
-
-    @staticmethod
-    def _key_id(key: bytes) -> str:
-        return hmac.new(key, b"id", hashlib.sha256).hexdigest()[:KEY_ID_LENGTH]
-
-    @staticmethod
-    def _mac(key: bytes, body: str) -> str:
-        return _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
+        self._signer = PurposeSigner(TICKET_VERSION, _PURPOSE, link_keys)
 
     def sign(self, ticket: HoldTicket) -> str:
         """The ticket as a client carries it: `h1-<key id>.<payload>.<signature>`."""
-        compact = json.dumps(ticket.to_compact(), separators=(",", ":"), sort_keys=True)
-        body = f"{TICKET_VERSION}-{self._current}.{_b64(compact.encode('utf-8'))}"
-        return f"{body}.{self._mac(self._keys[self._current], body)}"
+        return self._signer.sign(ticket.to_compact())
 
     def verify(self, token: str, now_ms: int) -> HoldTicket | TicketProblem:
         """The ticket of a genuine, unexpired token, or what is wrong with it."""
-        if len(token) > MAX_TICKET or not token.isascii() or token.count(".") != 2:
-            return TicketProblem.TAMPERED
-        version, encoded, mac = token.split(".")
-        prefix, _, kid = version.partition("-")
-        key = self._keys.get(kid) if prefix == TICKET_VERSION else None
-        if key is None or not hmac.compare_digest(self._mac(key, f"{version}.{encoded}"), mac):
-            return TicketProblem.TAMPERED
-        try:
-            ticket = HoldTicket.from_compact(json.loads(_unb64(encoded)))
-        except (binascii.Error, ValueError):
-            return TicketProblem.TAMPERED
+        ticket = HoldTicket.from_compact(self._signer.open(token))
         if ticket is None:
             return TicketProblem.TAMPERED
         if ticket.expires_ms <= now_ms:

@@ -286,8 +286,21 @@ function categoryRows(categories) {
   return Object.entries(categories).map(([name, c]) => [
     name, bar(c.used, c.limit), `${c.used} / ${c.limit}`, String(c.leased ?? "-"),
     c.raised_limit ? `${c.raised_limit}${c.raised_until ? ` until ${fmt(c.raised_until)}` : ""}` : "-",
-    String(c.refused ?? "-"),
+    refusedText(c),
   ]);
+}
+
+// One refused count, the refusals the MCP server held during a hold included and explained.
+function refusedText(c) {
+  if (c.refused == null) return "-";
+  if (!c.refused_held) return String(c.refused);
+  return `${c.refused}, ${c.refused_held} of them answered by the MCP server without asking`;
+}
+
+// A last call's result, as the CLI words it; a run of refusals says how many were held.
+function callResult(c) {
+  const held = c.held ? `, ${c.held} of them answered by the MCP server without asking` : "";
+  return c.replay ? "replay" : c.allowed ? "allowed" : c.repeats > 1 ? `refused ×${c.repeats} in a row` + held : "refused";
 }
 
 function actionForm(id, categories, state, after, chosen) {
@@ -373,7 +386,7 @@ function clientText(c) {
 async function sessionPage(id, message, chosen) {
   const s = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   const audit = await auditTable(id, { limit: "100" });
-  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, c.replay ? "replay" : c.allowed ? "allowed" : c.repeats > 1 ? `refused ×${c.repeats} in a row` : "refused"]);
+  const calls = s.last_calls.slice().reverse().map((c) => [fmt(c.at), c.tool, c.category, callResult(c), c.transport_session_id || "-"]);
   show(
     el("h1", {}, "Session ", el("span", { class: "id", text: id })),
     message || null,
@@ -389,7 +402,7 @@ async function sessionPage(id, message, chosen) {
     actionForm(id, s.categories, s.state,
       (note, kept) => sessionPage(id, note, kept).catch(fail), chosen),
     el("section", {}, el("h2", { text: "Last calls" }),
-      calls.length ? table(["When", "Tool", "Category", "Result"], calls) : el("p", { class: "muted", text: "None." })),
+      calls.length ? table(["When", "Tool", "Category", "Result", "Transport session"], calls) : el("p", { class: "muted", text: "None." })),
     el("section", {}, el("h2", { text: "Audit trail" }), audit.node),
   );
 }

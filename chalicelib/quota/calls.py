@@ -81,6 +81,8 @@ class CallRecord:
     check_id: str | None = None
     repeats: int = 1  # refusals of the same tool in a row, kept as one record
     units: int = 1  # the calls asked for at once (a lease's size): part of what an id binds
+    held: int = 0  # of `repeats`, the refusals the MCP side held (vouched for)
+    transport_session: str | None = None  # the legacy Mcp-Session-Id it came over (shown)
 
     def repeats_of(self, earlier: CallRecord) -> bool:
         """Whether this refused call repeats `earlier`: a runaway loop's next attempt at
@@ -92,6 +94,10 @@ class CallRecord:
             and not earlier.replay
             and (self.tool, self.category) == (earlier.tool, earlier.category)
         )
+
+    def folded_onto(self, earlier: CallRecord) -> CallRecord:
+        """This refusal kept as one record with the `earlier` one it repeats."""
+        return replace(self, repeats=earlier.repeats + self.repeats, held=earlier.held + self.held)
 
     def to_json(self) -> dict[str, object]:
         """The record as the API shows it."""
@@ -109,6 +115,10 @@ class CallRecord:
             out["replay"] = True
         if self.repeats > 1:
             out["repeats"] = self.repeats
+        if self.held:
+            out["held"] = self.held
+        if self.transport_session is not None:
+            out["transport_session_id"] = self.transport_session
         return out
 
 
@@ -116,7 +126,7 @@ def with_call(calls: tuple[CallRecord, ...], record: CallRecord) -> tuple[CallRe
     """The last calls with `record` added: a refusal that repeats the last one is folded
     into it ("delete_tag refused x385"), so a loop cannot push everything else out."""
     if calls and record.repeats_of(calls[-1]):
-        folded = replace(record, repeats=calls[-1].repeats + record.repeats)
+        folded = record.folded_onto(calls[-1])
         return (*calls[:-1], folded)
     return (*calls, record)
 

@@ -24,7 +24,8 @@ class Slot(StrEnum):
     COUNTS = "counts"  # calls counted in this generation
     LEASED = "leased"  # of those, calls counted by leases
     GRANTS = "grants"  # the category's last lease, as granted
-    REFUSED = "refused"  # refusals recorded in this generation
+    REFUSED = "refused"  # refusals recorded in this generation, held ones included
+    HELD = "held"  # of those, refusals the MCP side held and the service vouched for
     FIRST_REFUSALS = "first_refusals"  # (limit, check id) of the first refusal at a limit
     RAISED = "raised"  # an administrator's raised limit
     RAISED_UNTIL = "raised_until"  # when that raise lapses
@@ -62,10 +63,14 @@ class Calls(StrEnum):
 
 
 # What a new generation of counters starts without, and what idle expiry also drops.
-GENERATION = frozenset({Slot.COUNTS, Slot.LEASED, Slot.GRANTS, Slot.REFUSED, Slot.FIRST_REFUSALS})
+GENERATION = frozenset(
+    {Slot.COUNTS, Slot.LEASED, Slot.GRANTS, Slot.REFUSED, Slot.HELD, Slot.FIRST_REFUSALS}
+)
 RAISES = frozenset({Slot.RAISED, Slot.RAISED_UNTIL})
 # The maps whose entries are counts, added to (the others are put).
-COUNTING = frozenset({Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.REPEATS, Slot.STREAKS})
+COUNTING = frozenset(
+    {Slot.COUNTS, Slot.LEASED, Slot.REFUSED, Slot.HELD, Slot.REPEATS, Slot.STREAKS}
+)
 
 DAY_MS = 86_400_000
 # A budget is kept a day past its window (clean-up only: the window is in its condition).
@@ -122,10 +127,21 @@ def _seen(attempt: Attempt) -> tuple[tuple[Field, Value], ...]:
     return tuple(fields)
 
 
+def _held(attempt: Attempt) -> list[tuple[Slot, str, int]]:
+    """The refusals the MCP side held in the attempt's category (vouched for): counted
+    as the session's refusals too (one refused count), and apart, to say how many."""
+    if attempt.held < 1:
+        return []
+    return [(Slot.HELD, attempt.category, attempt.held)]
+
+
 def _counting(attempt: Attempt) -> tuple[tuple[Slot, str, int], ...]:
-    """The numbers a counted call adds: its units, its lease, its loop-breaker key."""
+    """The numbers a counted call adds: its units, its lease, its loop-breaker key, and
+    the refusals held before it (a hold ends in an allowed call after a raise)."""
     category = attempt.category
-    adds = [(Slot.COUNTS, category, attempt.units)]
+    adds = [(Slot.COUNTS, category, attempt.units), *_held(attempt)]
+    if attempt.held > 0:
+        adds.append((Slot.REFUSED, category, attempt.held))
     if attempt.leased:
         adds.append((Slot.LEASED, category, attempt.units))
     if attempt.repeat_key is not None:
@@ -216,7 +232,10 @@ def refused(attempt: Attempt, first_at: int | None = None) -> Change:
     if first_at is not None:
         put = ((Slot.FIRST_REFUSALS, attempt.category, (first_at, attempt.check_id)),)
     return Change(
-        add=((Slot.REFUSED, attempt.category, 1 + attempt.answered),),
+        add=(
+            (Slot.REFUSED, attempt.category, 1 + attempt.answered + attempt.held),
+            *_held(attempt),
+        ),
         put=put,
         set=_seen(attempt),
         record=attempt.record(allowed=False),

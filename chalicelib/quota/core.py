@@ -233,7 +233,7 @@ class SessionSnapshot:
     started_ms: int
     counts: Mapping[str, int] = field(default_factory=dict)
     raised: Mapping[str, int] = field(default_factory=dict)
-    refused: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, int] = field(default_factory=dict)  # held ones included
     suspended: bool = False
     suspended_reason: str | None = None
     principal: str | None = None
@@ -249,11 +249,11 @@ class SessionSnapshot:
     # Call ids (in `call_id_key` form) the store still holds as counted, whether or not
     # `calls` shows them (a record folded away): what the store's condition reads.
     held_call_ids: frozenset[str] = frozenset()
-    # When the last allowed call of each category in earlier last calls was (they
-    # started again since).
+    # When the last allowed call of each category in earlier last calls was (restarted).
     allowed_before: Mapping[str, int] = field(default_factory=dict)
     # The lives of the calls counted under a client's call id, by `call_id_key`.
     lives: Mapping[str, CallLife] = field(default_factory=dict)
+    refused_held: Mapping[str, int] = field(default_factory=dict)  # of `refused`, held ones
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -417,15 +417,14 @@ class Attempt:
     # Shadow mode: the limit a refusal would enforce; `base_limit` is then the ceiling
     # the store counts up to, so that counting goes on past the policy's limit.
     shadow_limit: int | None = None
-    # Refusals of this category the client answered locally since its last check: folded
-    # into this check's record when it is refused too ("delete_tag refused x37").
-    held: int = 0
+    held: int = 0  # refusals the client held since (vouched for): counted with this one
     answered: int = 0  # repeats refused from memory since (issue 29): recorded with this
     # The loop breaker: this call's `repeat_key`, how many such calls its window allows,
     # and the window (None: the category sets no `repeat`, or the client sent no digest).
     repeat_key: str | None = None
     repeat_limit: int = 0
     repeat_window_ms: int = 0
+    transport_session: str | None = None  # the legacy Mcp-Session-Id: shown, no boundary
 
     @property
     def tenant(self) -> str:
@@ -496,4 +495,6 @@ class Attempt:
             self.check_id,
             repeats=1 if allowed else 1 + self.held + self.answered,
             units=self.asked,
+            held=0 if allowed else self.held,
+            transport_session=self.transport_session,
         )

@@ -154,6 +154,7 @@ def walk(api: Api) -> list[Answer]:
     r.send("POST", "/v1/check", {**read, "principal": "intruder"}, bound)  # 403
     r.send("POST", "/v1/check", {"session_id": "s-1"}, SERVER)  # 400
     r.send("POST", "/v1/check", {**write, "client": {"nam": "x"}}, SERVER)  # 400
+    walk_minted_sessions(r, bound)
     r.send("GET", "/v1/sessions/s-1")
     r.send("GET", "/v1/sessions/never-seen")  # 404
     r.send("GET", "/v1/sessions")
@@ -206,6 +207,18 @@ def walk(api: Api) -> list[Answer]:
     return r.answers
 
 
+def walk_minted_sessions(r: Recorder, bound: dict[str, str]) -> None:
+    """A session the service mints (issue 31): asked for, echoed, refused when forged or
+    another principal's; a call's legacy transport session."""
+    call = {"session_id": "derived:w", "tool": "delete_tag", "principal": "bot-1"}
+    asked = r.send("POST", "/v1/check", {**call, "mint_session": True}, bound)
+    token = asked.body["session_token"]
+    echoed = {**call, "session_token": token, "transport_session_id": "mcp-legacy-1"}
+    r.send("POST", "/v1/check", echoed, bound)
+    r.send("POST", "/v1/check", {**echoed, "session_token": token[:-3]}, bound)  # 400
+    r.send("POST", "/v1/check", {**echoed, "principal": "bot-2"}, bound)  # 400
+
+
 def walk_approvals(api: Api, r: Recorder) -> None:
     """The approval routes (issue 32), under the default policy plus an approval rule."""
     policy = api.container.policy
@@ -247,7 +260,7 @@ def walk_results(r: Recorder) -> None:
 @pytest.fixture(params=["memory", "moto"])
 def answers(request: pytest.FixtureRequest, clock: FixedClock) -> Iterator[list[Answer]]:
     backend = {"memory": "memory", "moto": "dynamodb"}[request.param]
-    with running_api(clock, backend) as api:
+    with running_api(clock, backend, link_secret="k" * 40) as api:
         yield walk(api)
 
 

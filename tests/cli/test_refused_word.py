@@ -7,6 +7,8 @@ from pathlib import Path
 from tests.cli.conftest import Cli
 from tests.cli.fake_api import FakeAdminApi, session_view
 
+TIMES = "\N{MULTIPLICATION SIGN}"
+
 CONSOLE_JS = Path(__file__).resolve().parents[2] / "chalicelib" / "console" / "console.js"
 
 
@@ -62,3 +64,26 @@ def test_a_replayed_call_reads_replay_not_a_second_run(cli: Cli, api: FakeAdminA
 
 def test_the_console_marks_replays_too() -> None:
     assert 'c.replay ? "replay"' in CONSOLE_JS.read_text()
+
+
+def test_refusals_the_mcp_server_held_are_counted_and_explained(
+    cli: Cli, api: FakeAdminApi
+) -> None:
+    """Issue 31: one refused count, the held refusals broken out and explained."""
+    view = session_view()
+    view["categories"]["write"].update(refused=25, refused_held=22)
+    view["last_calls"][-1].update(repeats=23, held=22)
+    api.reply("GET", "/v1/sessions/sess-1", 200, view)
+
+    run = cli.admin(api, "session", "show", "sess-1")
+
+    assert run.code == 0, run.err
+    assert "25 (22 held)" in run.out
+    assert f"refused {TIMES}23 in a row (22 held)" in run.out
+    assert "held: answered by the MCP server without asking" in run.out
+
+
+def test_the_console_explains_held_refusals_in_the_same_count() -> None:
+    script = CONSOLE_JS.read_text()
+    assert "of them answered by the MCP server without asking" in script
+    assert "c.refused_held" in script and "c.held" in script

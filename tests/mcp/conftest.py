@@ -66,6 +66,9 @@ class FakeQuotaService:
     accepts_issue_22: bool = True
     """False: a service from before `units`, `refused_locally` and `args_digest`."""
     accepts_client: bool = True
+    accepts_minting: bool = True
+    """False: a service from before minted sessions (`mint_session`, `session_token`,
+    `transport_session_id`, issue 31). This fake accepts them and mints none."""
     issues_hold_tickets: bool = True
     """A refusal with nothing left carries a `hold_ticket` ("ticket-1", "ticket-2", ...)."""
     tickets: int = 0
@@ -90,6 +93,11 @@ class FakeQuotaService:
             *(["fail_open"] if self.accepts_fail_open else []),
             *(["units", "refused_locally", "args_digest"] if self.accepts_issue_22 else []),
             *(["client"] if self.accepts_client else []),
+            *(
+                ["mint_session", "session_token", "transport_session_id"]
+                if self.accepts_minting
+                else []
+            ),
         }
         if unknown:
             field_name = sorted(unknown)[0]

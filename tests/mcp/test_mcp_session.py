@@ -46,6 +46,33 @@ def test_a_transport_session_is_no_budget_boundary_unless_session_from_transport
     assert (keyed.session_id, keyed.source) == ("mcp:abc", SessionSource.TRANSPORT)
 
 
+def test_only_a_derived_session_asks_the_service_to_mint_one() -> None:
+    derived = resolve_session(CallerInfo(principal="alice"))
+    named = resolve_session(CallerInfo(meta={META_SESSION_KEY: "run-1"}, principal="alice"))
+    echoed = resolve_session(CallerInfo(meta={META_SESSION_KEY: "mqs1-k.p.s"}))
+    legacy = CallerInfo(transport_session_id="abc", transport=HTTP)
+    transport = resolve_session(legacy, SessionKeying.TRANSPORT)
+    principal = resolve_session(CallerInfo(principal="alice"), SessionKeying.PRINCIPAL)
+    assert [i.mint for i in (derived, named, echoed, transport, principal)] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_a_legacy_transport_session_is_sent_to_be_shown_beside_any_session() -> None:
+    legacy = CallerInfo(
+        meta={META_SESSION_KEY: "run-1"}, transport_session_id="abc", transport=HTTP
+    )
+    assert resolve_session(legacy).transport == "abc"
+    assert resolve_session(CallerInfo(transport_session_id="x" * 300)).transport == (
+        safe_key("x" * 300, 128)
+    )
+    assert resolve_session(CallerInfo()).transport is None
+
+
 def test_without_a_named_session_the_key_is_derived_from_who_calls() -> None:
     alice_a = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.1")
     alice_again = CallerInfo(principal="alice", transport=HTTP, peer="10.0.0.9", request_id=9)

@@ -37,6 +37,7 @@ SESSION = Layout(
         Slot.LEASED: ("#l", layout.LEASED_PREFIX),
         Slot.GRANTS: ("#g", layout.GRANT_PREFIX),
         Slot.REFUSED: ("#b", layout.REFUSED_PREFIX),
+        Slot.HELD: ("#hb", layout.HELD_PREFIX),
         Slot.FIRST_REFUSALS: ("#z", layout.NOTIFIED_PREFIX),
         Slot.RAISED: ("#r", layout.RAISED_PREFIX),
         Slot.RAISED_UNTIL: ("#rx", layout.RAISED_UNTIL_PREFIX),

@@ -25,6 +25,7 @@ from chalicelib.storage.dynamodb.layout import (
     COUNTED_CALL_ID,
     COUNTED_CHECK,
     GRANT_PREFIX,
+    HELD_PREFIX,
     LAST_SEEN,
     LEASED_PREFIX,
     LIFE_PREFIX,
@@ -65,14 +66,19 @@ def _base36(value: int) -> str:
 
 def encode_call(record: CallRecord) -> str:
     """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed,
-    and how many refusals in a row it stands for, if more than one. Its ids are kept in
-    `cids`; the principal is the session's, stored once."""
+    how many refusals in a row it stands for (if more than one) and how many of them the
+    MCP side held, then the legacy transport session it came over, if any. Its ids are
+    kept in `cids`; the principal is the session's, stored once."""
     allowed = "1" if record.allowed else "0"
     fields = [_base36(record.at_ms), record.category, record.tool, allowed]
     if record.repeats > 1:
         fields.append(str(record.repeats))
     if record.units > 1:
         fields.append(f"x{record.units}")
+    if record.held:
+        fields.append(f"h{record.held}")
+    if record.transport_session is not None:
+        fields.append(f"m{record.transport_session}")  # last: it may hold the separator
     return SEP.join(fields)
 
 
@@ -121,6 +127,11 @@ def taken_back_id(record: CallRecord) -> str:
 def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
     """Rebuild a call from its `calls` and `cids` entries."""
     at, category, tool, allowed, *more = text.split(SEP)
+    transport: str | None = None
+    for index, part in enumerate(more):
+        if part.startswith("m"):
+            transport, more = SEP.join(more[index:])[1:], more[:index]
+            break
     call_id: str | None = None
     check_id: str | None = None
     if stored.startswith(COUNTED_CALL_ID):
@@ -132,6 +143,7 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
     replay = stored.startswith(REPLAYED)
     repeats = next((int(f) for f in more if f.isdigit()), 1)
     units = next((int(f[1:]) for f in more if f.startswith("x")), 1)
+    held = next((int(f[1:]) for f in more if f.startswith("h")), 0)
     return CallRecord(
         int(at, 36),
         category,
@@ -143,6 +155,8 @@ def decode_call(text: str, stored: str, principal: str | None) -> CallRecord:
         check_id,
         repeats,
         units,
+        held,
+        transport,
     )
 
 
@@ -162,6 +176,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
     raised: dict[str, int] = {}
     raised_until: dict[str, int] = {}
     refused: dict[str, int] = {}
+    held: dict[str, int] = {}
     leased: dict[str, int] = {}
     repeats: dict[str, int] = {}
     allowed_before: dict[str, int] = {}
@@ -171,6 +186,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
             (RAISED_PREFIX, raised),
             (RAISED_UNTIL_PREFIX, raised_until),
             (REFUSED_PREFIX, refused),
+            (HELD_PREFIX, held),
             (LEASED_PREFIX, leased),
             (REPEAT_PREFIX, repeats),
             (ALLOWED_BEFORE_PREFIX, allowed_before),
@@ -206,6 +222,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         counts=counts,
         raised=raised,
         refused=refused,
+        refused_held=held,
         suspended=suspended is not None,
         suspended_reason=suspended.get("S") if suspended else None,
         principal=principal,

@@ -53,6 +53,7 @@ RAISED_PREFIX = "r_"
 RAISED_UNTIL_PREFIX = "rx_"
 NOTIFIED_PREFIX = "z_"
 REFUSED_PREFIX = "b_"
+HELD_PREFIX = "hb_"  # of the refusals, those the MCP side held (vouched for)
 LEASED_PREFIX = "l_"
 GRANT_PREFIX = "g_"
 REPEAT_PREFIX = "q_"

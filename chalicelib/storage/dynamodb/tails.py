@@ -63,7 +63,7 @@ class Tail:
         if self.ids and self.ids[-1].startswith(BLOCKED):
             last = decode_call(self.texts[-1], self.ids[-1], None)
             if record.repeats_of(last):
-                folded = encode_call(replace(record, repeats=last.repeats + record.repeats))
+                folded = encode_call(record.folded_onto(last))
                 return replace(self, texts=(*self.texts[:-1], folded), ids=(*self.ids[:-1], entry))
         return replace(self, texts=(*self.texts, text)[-keep:], ids=(*self.ids, entry)[-keep:])
 

@@ -83,6 +83,7 @@ _MAPS = {
     Slot.LEASED: "leased",
     Slot.GRANTS: "grants",
     Slot.REFUSED: "refused",
+    Slot.HELD: "held",
     Slot.FIRST_REFUSALS: "notified",
     Slot.RAISED: "raised",
     Slot.RAISED_UNTIL: "raised_until",
@@ -109,6 +110,7 @@ class _Session:
     counts: dict[str, int] = field(default_factory=dict)
     raised: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)  # of the refusals, those held
     notified: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     suspended_reason: str | None = None
     principal: str | None = None
@@ -129,6 +131,7 @@ class _Session:
             counts=dict(self.counts),
             raised=dict(self.raised),
             refused=dict(self.refused),
+            refused_held=dict(self.held),
             suspended=self.suspended_reason is not None,
             suspended_reason=self.suspended_reason,
             principal=self.principal,

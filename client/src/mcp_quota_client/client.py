@@ -42,6 +42,7 @@ from mcp_quota_client.hold import (
     report_body,
 )
 from mcp_quota_client.leases import LeaseBook, LeaseReturn
+from mcp_quota_client.wire_fields import OptionalFields
 
 logger = logging.getLogger("mcp_quota_client")
 
@@ -64,13 +65,17 @@ FAIL_OPEN_FIELD = "fail_open"
 """Check-body field reporting the calls that ran uncounted since the last answered check."""
 LEASE_FIELD = "lease"
 """Check-body field asking for calls reserved at once (leased reads)."""
-ARGS_DIGEST_FIELD = "args_digest"
 CLIENT_FIELD = "client"
-"""Check-body field with the SHA-256 of the call's arguments (for the loop breaker)."""
+"""Check-body field naming the MCP client (name, version, OAuth client id)."""
 _OFF = frozenset({"off", "0", "false", "no"})
 CALL_IN_PROGRESS = "call_in_progress"
 """409 code: a copy of this call (same call id) is still being counted; ask again."""
 CALL_ID_CONFLICT = "call_id_conflict"
+AGENT_CAUSED = frozenset(
+    {CALL_ID_CONFLICT, "session_token_invalid", "session_token_other_principal"}
+)
+"""Rejections the MCP client caused (an id reused, a session token echoed wrong): the
+service's words say what to do; it is no configuration problem of the server."""
 """409 code: the call id names another call (tool, arguments or principal)."""
 
 
@@ -275,8 +280,8 @@ class QuotaClient:
         self._fail_closed: Counter[str] = Counter()
         self._unreported: Counter[str] = Counter()
         self._reports_accepted = True
-        self._digests_accepted = True
         self._clients_accepted = True
+        self._optional = OptionalFields()
         self._leases: LeaseBook | None = (
             LeaseBook(clock, config.lease_idle_seconds, config.lease_margin_seconds)
             if config.lease
@@ -371,10 +376,9 @@ class QuotaClient:
             request = replace(request, lease=leases.size(request))
         if request.call_id is None:
             request = replace(request, call_id=f"gen-{uuid.uuid4().hex}")
-        if not self._digests_accepted:
-            request = replace(request, args_digest=None)
         if not self._clients_accepted:
             request = replace(request, client=None)
+        request = self._optional.strip(request)
         self._counts["checks"] += 1
         # The report is taken out while this check carries it, so that concurrent checks
         # never report the same calls twice; it goes back unless the service answered.
@@ -482,12 +486,11 @@ class QuotaClient:
                     "fail-open calls are counted in this server's stats() only"
                 )
                 continue
-            if request.args_digest is not None and _rejected_field(decision) == ARGS_DIGEST_FIELD:
-                # A service from before the loop breaker: ask again without the digest.
-                self._digests_accepted = False
-                request = replace(request, args_digest=None)
-                continue
             rejected = _rejected_field(decision) or ""
+            without = self._optional.rejected(request, rejected)
+            if without is not None:  # a service from before the field: ask again without
+                request = without
+                continue
             if request.client is not None and rejected.split(".")[0] == CLIENT_FIELD:
                 # Who the client is only informs the administrator: never a reason to
                 # refuse a call. A service from before the field stops getting it.
@@ -779,7 +782,7 @@ def _rejected(
         where = f" (field '{field_name}')" if field_name else ""
         detail = _str_or_none(error.get("message")) or "no detail given"
         problem = f"the quota service rejected the check with {status} {code}{where}: {detail}"
-    if code == CALL_ID_CONFLICT:
+    if code in AGENT_CAUSED:
         # The agent's doing, not the server's configuration: the service's words say what.
         message = _str_or_none(error.get("message")) or f"The tool '{request.tool}' was NOT run."
     else:

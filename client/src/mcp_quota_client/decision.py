@@ -114,6 +114,11 @@ class CheckRequest:
     session_token: str | None = None
     """A session the service minted, echoed by the MCP client: the service verifies it
     and counts the call in its session (else refuses with a 4xx naming the problem)."""
+    mint_session: bool = False
+    """No session was named: `session_id` is what this side derived, and the service
+    answers a session (`Decision.session_token`) for the MCP client to echo back."""
+    transport_session_id: str | None = None
+    """The legacy `Mcp-Session-Id` the call came over: shown with the call, no budget."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -139,6 +144,10 @@ class CheckRequest:
             body["client"] = client
         if self.session_token is not None:
             body["session_token"] = self.session_token
+        if self.mint_session:
+            body["mint_session"] = True
+        if self.transport_session_id is not None:
+            body["transport_session_id"] = self.transport_session_id
         return body
 
     def local_category(self) -> str | None:

@@ -221,6 +221,8 @@ class ToolCallGuard:
             args_digest=digest,
             client=caller.client,
             session_token=identity.minted,
+            mint_session=identity.mint,
+            transport_session_id=identity.transport,
         )
         who = _who(caller)
         if request.units > MAX_UNITS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from mcp_quota_client.decision import ClientInfo
@@ -35,6 +35,7 @@ MINTED_PREFIX = "mqs1-"
 MAX_MINTED = 1024
 MAX_SESSION_ID = 256
 MAX_CALL_ID = 128
+MAX_TRANSPORT_SESSION = 128
 MAX_PRINCIPAL = 256
 SESSION_FROM_ENV = "MCP_QUOTA_SESSION_FROM"
 """Mirrors the policy's `session_from`: `transport` makes `Mcp-Session-Id` a boundary."""
@@ -124,6 +125,15 @@ class SessionIdentity:
     minted: str | None = None
     """The service-minted session the client echoed (MINTED): sent for the service to
     verify; `session_id` is then the derived key, what a service without minting uses."""
+    transport: str | None = field(default=None, compare=False)
+    """The legacy `Mcp-Session-Id` the call came over (in the service's charset): sent
+    to be shown with the call; a budget boundary only as TRANSPORT's `session_id`."""
+
+    @property
+    def mint(self) -> bool:
+        """Whether the service is asked to mint a session: none was named or echoed,
+        and `session_id` is what this side derived from who calls."""
+        return self.source is SessionSource.DERIVED
 
 
 def safe_key(value: str, max_length: int) -> str:
@@ -178,6 +188,14 @@ def derived_session(caller: CallerInfo) -> SessionIdentity:
 def resolve_session(
     caller: CallerInfo, keying: SessionKeying = SessionKeying.CLIENT
 ) -> SessionIdentity:
+    """`_resolve_session`, with the call's legacy transport session to show beside it."""
+    identity = _resolve_session(caller, keying)
+    if not caller.transport_session_id:
+        return identity
+    return replace(identity, transport=safe_key(caller.transport_session_id, MAX_TRANSPORT_SESSION))
+
+
+def _resolve_session(caller: CallerInfo, keying: SessionKeying) -> SessionIdentity:
     """Resolve the quota session of one tool call: the one order every path uses.
 
     With `SessionKeying.CLIENT` (the default), in order:
@@ -185,7 +203,9 @@ def resolve_session(
       2. a session the service minted (`mqs1-...`) that the client echoes back under
          the same key (the service verifies it; this side cannot);
       3. derived from who calls: principal (else the server token), the client's stable
-         id (OAuth client id, else clientInfo.name) and this server's name.
+         id (OAuth client id, else clientInfo.name) and this server's name; the service
+         is asked to mint a session for it (`SessionIdentity.mint`), which the result
+         carries back under the key of step 1, for the client to echo (step 2).
     `SessionKeying.TRANSPORT` puts the legacy `Mcp-Session-Id` between 1 and 2.
     `SessionKeying.PRINCIPAL`: the principal when authenticated, else 3.
     """
