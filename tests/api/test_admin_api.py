@@ -151,6 +151,7 @@ def test_session_view_and_idle_state(api: Api) -> None:
         "raised_until": None,
         "remaining": 12,
         "refused": 0,
+        "refused_held": 0,
         "state": "active",
     }
     assert [c["tool"] for c in view["last_calls"]] == ["delete_tag"] * 3
