@@ -497,6 +497,7 @@ class Container:
             tickets=self.hold_tickets(),
             changes=self.admin_changes,
             refusal_cache_ms=REFUSAL_CACHE_MS,
+            kept_answers=self.result_desk.answers_copy,
         )
 
     @cached_property

@@ -61,6 +61,7 @@ def policy_view(policy: Policy) -> PolicyView:
     return {
         "rules": rules,
         "categories": sorted(policy.categories),
+        "replay": sorted(name for name, category in policy.categories.items() if category.replay),
         "max_age_seconds": POLICY_MAX_AGE_SECONDS,
     }
 

@@ -88,6 +88,7 @@ class PolicyView(TypedDict):
 
     rules: list[RuleView]
     categories: list[str]
+    replay: list[str]
     max_age_seconds: int
 
 
