@@ -779,7 +779,7 @@ def _rejected(
         where = f" (field '{field_name}')" if field_name else ""
         detail = _str_or_none(error.get("message")) or "no detail given"
         problem = f"the quota service rejected the check with {status} {code}{where}: {detail}"
-    if code == CALL_ID_CONFLICT:
+    if code in (CALL_ID_CONFLICT, "approval_required", "approval_denied"):
         # The agent's doing, not the server's configuration: the service's words say what.
         message = _str_or_none(error.get("message")) or f"The tool '{request.tool}' was NOT run."
     else:
