@@ -246,7 +246,8 @@ class Ledger:
         self.gated: set[str] = set()
         quota = QuotaClient(QuotaClientConfig(base_url=service.url, token=SERVER_TOKEN))
         self.server = FastMCP("ledger")
-        self.server.add_middleware(QuotaMiddleware(quota))
+        self.middleware = QuotaMiddleware(quota)
+        self.server.add_middleware(self.middleware)
         self.quota = quota
 
         @self.server.tool(annotations={"destructiveHint": True})
@@ -255,6 +256,11 @@ class Ledger:
             if entry in self.gated:
                 await self.gate.wait()
             return f"deleted {entry}"
+
+        @self.server.tool(annotations={"destructiveHint": True})
+        async def archive_all(label: str) -> str:
+            self.runs[label] += 1
+            return "x" * (70 * 1024)  # more than the service keeps
 
         @self.server.tool(annotations={"destructiveHint": True})
         async def wire_money(amount: int) -> str:
@@ -295,6 +301,14 @@ async def test_a_copy_that_comes_while_the_first_runs_waits_for_its_result(
     session = new_session()
     meta = {META_SESSION_KEY: session, META_CALL_ID_KEY: f"{session}-slow"}
     ledger.gated.add("slow")
+    waiting = asyncio.Event()
+    pause = ledger.middleware.once.sleep
+
+    async def noted_pause(seconds: float) -> None:
+        waiting.set()  # a copy heard "running" and waits to ask again
+        await pause(seconds)
+
+    ledger.middleware.once.sleep = noted_pause
     async with Client(ledger.server) as client:
         first = asyncio.ensure_future(
             client.call_tool_mcp("delete_entry", {"entry": "slow"}, meta=meta)
@@ -304,13 +318,46 @@ async def test_a_copy_that_comes_while_the_first_runs_waits_for_its_result(
         copy = asyncio.ensure_future(
             client.call_tool_mcp("delete_entry", {"entry": "slow"}, meta=meta)
         )
-        await asyncio.sleep(0.3)  # the copy has asked and heard "running" at least once
-        assert not copy.done()
+        await waiting.wait()
         ledger.gate.set()
         results = await asyncio.gather(first, copy)
     assert ledger.runs["slow"] == 1
     assert [text_of(r) for r in results] == ["deleted slow"] * 2
     assert [replayed(r) for r in results] == [False, True]
+
+
+async def test_a_copy_past_its_wait_is_told_the_call_is_in_progress(ledger: Ledger) -> None:
+    """Defect class: a copy that cannot wait runs the call again, or hangs."""
+    session = new_session()
+    meta = {META_SESSION_KEY: session, META_CALL_ID_KEY: f"{session}-busy"}
+    ledger.gated.add("busy")
+    ledger.middleware.once.wait_seconds = 0
+    async with Client(ledger.server) as client:
+        first = asyncio.ensure_future(
+            client.call_tool_mcp("delete_entry", {"entry": "busy"}, meta=meta)
+        )
+        while ledger.runs["busy"] == 0:
+            await asyncio.sleep(0.01)
+        copy = await client.call_tool_mcp("delete_entry", {"entry": "busy"}, meta=meta)
+        ledger.gate.set()
+        await first
+        later = await client.call_tool_mcp("delete_entry", {"entry": "busy"}, meta=meta)
+    assert ledger.runs["busy"] == 1
+    assert copy.is_error and (copy.structured_content or {})["kind"] == "call_in_progress"
+    assert text_of(later) == "deleted busy" and replayed(later)
+
+
+async def test_a_result_over_64_kib_is_not_run_again_and_says_so(ledger: Ledger) -> None:
+    """Defect class: a retry of a call whose result was too large to keep runs it again."""
+    session = new_session()
+    meta = {META_SESSION_KEY: session, META_CALL_ID_KEY: f"{session}-big"}
+    async with Client(ledger.server) as client:
+        first = await client.call_tool_mcp("archive_all", {"label": "big"}, meta=meta)
+        again = await client.call_tool_mcp("archive_all", {"label": "big"}, meta=meta)
+    assert ledger.runs["big"] == 1
+    assert not first.is_error and again.is_error and replayed(again)
+    assert "NOT run again" in text_of(again)
+    assert (again.structured_content or {})["kind"] == "result_not_kept"
 
 
 async def test_the_middleware_answers_an_approval_as_the_client_supports_it(
