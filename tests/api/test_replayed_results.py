@@ -167,6 +167,8 @@ def test_a_copy_past_its_duplicates_without_a_kept_result_is_still_refused(
         assert body(any_api.check(session_id="s", tool="delete_tag", call_id="m2"))["replay"]
     refused = any_api.check(session_id="s", tool="delete_tag", call_id="m2")
     assert refused.status_code == 409
+    # A burst of re-sends must not be told to go on under a new id: a second run.
+    assert "do not send it again under a new id" in body(refused)["error"]["message"]
     any_api.check(session_id="s", tool="search_articles", call_id="r2")
     for _ in range(3):
         any_api.check(session_id="s", tool="search_articles", call_id="r2")
