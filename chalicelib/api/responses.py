@@ -57,6 +57,8 @@ def policy_view(policy: Policy) -> PolicyView:
             view["pattern"] = rule.pattern
         if rule.units_from is not None:
             view["units_from"] = rule.units_from
+        if rule.approval:
+            view["approval"] = True
         rules.append(view)
     return {
         "rules": rules,

@@ -81,6 +81,7 @@ class RuleView(TypedDict, total=False):
     tools: list[str]
     pattern: str
     units_from: str
+    approval: bool
 
 
 class PolicyView(TypedDict):

@@ -99,6 +99,16 @@ def approve(service: Running, approval_id: str) -> None:
     assert answer.status_code == 200, answer.text
 
 
+def shown_to_the_approver(service: Running, approval_id: str) -> Any:
+    answer = httpx2.get(
+        f"{service.url}/v1/approvals/{approval_id}",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
 def approval_id_of(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
@@ -194,6 +204,9 @@ async def test_a_client_without_url_elicitation_is_told_to_ask_its_user_then_run
     assert "retry the same call with the same arguments" in text_of(asked)
     assert [e for e in deletions(record) if e["tag"] in tags] == []
     assert (await call()).structured_content == structured  # still pending: the same one
+    # The approver sees what the call would do: the arguments as the proxy got them.
+    shown = shown_to_the_approver(service, structured["approvalId"])
+    assert shown["arguments_preview"] == json.dumps({"tags": tags}, ensure_ascii=False)
 
     approve(service, structured["approvalId"])
     retries = await asyncio.gather(*(call() for _ in range(8)))

@@ -16,14 +16,15 @@ from mcp_quota_client.approval_answer import (
     approval_asked,
     declined,
 )
-from mcp_quota_client.decision import Decision, Outcome
+from mcp_quota_client.decision import CheckRequest, Decision, Outcome
 from mcp_quota_client.exactly_once import (
     ExactlyOnce,
     replay_wait_from_env,
     replayed_result,
 )
-from mcp_quota_client.guard import GuardedCall, ToolCallGuard
+from mcp_quota_client.guard import MAX_PREVIEW, GuardedCall, ToolCallGuard, preview
 from mcp_quota_client.results import REPLAYED_META, Replay, ReplayState
+from mcp_quota_client.service_policy import RuleCosts
 from mcp_quota_client.session import SessionIdentity, SessionSource
 
 pytestmark = pytest.mark.anyio
@@ -217,3 +218,21 @@ def test_only_an_approval_with_an_http_url_is_answered_as_one() -> None:
     )
     assert isinstance(denied, mt.CallToolResult) and denied.is_error
     assert denied.structured_content == {"kind": "approval_denied"}
+
+
+def test_only_a_tool_that_needs_an_approval_sends_its_arguments_cut_to_the_limit() -> None:
+    """Defect class: the approver cannot see what they approve, or every call's
+    arguments leave the server."""
+    rules = RuleCosts(
+        [
+            {"category": "write", "tools": ["drop_table"], "approval": True},
+            {"category": "write", "pattern": "drop_*"},
+        ]
+    )
+    assert rules.needs_approval("drop_table") and not rules.needs_approval("drop_view")
+    assert preview({"table": "users", "why": "ünïcode"}) == '{"table": "users", "why": "ünïcode"}'
+    cut = preview({"rows": "x" * 5000})
+    assert len(cut) == MAX_PREVIEW and cut.endswith("…")
+    request = CheckRequest(session_id="s", tool="drop_table", arguments_preview="{}")
+    assert request.to_json()["arguments_preview"] == "{}"
+    assert "arguments_preview" not in CheckRequest(session_id="s", tool="t").to_json()

@@ -114,6 +114,9 @@ class CheckRequest:
     session_token: str | None = None
     """A session the service minted, echoed by the MCP client: the service verifies it
     and counts the call in its session (else refuses with a 4xx naming the problem)."""
+    arguments_preview: str | None = None
+    """The arguments as JSON, for a tool whose calls need an approval only: shown to
+    the approver, never used to decide."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
@@ -139,6 +142,8 @@ class CheckRequest:
             body["client"] = client
         if self.session_token is not None:
             body["session_token"] = self.session_token
+        if self.arguments_preview is not None:
+            body["arguments_preview"] = self.arguments_preview
         return body
 
     def local_category(self) -> str | None:

@@ -61,6 +61,16 @@ def args_digest(arguments: Mapping[str, Any] | None) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+MAX_PREVIEW = 4096
+"""The most characters of arguments a check may carry (the service's limit)."""
+
+
+def preview(arguments: Mapping[str, Any] | None) -> str:
+    """The arguments as the approver sees them: JSON, cut to what a check may carry."""
+    text = json.dumps(dict(arguments or {}), ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_PREVIEW else text[: MAX_PREVIEW - 1] + "…"
+
+
 _HINTS = (
     ("read_only_hint", "readOnlyHint"),
     ("destructive_hint", "destructiveHint"),
@@ -138,6 +148,9 @@ class ToolCallGuard:
     """Units per tool name, from the call's arguments; other tools weigh 1."""
     states: CallStateSealer = field(default_factory=CallStateSealer.from_env)
     """Seals the call id into an MRTR `requestState` and opens it on the retry."""
+    needs_approval: Callable[[str], bool] = lambda tool: False
+    """Whether a tool's calls need an approval (the service's rules): only their checks
+    carry the arguments (`arguments_preview`), for the approver to see."""
 
     @classmethod
     def create(
@@ -221,6 +234,7 @@ class ToolCallGuard:
             args_digest=digest,
             client=caller.client,
             session_token=identity.minted,
+            arguments_preview=preview(arguments) if self.needs_approval(tool) else None,
         )
         who = _who(caller)
         if request.units > MAX_UNITS:

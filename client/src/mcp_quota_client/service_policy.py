@@ -60,6 +60,11 @@ class RuleCosts(Mapping[str, Cost]):
             self._known[tool] = units_of(argument) if isinstance(argument, str) else None
         return self._known[tool]
 
+    def needs_approval(self, tool: str) -> bool:
+        """Whether the rule that classifies `tool` asks for an approval of each call."""
+        rule = self._rule_for(tool)
+        return rule is not None and rule.get("approval") is True
+
     def __getitem__(self, tool: str) -> Cost:
         cost = self._cost(tool)
         if cost is None:
