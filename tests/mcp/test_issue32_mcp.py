@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -25,8 +25,11 @@ import mcp_types as mt
 import pytest
 from fastmcp import Client, FastMCP
 from launch import ADMIN_TOKEN, SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
+from mcp import Client as SdkClient
+from mcp.server.mcpserver import MCPServer
 from mcp_quota_client import META_CALL_ID_KEY, META_SESSION_KEY, QuotaClient, QuotaClientConfig
 from mcp_quota_client.fastmcp import QuotaMiddleware
+from mcp_quota_client.mcp_sdk import protect
 from mcp_quota_client.results import REPLAYED_META
 
 from chalicelib.quota.policy import POLICY_DIR
@@ -398,3 +401,46 @@ async def test_the_middleware_answers_an_approval_as_the_client_supports_it(
         paid = await client.call_tool_mcp("wire_money", {"amount": 7}, meta=session_only(session))
     assert not paid.is_error and ledger.runs["wire-7"] == 1
     assert len(seen) == 1
+
+
+# -- the official SDK's guard ------------------------------------------------------
+
+
+async def test_the_sdk_guard_runs_one_call_id_once_and_asks_for_approvals(
+    service: Running,
+) -> None:
+    """Defect class: the SDK guard runs a retried write again, or runs a call that
+    needs an approval."""
+    runs: Counter[str] = Counter()
+    server: MCPServer[Any] = MCPServer("sdk-ledger")
+
+    @server.tool(annotations=mt.ToolAnnotations(destructive_hint=True))
+    def delete_entry(entry: str) -> str:
+        runs[entry] += 1
+        return f"deleted {entry}"
+
+    @server.tool(annotations=mt.ToolAnnotations(destructive_hint=True))
+    def wire_money(amount: int) -> str:
+        runs[f"wire-{amount}"] += 1
+        return f"wired {amount}"
+
+    quota = QuotaClient(QuotaClientConfig(base_url=service.url, token=SERVER_TOKEN))
+    protect(server, quota)
+    session = new_session()
+    meta = cast(mt.RequestParamsMeta, {META_SESSION_KEY: session, META_CALL_ID_KEY: "sdk-1"})
+    try:
+        async with SdkClient(server) as client:
+            results = [await client.call_tool("delete_entry", {"entry": "s1"}, meta=meta)]
+            results += await asyncio.gather(
+                *(client.call_tool("delete_entry", {"entry": "s1"}, meta=meta) for _ in range(8))
+            )
+            asked = await client.call_tool(
+                "wire_money", {"amount": 3}, meta=cast(mt.RequestParamsMeta, session_only(session))
+            )
+    finally:
+        await quota.aclose()
+    assert runs["s1"] == 1
+    assert {text_of(r) for r in results} == {"deleted s1"}
+    assert [replayed(r) for r in results] == [False] + [True] * 8
+    assert asked.is_error and runs["wire-3"] == 0
+    assert (asked.structured_content or {})["kind"] == "approval_required"
