@@ -33,7 +33,7 @@ from mcp_quota_client.mcp_sdk import protect
 from mcp_quota_client.results import REPLAYED_META
 
 from chalicelib.quota.policy import POLICY_DIR
-from tests.mcp.proxy_support import deletions, spawn_proxy, tags_command
+from tests.mcp.proxy_support import deletions, inspector, spawn_proxy, tags_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -247,6 +247,40 @@ async def test_a_client_with_url_elicitation_opens_the_page_and_its_retry_runs_o
     assert not result.is_error, result
     assert len(opened) == 1 and "/console#/approvals/ap_" in opened[0].url
     assert "needs an administrator's approval" in opened[0].message
+    assert [e["tag"] for e in deletions(record) if e["tag"] in tags] == tags
+
+
+def test_the_inspector_cli_is_told_where_to_approve_and_its_rerun_runs_once(
+    service: Running, proxy: tuple[Running, Path]
+) -> None:
+    """Defect class: a client we did not write (no elicitation) cannot get through an
+    approval, or its rerun after one runs twice."""
+    running, record = proxy
+    session = new_session()
+    tags = [f"{session}-i"]
+
+    def run() -> Any:
+        return inspector(
+            f"{running.url}/mcp",
+            "tools/call",
+            "--tool-name",
+            "delete_tags",
+            "--tool-arg",
+            f"tags={json.dumps(tags)}",
+            "--tool-metadata",
+            f"{META_SESSION_KEY}={session}",
+        )
+
+    asked = run()
+    result = asked.result()
+    assert result["isError"] is True, asked.stderr[-2000:]
+    structured = result["structuredContent"]
+    assert structured["kind"] == "approval_required"
+    assert structured["url"] in result["content"][0]["text"]
+    approve(service, structured["approvalId"])
+    rerun = run()
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert rerun.result().get("isError") in (None, False)
     assert [e["tag"] for e in deletions(record) if e["tag"] in tags] == tags
 
 
