@@ -24,6 +24,7 @@ import httpx2
 import mcp_types as mt
 import pytest
 from fastmcp import Client, FastMCP
+from fastmcp.server.context import Context
 from launch import ADMIN_TOKEN, SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
 from mcp import Client as SdkClient
 from mcp.server.mcpserver import MCPServer
@@ -308,6 +309,23 @@ class Ledger:
             return f"deleted {entry}"
 
         @self.server.tool(annotations={"destructiveHint": True})
+        async def confirm_delete(entry: str, ctx: Context) -> Any:
+            if ctx.input_responses is None:  # an MRTR round: ask the user first
+                return mt.InputRequiredResult(
+                    input_requests={
+                        "confirm": mt.ElicitRequest(
+                            params=mt.ElicitRequestFormParams(
+                                message=f"Delete {entry}?",
+                                requested_schema={"type": "object", "properties": {}},
+                            )
+                        )
+                    },
+                    request_state=f"asked:{entry}",
+                )
+            self.runs[entry] += 1
+            return f"deleted {entry}"
+
+        @self.server.tool(annotations={"destructiveHint": True})
         async def archive_all(label: str) -> str:
             self.runs[label] += 1
             return "x" * (70 * 1024)  # more than the service keeps
@@ -395,6 +413,24 @@ async def test_a_copy_past_its_wait_is_told_the_call_is_in_progress(ledger: Ledg
     assert ledger.runs["busy"] == 1
     assert copy.is_error and (copy.structured_content or {})["kind"] == "call_in_progress"
     assert text_of(later) == "deleted busy" and replayed(later)
+
+
+async def test_an_mrtr_round_goes_on_and_its_re_sent_end_is_replayed(ledger: Ledger) -> None:
+    """Defect class: a write tool that asks the user first (MRTR) never gets its second
+    round (told "in progress": no result was kept for the first), or a re-send of the
+    finished call runs it again."""
+    session = new_session()
+    meta = {META_SESSION_KEY: session, META_CALL_ID_KEY: f"{session}-mrtr"}
+
+    async def confirm(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        return {}
+
+    async with Client(ledger.server, elicitation_handler=confirm) as client:
+        done = await client.call_tool_mcp("confirm_delete", {"entry": "m"}, meta=meta)
+        again = await client.call_tool_mcp("confirm_delete", {"entry": "m"}, meta=meta)
+    assert not done.is_error and text_of(done) == "deleted m" and not replayed(done)
+    assert text_of(again) == "deleted m" and replayed(again)
+    assert ledger.runs["m"] == 1
 
 
 async def test_a_result_over_64_kib_is_not_run_again_and_says_so(ledger: Ledger) -> None:

@@ -124,15 +124,20 @@ class ExactlyOnce:
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     clock: Callable[[], float] = time.monotonic
 
-    async def answer(self, guarded: GuardedCall, recheck: Recheck) -> mt.CallToolResult | None:
+    async def answer(
+        self, guarded: GuardedCall, recheck: Recheck, continuing: bool = False
+    ) -> mt.CallToolResult | None:
         """The answer to a retry of a call that already ran, or None: run the tool.
 
         A copy that finds no result yet asks again, pausing longer each time, until the
         result is kept or `wait_seconds` would pass; any answer but a replay ends the
         wait (the id used up meanwhile, the service unreachable): it is in progress.
+        `continuing`: the request carried our sealed `requestState` back (an MRTR
+        retry): with no result kept, its tool answered `input_required` last time and
+        now goes on, so it runs.
         """
         replay = replay_in(guarded)
-        if replay is None:
+        if replay is None or (continuing and replay.state is ReplayState.RUNNING):
             return None
         until = self.clock() + self.wait_seconds
         pause = FIRST_PAUSE
@@ -146,16 +151,21 @@ class ExactlyOnce:
         return replayed_result(replay, guarded.decision.tool, guarded.call_id)
 
     async def keep(
-        self, guarded: GuardedCall, policy: ServicePolicy | None, result: mt.CallToolResult
+        self,
+        guarded: GuardedCall,
+        policy: ServicePolicy | None,
+        result: mt.CallToolResult,
+        continuing: bool = False,
     ) -> None:
-        """Keep the result of a call the service allowed and counted just now, when its
-        category replays: before the result is answered, so a retry finds it. Best
+        """Keep the result of a call the service allowed and counted (just now, or in an
+        earlier MRTR round: `continuing`), when its category replays and the client can
+        retry it (`retry_key`): before the result is answered, so a retry finds it. Best
         effort: a failure means its retries hear "in progress", never a second run."""
         decision = guarded.decision
-        first = decision.outcome is Outcome.ALLOWED and not decision.duplicate
-        if not first or decision.from_lease or guarded.call_id is None or policy is None:
+        ran = decision.outcome is Outcome.ALLOWED and (continuing or not decision.duplicate)
+        if not ran or decision.from_lease or guarded.retry_key is None or policy is None:
             return
         if not await policy.replays(decision.category):
             return
         http = self.guard.client._client()
-        await keep_result(http, decision.session_id, guarded.call_id, decision.tool, wire(result))
+        await keep_result(http, decision.session_id, guarded.retry_key, decision.tool, wire(result))

@@ -177,8 +177,9 @@ class QuotaMiddleware(ContentQuotaHooks):
                 meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
         # A retry of a call that already ran: its kept result, and the tool does not run.
+        continuing = opened is not None
         replayed = await self.once.answer(
-            guarded, lambda: self.guard.decide(name, annotations, caller, arguments)
+            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
         )
         if replayed is not None:
             return ToolResult.from_mcp_result(replayed)
@@ -189,7 +190,7 @@ class QuotaMiddleware(ContentQuotaHooks):
             return InputRequiredToolResult(asked.model_copy(update={"request_state": sealed}))
         ran = _call_result(result)
         if ran is not None:
-            await self.once.keep(guarded, self._service_policy, ran)
+            await self.once.keep(guarded, self._service_policy, ran, continuing)
         if guarded.meta is not None and type(result) is ToolResult:
             result.meta = {**(result.meta or {}), **guarded.meta}
         return result

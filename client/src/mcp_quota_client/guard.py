@@ -115,6 +115,9 @@ class GuardedCall:
     who: str = "-"
     """Whom the call was checked for (principal, else server token): MRTR state binding."""
     args_digest: str | None = None
+    retry_key: str | None = None
+    """The call id if the client can send it again (its `_meta` call id, or one our
+    sealed `requestState` carried back); None for one generated for this request."""
 
     @property
     def refusal(self) -> Refusal | None:
@@ -221,7 +224,8 @@ class ToolCallGuard:
         identity = resolve_session(caller, self.keying)
         digest = args_digest(arguments)
         # Every check has a call id, so that an MRTR retry can carry it back.
-        call_id = resolve_call_id(caller) or f"gen-{uuid.uuid4().hex}"
+        retry_key = resolve_call_id(caller)
+        call_id = retry_key or f"gen-{uuid.uuid4().hex}"
         request = CheckRequest(
             session_id=identity.session_id,
             tool=tool,
@@ -249,7 +253,7 @@ class ToolCallGuard:
         if decision.session_token is not None:
             # The client echoes it under the same key: its next call is in this session.
             meta[META_SESSION_KEY] = decision.session_token
-        return GuardedCall(decision, identity, meta or None, call_id, who, digest)
+        return GuardedCall(decision, identity, meta or None, call_id, who, digest, retry_key)
 
     def _units(self, tool: str, arguments: Mapping[str, Any] | None) -> int:
         """What the call weighs: its tool's cost of its arguments, at least 1. A cost

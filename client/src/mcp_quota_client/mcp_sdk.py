@@ -138,15 +138,16 @@ class QuotaGuard:
                 is_error=True,
                 _meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
+        continuing = opened is not None
         replayed = await self.once.answer(
-            guarded, lambda: self.guard.decide(name, annotations, caller, arguments)
+            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
         )
         if replayed is not None:
             return replayed  # a retry of a call that already ran: the tool does not run
         result = await call_next(ctx)
         ran = _call_result(result)
         if ran is not None:
-            await self.once.keep(guarded, self._policy, ran)
+            await self.once.keep(guarded, self._policy, ran, continuing)
         if isinstance(result, InputRequiredResult):
             sealed = self.guard.seal_state(guarded, result.request_state)
             return result.model_copy(update={"request_state": sealed})

@@ -174,6 +174,7 @@ def pass_calls_through(
             replayed = await quota.once.answer(
                 guarded,
                 lambda: quota.guard.decide(params.name, annotations, caller, params.arguments),
+                opened is not None,
             )
             if replayed is not None:
                 return replayed  # a retry of a call that already ran: not sent upstream
@@ -191,7 +192,7 @@ def pass_calls_through(
                     ],
                     is_error=True,
                 )
-        await quota.once.keep(guarded, quota._service_policy, result)
+        await quota.once.keep(guarded, quota._service_policy, result, opened is not None)
         if guarded.meta is not None:
             result.meta = {**(result.meta or {}), **guarded.meta}
         return result
