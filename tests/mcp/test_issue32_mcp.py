@@ -28,7 +28,13 @@ from fastmcp.server.context import Context
 from launch import ADMIN_TOKEN, SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
 from mcp import Client as SdkClient
 from mcp.server.mcpserver import MCPServer
-from mcp_quota_client import META_CALL_ID_KEY, META_SESSION_KEY, QuotaClient, QuotaClientConfig
+from mcp_quota_client import (
+    META_CALL_ID_KEY,
+    META_DECISION_KEY,
+    META_SESSION_KEY,
+    QuotaClient,
+    QuotaClientConfig,
+)
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.mcp_sdk import protect
 from mcp_quota_client.results import REPLAYED_META
@@ -360,6 +366,7 @@ async def test_the_middleware_runs_one_call_id_once(ledger: Ledger) -> None:
     every = [*in_a_row, *at_once]
     assert {text_of(r) for r in every} == {"deleted e1"}
     assert [replayed(r) for r in every] == [False] + [True] * 10
+    assert [(r.meta or {})[META_DECISION_KEY]["duplicate"] for r in every] == [False] + [True] * 10
 
 
 async def test_a_copy_that_comes_while_the_first_runs_waits_for_its_result(

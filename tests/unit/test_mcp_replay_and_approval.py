@@ -236,3 +236,15 @@ def test_only_a_tool_that_needs_an_approval_sends_its_arguments_cut_to_the_limit
     request = CheckRequest(session_id="s", tool="drop_table", arguments_preview="{}")
     assert request.to_json()["arguments_preview"] == "{}"
     assert "arguments_preview" not in CheckRequest(session_id="s", tool="t").to_json()
+
+
+async def test_a_replay_carries_the_duplicates_decision_like_any_allowed_call() -> None:
+    """Defect class: a replayed result without the decision `_meta` (or the session the
+    service minted), unlike every other allowed call's."""
+    once = ExactlyOnce(guard(), wait_seconds=0)
+    stored = guarded(replay={"state": "stored", "result": KEPT})
+    entry = {"io.mcp-quota/decision": {"duplicate": True}, "io.mcp-quota/session": "tok"}
+    with_meta = GuardedCall(stored.decision, stored.identity, entry, "c-1", "alice", "d")
+    answer = await once.answer(with_meta, scripted())
+    assert answer is not None
+    assert answer.meta == {"x": 1, REPLAYED_META: True, **entry}

@@ -141,14 +141,20 @@ class ExactlyOnce:
             return None
         until = self.clock() + self.wait_seconds
         pause = FIRST_PAUSE
+        latest = guarded
         while replay.state is ReplayState.RUNNING and self.clock() + pause <= until:
             await self.sleep(pause)
             pause = min(pause * 2, MAX_PAUSE)
-            again = replay_in(await recheck())
+            checked = await recheck()
+            again = replay_in(checked)
             if again is None:
                 break
-            replay = again
-        return replayed_result(replay, guarded.decision.tool, guarded.call_id)
+            replay, latest = again, checked
+        result = replayed_result(replay, guarded.decision.tool, guarded.call_id)
+        if latest.meta is None:
+            return result
+        # As on any allowed call: the decision (a duplicate) and a minted session.
+        return result.model_copy(update={"meta": {**(result.meta or {}), **latest.meta}})
 
     async def keep(
         self,
