@@ -368,15 +368,9 @@ class Container:
         from chalicelib.admin.budgets import BudgetAdmin
 
         budgets = self.admin_changes.watching(self.budgets, BUDGET_ADMIN_WRITES)
-        return BudgetAdmin(
-            self.policy,
-            budgets,
-            self.limits,
-            self.gate,
-            self.auditor,
-            self.clock,
-            self.deferred_streaks,
-        )
+        streaks = self.deferred_streaks
+        admin = (self.policy, budgets, self.limits, self.gate, self.auditor, self.clock)
+        return BudgetAdmin(*admin, streaks)
 
     @cached_property
     def deferred_streaks(self) -> DeferredStreaks:
@@ -482,6 +476,7 @@ class Container:
             tickets=self.hold_tickets(),
             changes=self.admin_changes,
             refusal_cache_ms=REFUSAL_CACHE_MS,
+            kept_answers=self.result_desk.answers_copy,
         )
 
     @cached_property

@@ -57,10 +57,13 @@ def policy_view(policy: Policy) -> PolicyView:
             view["pattern"] = rule.pattern
         if rule.units_from is not None:
             view["units_from"] = rule.units_from
+        if rule.approval:
+            view["approval"] = True
         rules.append(view)
     return {
         "rules": rules,
         "categories": sorted(policy.categories),
+        "replay": sorted(name for name, category in policy.categories.items() if category.replay),
         "max_age_seconds": POLICY_MAX_AGE_SECONDS,
     }
 

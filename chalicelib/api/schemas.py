@@ -82,6 +82,7 @@ class RuleView(TypedDict, total=False):
     tools: list[str]
     pattern: str
     units_from: str
+    approval: bool
 
 
 class PolicyView(TypedDict):
@@ -89,6 +90,7 @@ class PolicyView(TypedDict):
 
     rules: list[RuleView]
     categories: list[str]
+    replay: list[str]
     max_age_seconds: int
 
 

@@ -18,7 +18,7 @@ from chalicelib.check.requests import (
 )
 from chalicelib.clock import Clock
 from chalicelib.errors import CallNotAllowed, Forbidden, InvalidRequest, ResultConflict
-from chalicelib.quota.core import CallState, SessionKey
+from chalicelib.quota.core import Attempt, CallState, SessionKey
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.results import (
     CallResult,
@@ -26,6 +26,7 @@ from chalicelib.quota.results import (
     Replay,
     ResultKey,
     StoreOutcome,
+    answers_past_duplicates,
     keep_ms,
     kept,
     outcome,
@@ -121,6 +122,19 @@ class ResultDesk:
         """Whether a duplicate in this category is answered with the stored result."""
         found = self._policy.categories.get(category)
         return found is not None and found.replay
+
+    def answers_copy(self, attempt: Attempt) -> bool:
+        """Whether a copy of an admitted call past its duplicates is answered with the
+        call's kept result (`answers_past_duplicates`); only such a copy reads the store.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        call_id = attempt.call_id
+        replaying = call_id is not None and self.replays(attempt.category)
+        key = ResultKey(attempt.tenant, attempt.session_id, call_id or "")
+        stored = self._results.get(key) if replaying else None
+        return answers_past_duplicates(replaying, stored, self._clock())
 
     def replay(self, tenant: str, session_id: str, call_id: str) -> Replay:
         """What a duplicate of this call is answered with.

@@ -14,7 +14,7 @@ did not run (under-admission, never over).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import TypeAlias
@@ -101,8 +101,10 @@ class CheckService:
         changes: AdminChanges | None = None,
         refusal_cache_ms: int = 0,
         streaks: DeferredStreaks | None = None,
+        kept_answers: Callable[[Attempt], bool] = lambda attempt: False,
     ) -> None:
         self._policy = policy
+        self._kept_answers = kept_answers  # a copy past its duplicates, from its result
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
         self._store = store
         self._clock = clock
@@ -285,10 +287,12 @@ class CheckService:
                 continue
             verdict = explain_refusal(snapshot, attempt)
             fault = call_id_fault(attempt, snapshot, verdict)
-            if fault is not None:
+            # A copy past its duplicates, answered from its call's kept result: no write.
+            kept = verdict is Verdict.CALL_ID_USED and self._kept_answers(attempt)
+            if fault is not None and not kept:
                 raise fault
-            if verdict is Verdict.ALREADY_COUNTED:
-                return self._allowed(attempt, snapshot), snapshot, attempt
+            if kept or verdict is Verdict.ALREADY_COUNTED:
+                return self._allowed(attempt, snapshot, duplicate=kept), snapshot, attempt
             if verdict is Verdict.EXPIRED:
                 reset = self._store.reset_expired(attempt, snapshot)
                 if reset is not None:

@@ -32,8 +32,10 @@ def used_up(attempt: Attempt) -> CallIdConflict:
     return CallIdConflict(
         f"The tool '{attempt.tool}' was NOT run: call id {attempt.call_id!r} already ran in "
         f"session '{attempt.session_id}' and its retries were answered (at most "
-        f"{MAX_REPLAYS}, within {REPLAY_WINDOW_MS // 1000} s of it). A call id names one "
-        "call; a new call needs a new id."
+        f"{MAX_REPLAYS}, within {REPLAY_WINDOW_MS // 1000} s of it). If this is another "
+        "retry of that call, it ran once (or is still running): do not send it again under "
+        "a new id, which would run it twice; read the current state instead. A call id "
+        "names one call; a new call needs a new id."
     )
 
 

@@ -120,6 +120,15 @@ class Replay:
         return out
 
 
+def answers_past_duplicates(replaying: bool, stored: CallResult | None, now_ms: int) -> bool:
+    """Whether a copy of an admitted call that is no longer answered as a duplicate (past
+    `MAX_REPLAYS` copies, or the replay window) is answered from the call's kept result:
+    in a replaying category, while a result (or only its digest) is kept. It is neither
+    counted nor recorded, and the MCP side runs nothing for it: its call already ran.
+    Without a kept result the id stays used up (a loop cannot run on one id)."""
+    return replaying and stored is not None and stored.expires_ms > now_ms
+
+
 def replay_of(stored: CallResult | None, now_ms: int) -> Replay:
     """The replay of a duplicate: the stored result, its digest, or "still running".
     An expired result is none (TTL deletion can lag; expiry is checked here)."""

@@ -44,6 +44,7 @@ def test_a_server_token_reads_the_rules_with_units_from(ruled: Api) -> None:
         {"category": "write", "pattern": "delete_*"},
     ]
     assert data["categories"] == ["read", "write"]
+    assert data["replay"] == ["write"]  # whose results the MCP side keeps (issue 32)
     assert answer.headers["Cache-Control"] == f"max-age={data['max_age_seconds']}"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from chalicelib.quota.core import SessionKey
 from tests.api.conftest import ADMIN, SERVER, Api, body, running_api
 from tests.support import FixedClock
 
@@ -131,3 +132,44 @@ def test_a_kept_result_has_the_sessions_idle_ttl(dynamo_api: Api, clock: FixedCl
     assert len(kept) == 1
     ttl = int(kept[0]["expires_at"]["N"])
     assert ttl == clock() // 1000 + settings.idle_timeout_seconds + 1
+
+
+def test_a_copy_past_its_duplicates_gets_the_kept_result_and_writes_nothing(
+    any_api: Api, clock: FixedClock
+) -> None:
+    """Defect class: a retried write past MAX_REPLAYS copies (or the minute) is refused
+    or counted anew although its result is kept, so a patient retry is a second run."""
+    assert any_api.check(session_id="s", tool="delete_tag", call_id="m1").status_code == 200
+    assert put(any_api, "m1").status_code == 201
+    for _ in range(3):  # the duplicates a call id has (MAX_REPLAYS)
+        assert body(any_api.check(session_id="s", tool="delete_tag", call_id="m1"))["replay"]
+    sessions, key = (
+        any_api.container.counters,
+        SessionKey(any_api.container.settings.dev_tenant, "s"),
+    )
+    before = sessions.get(key)
+    for later in (0, 61):  # past MAX_REPLAYS, then past the minute as well
+        clock.advance(later)
+        copy = any_api.check(session_id="s", tool="delete_tag", call_id="m1")
+        assert copy.status_code == 200, copy.body
+        answer = body(copy)
+        assert answer["duplicate"] is True and answer["used"] == 1
+        assert answer["replay"] == {"state": "stored", "result": RESULT}
+    assert sessions.get(key) == before  # nothing written
+
+
+def test_a_copy_past_its_duplicates_without_a_kept_result_is_still_refused(
+    any_api: Api,
+) -> None:
+    """Defect class: a loop reusing one id runs uncounted once it is past MAX_REPLAYS."""
+    any_api.check(session_id="s", tool="delete_tag", call_id="m2")
+    for _ in range(3):
+        assert body(any_api.check(session_id="s", tool="delete_tag", call_id="m2"))["replay"]
+    refused = any_api.check(session_id="s", tool="delete_tag", call_id="m2")
+    assert refused.status_code == 409
+    # A burst of re-sends must not be told to go on under a new id: a second run.
+    assert "do not send it again under a new id" in body(refused)["error"]["message"]
+    any_api.check(session_id="s", tool="search_articles", call_id="r2")
+    for _ in range(3):
+        any_api.check(session_id="s", tool="search_articles", call_id="r2")
+    assert any_api.check(session_id="s", tool="search_articles", call_id="r2").status_code == 409

@@ -14,6 +14,7 @@ from chalicelib.quota.results import (
     ReplayState,
     ResultKey,
     StoreOutcome,
+    answers_past_duplicates,
     keep_ms,
     kept,
     outcome,
@@ -72,3 +73,15 @@ def test_an_expired_or_missing_result_is_still_running() -> None:
 def test_a_result_outlives_its_duplicates_window() -> None:
     """Defect class: a short idle timeout drops a result its duplicates still ask for."""
     assert keep_ms(1000) == 60_000 and keep_ms(3_600_000) == 3_600_000
+
+
+def test_a_copy_past_its_duplicates_is_answered_only_from_a_live_kept_result() -> None:
+    """Defect class: a patient retry of a write (past MAX_REPLAYS copies) runs it again,
+    or a loop reusing one id runs uncounted where no result is kept."""
+    small = kept(KEY, "delete_tag", {"content": []}, 1_000, 60_000)
+    big = kept(KEY, "delete_tag", {"content": [{"text": "x" * MAX_KEPT_BYTES}]}, 1_000, 60_000)
+    assert answers_past_duplicates(True, small, 2_000)
+    assert answers_past_duplicates(True, big, 2_000)  # its digest says it ran: no second run
+    assert not answers_past_duplicates(True, None, 2_000)
+    assert not answers_past_duplicates(True, small, 61_000)  # expired (TTL lags)
+    assert not answers_past_duplicates(False, small, 2_000)  # reads are untouched

@@ -72,10 +72,17 @@ CALL_IN_PROGRESS = "call_in_progress"
 """409 code: a copy of this call (same call id) is still being counted; ask again."""
 CALL_ID_CONFLICT = "call_id_conflict"
 AGENT_CAUSED = frozenset(
-    {CALL_ID_CONFLICT, "session_token_invalid", "session_token_other_principal"}
+    {
+        CALL_ID_CONFLICT,
+        "session_token_invalid",
+        "session_token_other_principal",
+        "approval_required",
+        "approval_denied",
+    }
 )
-"""Rejections the MCP client caused (an id reused, a session token echoed wrong): the
-service's words say what to do; it is no configuration problem of the server."""
+"""Rejections the agent's call caused (an id reused, a session token echoed wrong, a call
+that needs a human's approval): the service's words say what to do; it is no
+configuration problem of the server."""
 """409 code: the call id names another call (tool, arguments or principal)."""
 
 

@@ -100,6 +100,7 @@ class ContentQuotaHooks(Middleware):
             self._service_policy = ServicePolicy(self.guard.client)
         service = await self._service_policy.costs()
         self.guard.costs = ChainMap(dict(self._given_costs or {}), service)  # type: ignore[arg-type]
+        self.guard.needs_approval = service.needs_approval
 
     async def on_read_resource(
         self,

@@ -119,36 +119,30 @@ class CheckRequest:
     answers a session (`Decision.session_token`) for the MCP client to echo back."""
     transport_session_id: str | None = None
     """The legacy `Mcp-Session-Id` the call came over: shown with the call, no budget."""
+    arguments_preview: str | None = None
+    """The arguments as JSON, for a tool whose calls need an approval only: shown to
+    the approver, never used to decide."""
 
     def to_json(self) -> dict[str, Any]:
         """The `/v1/check` body: absent optional fields are omitted, never sent as null."""
-        body: dict[str, Any] = {"session_id": self.session_id, "tool": self.tool}
-        if self.category is not None:
-            body["category"] = self.category
-        if self.annotations:
-            body["annotations"] = dict(self.annotations)
-        if self.principal is not None:
-            body["principal"] = self.principal
-        if self.server is not None:
-            body["server"] = self.server
-        if self.call_id is not None:
-            body["call_id"] = self.call_id
-        if self.lease is not None:
-            body["lease"] = self.lease
-        if self.units != 1:
-            body["units"] = self.units
-        if self.args_digest is not None:
-            body["args_digest"] = self.args_digest
         client = self.client.to_json() if self.client is not None else {}
-        if client:
-            body["client"] = client
-        if self.session_token is not None:
-            body["session_token"] = self.session_token
-        if self.mint_session:
-            body["mint_session"] = True
-        if self.transport_session_id is not None:
-            body["transport_session_id"] = self.transport_session_id
-        return body
+        optional: dict[str, Any] = {
+            "category": self.category,
+            "annotations": dict(self.annotations) if self.annotations else None,
+            "principal": self.principal,
+            "server": self.server,
+            "call_id": self.call_id,
+            "lease": self.lease,
+            "units": self.units if self.units != 1 else None,
+            "args_digest": self.args_digest,
+            "client": client or None,
+            "session_token": self.session_token,
+            "mint_session": True if self.mint_session else None,
+            "transport_session_id": self.transport_session_id,
+            "arguments_preview": self.arguments_preview,
+        }
+        body: dict[str, Any] = {"session_id": self.session_id, "tool": self.tool}
+        return body | {k: v for k, v in optional.items() if v is not None}
 
     def local_category(self) -> str | None:
         """The category this call most likely falls in, for choosing a fail mode offline.

@@ -21,8 +21,10 @@ from fastmcp.server.middleware import CallNext, MiddlewareContext
 from fastmcp.tools.base import InputRequiredToolResult, ToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_quota_client.approval_answer import accepts_url_elicitation, approval_answer
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.content_checks import ContentQuotaHooks
+from mcp_quota_client.exactly_once import ExactlyOnce
 from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
 from mcp_quota_client.session import (
     CallerInfo,
@@ -68,6 +70,36 @@ def _replace_request_state(ctx: Context, inner: str | None) -> None:
         params["requestState"] = inner
 
 
+def _url_elicitation(ctx: Context) -> bool:
+    """Whether this request's client takes a URL elicitation in an `input_required`."""
+    rc = ctx.request_context
+    if rc is None:
+        return False
+    return accepts_url_elicitation(rc.protocol_version, rc.session.client_capabilities)
+
+
+def _tool_result(answer: mt.CallToolResult | mt.InputRequiredResult) -> ToolResult:
+    if isinstance(answer, mt.InputRequiredResult):
+        return InputRequiredToolResult(answer)
+    return ToolResult.from_mcp_result(answer)
+
+
+def _call_result(result: ToolResult) -> mt.CallToolResult | None:
+    """A tool's result as the client gets it (to keep for its retries); None if it is
+    no plain result (an `input_required` leg) or cannot be one."""
+    if isinstance(result, InputRequiredToolResult):
+        return None
+    try:
+        return mt.CallToolResult(
+            content=result.content,
+            structured_content=result.structured_content,
+            is_error=result.is_error,
+            _meta=result.meta,
+        )
+    except ValueError:
+        return None
+
+
 class QuotaMiddleware(ContentQuotaHooks):
     """Refuses a tool call, without running it, when its session's quota is used up.
 
@@ -109,6 +141,7 @@ class QuotaMiddleware(ContentQuotaHooks):
             costs=costs,
         )
         self.client = self.guard.client
+        self.once = ExactlyOnce(self.guard)
 
     async def on_call_tool(
         self,
@@ -128,9 +161,13 @@ class QuotaMiddleware(ContentQuotaHooks):
         if opened is not None:
             _replace_request_state(ctx, opened.inner)
             caller = replace(caller, state_call_id=opened.call_id)
-        guarded = await self.guard.decide(
-            name, annotations_from(tool.annotations), caller, arguments
+        annotations = annotations_from(tool.annotations)
+        guarded = await self.guard.decide(name, annotations, caller, arguments)
+        approval = approval_answer(
+            self.guard, guarded, _url_elicitation(ctx), context.message.input_responses
         )
+        if approval is not None:
+            return _tool_result(approval)
         refusal = guarded.refusal
         if refusal is not None:
             return ToolResult(
@@ -139,11 +176,21 @@ class QuotaMiddleware(ContentQuotaHooks):
                 is_error=True,
                 meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
+        # A retry of a call that already ran: its kept result, and the tool does not run.
+        continuing = opened is not None
+        replayed = await self.once.answer(
+            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
+        )
+        if replayed is not None:
+            return ToolResult.from_mcp_result(replayed)
         result = await call_next(context)
         if isinstance(result, InputRequiredToolResult):
             asked = result.input_required
             sealed = self.guard.seal_state(guarded, asked.request_state)
             return InputRequiredToolResult(asked.model_copy(update={"request_state": sealed}))
+        ran = _call_result(result)
+        if ran is not None:
+            await self.once.keep(guarded, self._service_policy, ran, continuing)
         if guarded.meta is not None and type(result) is ToolResult:
             result.meta = {**(result.meta or {}), **guarded.meta}
         return result

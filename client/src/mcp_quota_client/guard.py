@@ -61,6 +61,16 @@ def args_digest(arguments: Mapping[str, Any] | None) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+MAX_PREVIEW = 4096
+"""The most characters of arguments a check may carry (the service's limit)."""
+
+
+def preview(arguments: Mapping[str, Any] | None) -> str:
+    """The arguments as the approver sees them: JSON, cut to what a check may carry."""
+    text = json.dumps(dict(arguments or {}), ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_PREVIEW else text[: MAX_PREVIEW - 1] + "…"
+
+
 _HINTS = (
     ("read_only_hint", "readOnlyHint"),
     ("destructive_hint", "destructiveHint"),
@@ -105,6 +115,9 @@ class GuardedCall:
     who: str = "-"
     """Whom the call was checked for (principal, else server token): MRTR state binding."""
     args_digest: str | None = None
+    retry_key: str | None = None
+    """The call id if the client can send it again (its `_meta` call id, or one our
+    sealed `requestState` carried back); None for one generated for this request."""
 
     @property
     def refusal(self) -> Refusal | None:
@@ -138,6 +151,9 @@ class ToolCallGuard:
     """Units per tool name, from the call's arguments; other tools weigh 1."""
     states: CallStateSealer = field(default_factory=CallStateSealer.from_env)
     """Seals the call id into an MRTR `requestState` and opens it on the retry."""
+    needs_approval: Callable[[str], bool] = lambda tool: False
+    """Whether a tool's calls need an approval (the service's rules): only their checks
+    carry the arguments (`arguments_preview`), for the approver to see."""
 
     @classmethod
     def create(
@@ -208,7 +224,8 @@ class ToolCallGuard:
         identity = resolve_session(caller, self.keying)
         digest = args_digest(arguments)
         # Every check has a call id, so that an MRTR retry can carry it back.
-        call_id = resolve_call_id(caller) or f"gen-{uuid.uuid4().hex}"
+        retry_key = resolve_call_id(caller)
+        call_id = retry_key or f"gen-{uuid.uuid4().hex}"
         request = CheckRequest(
             session_id=identity.session_id,
             tool=tool,
@@ -223,6 +240,7 @@ class ToolCallGuard:
             session_token=identity.minted,
             mint_session=identity.mint,
             transport_session_id=identity.transport,
+            arguments_preview=preview(arguments) if self.needs_approval(tool) else None,
         )
         who = _who(caller)
         if request.units > MAX_UNITS:
@@ -237,7 +255,7 @@ class ToolCallGuard:
         if decision.session_token is not None:
             # The client echoes it under the same key: its next call is in this session.
             meta[META_SESSION_KEY] = decision.session_token
-        return GuardedCall(decision, identity, meta or None, call_id, who, digest)
+        return GuardedCall(decision, identity, meta or None, call_id, who, digest, retry_key)
 
     def _units(self, tool: str, arguments: Mapping[str, Any] | None) -> int:
         """What the call weighs: its tool's cost of its arguments, at least 1. A cost

@@ -22,9 +22,12 @@ from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
+from mcp_quota_client.approval_answer import accepts_url_elicitation, approval_answer
 from mcp_quota_client.client import QuotaClient
 from mcp_quota_client.decision import ToolAnnotations
+from mcp_quota_client.exactly_once import ExactlyOnce
 from mcp_quota_client.guard import Cost, PrincipalResolver, ToolCallGuard, annotations_from
+from mcp_quota_client.service_policy import ServicePolicy
 from mcp_quota_client.session import (
     CallerInfo,
     SessionKeying,
@@ -87,6 +90,8 @@ class QuotaGuard:
             costs=costs,
         )
         self.client = self.guard.client
+        self.once = ExactlyOnce(self.guard)
+        self._policy = ServicePolicy(self.client)  # which results to keep, which to preview
         self._annotations: dict[str, ToolAnnotations | None] = {}
 
     async def __call__(
@@ -110,7 +115,21 @@ class QuotaGuard:
                 params["requestState"] = opened.inner
             ctx = replace(ctx, params=params)
             caller = replace(caller, state_call_id=opened.call_id)
-        guarded = await self.guard.decide(name, self._annotations[name], caller, arguments)
+        self.guard.needs_approval = (await self._policy.costs()).needs_approval
+        annotations = self._annotations[name]
+        guarded = await self.guard.decide(name, annotations, caller, arguments)
+        url_elicitation = accepts_url_elicitation(
+            ctx.protocol_version, ctx.session.client_capabilities
+        )
+        responses = (ctx.params or {}).get("inputResponses")
+        approval = approval_answer(
+            self.guard,
+            guarded,
+            url_elicitation,
+            responses if isinstance(responses, Mapping) else None,
+        )
+        if approval is not None:
+            return approval
         refusal = guarded.refusal
         if refusal is not None:
             return CallToolResult(
@@ -119,7 +138,16 @@ class QuotaGuard:
                 is_error=True,
                 _meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
+        continuing = opened is not None
+        replayed = await self.once.answer(
+            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
+        )
+        if replayed is not None:
+            return replayed  # a retry of a call that already ran: the tool does not run
         result = await call_next(ctx)
+        ran = _call_result(result)
+        if ran is not None:
+            await self.once.keep(guarded, self._policy, ran, continuing)
         if isinstance(result, InputRequiredResult):
             sealed = self.guard.seal_state(guarded, result.request_state)
             return result.model_copy(update={"request_state": sealed})
@@ -127,19 +155,7 @@ class QuotaGuard:
             state = result.get("requestState")
             sealed = self.guard.seal_state(guarded, state if isinstance(state, str) else None)
             return {**result, "requestState": sealed}
-        entry = guarded.meta
-        if entry is None:
-            return result
-        # The runner hands back the wire form (a dict); a model is possible too.
-        if isinstance(result, CallToolResult):
-            return result.model_copy(update={"meta": {**(result.meta or {}), **entry}})
-        if isinstance(result, dict) and "content" in result:
-            existing = result.get("_meta")
-            return {
-                **result,
-                "_meta": {**(existing if isinstance(existing, dict) else {}), **entry},
-            }
-        return result
+        return _with_meta(result, guarded.meta)
 
     async def _known(self, name: str) -> bool:
         # The server's own tool list is the source of annotations; it is read
@@ -168,6 +184,35 @@ class QuotaGuard:
             request_id=ctx.request_id,
             client=client_info(ctx.session.client_params, meta, oauth_client_id()),
         )
+
+
+def _with_meta(result: HandlerResult, entry: Mapping[str, Any] | None) -> HandlerResult:
+    """A tool's result with the decision's `_meta` entries added."""
+    if entry is None:
+        return result
+    # The runner hands back the wire form (a dict); a model is possible too.
+    if isinstance(result, CallToolResult):
+        return result.model_copy(update={"meta": {**(result.meta or {}), **entry}})
+    if isinstance(result, dict) and "content" in result:
+        existing = result.get("_meta")
+        return {
+            **result,
+            "_meta": {**(existing if isinstance(existing, dict) else {}), **entry},
+        }
+    return result
+
+
+def _call_result(result: object) -> CallToolResult | None:
+    """A tool's plain result, as a model (the runner hands back a model or the wire
+    form), to keep for its retries; None for anything else."""
+    if isinstance(result, CallToolResult):
+        return result
+    if isinstance(result, Mapping) and "content" in result:
+        try:
+            return CallToolResult.model_validate(dict(result))
+        except ValueError:
+            return None
+    return None
 
 
 def protect(

@@ -11,6 +11,7 @@ proxy, behind `QuotaMiddleware`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as mt
@@ -20,6 +21,7 @@ from fastmcp.server.providers.proxy import FastMCPProxy, ProxyClient
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_quota_client.approval_answer import accepts_url_elicitation, approval_answer
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.guard import annotations_from
 
@@ -149,9 +151,19 @@ def pass_calls_through(
                 # Nothing will run: the upstream answers "unknown tool" itself, uncounted.
                 return await client.call_tool_mcp(params.name, params.arguments or {})
             await quota._weigh_by_service_policy()
-            guarded = await quota.guard.decide(
-                params.name, annotations_from(tool.annotations), caller, params.arguments
+            # The retry of an approval's `input_required`: the same call id.
+            opened = quota.guard.open_state(caller, params.arguments, params.request_state)
+            if opened is not None:
+                caller = replace(caller, state_call_id=opened.call_id)
+            annotations = annotations_from(tool.annotations)
+            guarded = await quota.guard.decide(params.name, annotations, caller, params.arguments)
+            capabilities = ctx.session.client_capabilities
+            url_elicitation = accepts_url_elicitation(ctx.protocol_version, capabilities)
+            approval = approval_answer(
+                quota.guard, guarded, url_elicitation, params.input_responses
             )
+            if approval is not None:
+                return approval
             refusal = guarded.refusal
             if refusal is not None:
                 return mt.CallToolResult(
@@ -159,13 +171,20 @@ def pass_calls_through(
                     structured_content=refusal.structured,
                     is_error=True,
                 )
+            replayed = await quota.once.answer(
+                guarded,
+                lambda: quota.guard.decide(params.name, annotations, caller, params.arguments),
+                opened is not None,
+            )
+            if replayed is not None:
+                return replayed  # a retry of a call that already ran: not sent upstream
             meta = {k: v for k, v in (ctx.meta or {}).items() if k not in _CONNECTION_META_KEYS}
             try:
                 result = await client.call_tool_mcp(
                     params.name, params.arguments or {}, meta=meta or None
                 )
             except Exception as exc:  # the upstream's transport failed: a tool error
-                return mt.CallToolResult(
+                result = mt.CallToolResult(
                     content=[
                         mt.TextContent(
                             type="text", text=f"Error calling tool {params.name!r}: {exc}"
@@ -173,6 +192,7 @@ def pass_calls_through(
                     ],
                     is_error=True,
                 )
+        await quota.once.keep(guarded, quota._service_policy, result, opened is not None)
         if guarded.meta is not None:
             result.meta = {**(result.meta or {}), **guarded.meta}
         return result

@@ -60,6 +60,11 @@ class RuleCosts(Mapping[str, Cost]):
             self._known[tool] = units_of(argument) if isinstance(argument, str) else None
         return self._known[tool]
 
+    def needs_approval(self, tool: str) -> bool:
+        """Whether the rule that classifies `tool` asks for an approval of each call."""
+        rule = self._rule_for(tool)
+        return rule is not None and rule.get("approval") is True
+
     def __getitem__(self, tool: str) -> Cost:
         cost = self._cost(tool)
         if cost is None:
@@ -83,12 +88,24 @@ class ServicePolicy:
         self._client = client
         self._clock = clock
         self._costs: RuleCosts = RuleCosts([])
+        self._replaying: frozenset[str] = frozenset()
         self._until = 0.0
 
     async def costs(self) -> RuleCosts:
         """The rules' costs, read again from the service when they are stale."""
+        await self._refresh()
+        return self._costs
+
+    async def replays(self, category: str | None) -> bool:
+        """Whether the service keeps the results of this category's calls for their
+        retries (`replay`; none before the policy was first read, or from a service
+        from before exactly-once writes)."""
+        await self._refresh()
+        return category is not None and category in self._replaying
+
+    async def _refresh(self) -> None:
         if self._clock() < self._until:
-            return self._costs
+            return
         try:
             response = await self._client._client().get(POLICY_PATH)
             response.raise_for_status()
@@ -98,8 +115,11 @@ class ServicePolicy:
                 raise ValueError("no list of rules")
             age = document.get("max_age_seconds", DEFAULT_MAX_AGE)
             self._costs = RuleCosts(rules)
+            replay = document.get("replay")
+            self._replaying = frozenset(
+                c for c in (replay if isinstance(replay, list) else []) if isinstance(c, str)
+            )
             self._until = self._clock() + float(age if isinstance(age, int) else DEFAULT_MAX_AGE)
         except (httpx2.HTTPError, ValueError) as exc:
             logger.warning("mcp-quota: could not read the service's policy: %s", exc)
             self._until = self._clock() + RETRY_AFTER_FAILURE
-        return self._costs
