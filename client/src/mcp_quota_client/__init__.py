@@ -6,7 +6,8 @@ The framework adapters live in `mcp_quota_client.fastmcp` and
 
 from __future__ import annotations
 
-from mcp_quota_client.client import ClientStats, QuotaClient, QuotaClientConfig, QuotaConfigError
+from mcp_quota_client.client import ClientStats, QuotaClient
+from mcp_quota_client.config import QuotaClientConfig, QuotaConfigError
 from mcp_quota_client.decision import (
     CheckRequest,
     Decision,

@@ -35,7 +35,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from mcp_quota_client.client import QuotaClient, QuotaConfigError
+from mcp_quota_client.client import QuotaClient
+from mcp_quota_client.config import QuotaConfigError
 from mcp_quota_client.fastmcp import QuotaMiddleware
 from mcp_quota_client.guard import Cost
 from mcp_quota_client.passthrough import (

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from urllib.parse import urlsplit
 
-from mcp_quota_client.client import QuotaClient, QuotaConfigError
+from mcp_quota_client.client import QuotaClient
+from mcp_quota_client.config import QuotaConfigError
 
 
 def url_problem(url: str) -> str | None:
