@@ -7,6 +7,7 @@ one is refused with the service's words."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ import mcp_types as mt
 import pytest
 from fastmcp import Client
 from launch import Running, healthy, spawn_articles_server, spawn_quota_service
-from mcp_quota_client import META_DECISION_KEY, META_SESSION_KEY
+from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
+from mcp_quota_client.results import REPLAYED_META
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -75,3 +77,20 @@ async def test_a_forged_session_is_refused_with_the_services_words(server: Runni
     assert "was NOT run" in block.text
     assert "not a session this service minted" in block.text
     assert "configuration problem" not in block.text  # the client's doing, not the server's
+
+
+async def test_a_call_re_sent_under_its_call_id_is_counted_once_and_not_run_again(
+    server: Running,
+) -> None:
+    """Defect class: a retry counted twice (issue 31, item 2), over a real MCP client and
+    the real service: each `call_tool_mcp` is a new JSON-RPC request with a new id; the
+    same `_meta` call id makes it the same call, answered with the first run's result."""
+    call_id = {META_CALL_ID_KEY: f"resend-{uuid.uuid4().hex[:8]}"}
+    async with client(server, "agent-resender") as resender:
+        first = await delete(resender, "r", call_id)
+        again = await delete(resender, "r", call_id)
+        other = await delete(resender, "r")  # no call id: another call
+    assert (first.is_error, again.is_error, other.is_error) == (False, False, False)
+    assert used(first) == 1 and used(other) == 2
+    assert again.meta[REPLAYED_META] is True  # the kept result; the tool did not run
+    assert again.content == first.content
