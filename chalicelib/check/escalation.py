@@ -8,7 +8,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from chalicelib.check.steps import surely_not_written
+from chalicelib.check.steps import retried, surely_not_written
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
 from chalicelib.storage.ports import BudgetCounters, StorageError
@@ -238,7 +238,11 @@ class Escalation:
             f"automatic: {refusals} refused calls in a row (suspend_after_refusals is "
             f"{self._after}); an agent that ignores refusals is stopped"
         )
-        _, newly = self._budgets.suspend(key, reason)
+        budgets, done = self._budgets, []
+        # The refusal is recorded and its streak counted: a throttle here must not turn
+        # it into a 503 (the client's retry would count the streak again).
+        retried(lambda: done.append(budgets.suspend(key, reason)[1]))
+        newly = done[-1]
         if self._gate is not None:
             self._gate.learn(key, reason)
         return newly
