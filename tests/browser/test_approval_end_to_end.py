@@ -31,8 +31,9 @@ from typing import Any
 import mcp_types as mt
 import pytest
 from fastmcp import Client, FastMCP
-from mcp_quota_client import META_SESSION_KEY, QuotaClient, QuotaClientConfig
+from mcp_quota_client import META_CALL_ID_KEY, META_SESSION_KEY, QuotaClient, QuotaClientConfig
 from mcp_quota_client.fastmcp import QuotaMiddleware
+from mcp_quota_client.results import REPLAYED_META
 from playwright.sync_api import Browser, expect
 
 from chalicelib.quota.policy import POLICY_DIR
@@ -188,16 +189,19 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
 ) -> None:
     """The client's URL elicitation names the console page; the approver approves with
     the email's link in Chromium while the handler waits; the client's retry (the same
-    call) runs once, and the next call is asked about again.
+    call) runs once; a re-send of it under its call id gets that run's result, with no
+    new approval; the next call is asked about again.
 
     Defect class: the elicitation's retry is a new call (a new approval, or a second
-    run), or the agent's client is handed a page it could approve on without signing in.
+    run), a re-send of the approved call asks a human again instead of getting what it
+    did, or the agent's client is handed a page it could approve on without signing in.
 
     The FastMCP client runs in a thread of its own: Playwright's sync API holds this one.
     """
     guarded = vault(stack.url)
     session = f"e2e32-{uuid.uuid4().hex[:8]}"
     meta = {META_SESSION_KEY: session}
+    call = {**meta, META_CALL_ID_KEY: f"{session}-wire-7"}  # a client that names its calls
     asked: queue.Queue[mt.ElicitRequestURLParams] = queue.Queue()
     clicked = threading.Event()
     results: list[mt.CallToolResult] = []
@@ -214,7 +218,9 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
     async def agent() -> None:
         try:
             async with Client(guarded.server, elicitation_handler=user_opens_the_page) as client:
-                results.append(await client.call_tool_mcp("wire_money", {"amount": 7}, meta=meta))
+                results.append(await client.call_tool_mcp("wire_money", {"amount": 7}, meta=call))
+                # A re-send of the approved call (its answer lost, say): the same call id.
+                results.append(await client.call_tool_mcp("wire_money", {"amount": 7}, meta=call))
             async with Client(guarded.server) as plain:  # no elicitation: the isError path
                 results.append(await plain.call_tool_mcp("wire_money", {"amount": 7}, meta=meta))
         finally:
@@ -237,9 +243,12 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
     thread.join(timeout=60)
     assert not thread.is_alive()
 
-    ran, further = results
+    ran, resent, further = results
     assert not ran.is_error, ran
     assert [block.text for block in ran.content if isinstance(block, mt.TextContent)] == ["wired 7"]
+    assert not resent.is_error and resent.content == ran.content
+    assert (resent.meta or {}).get(REPLAYED_META) is True
+    assert not (ran.meta or {}).get(REPLAYED_META)
     assert guarded.runs[7] == 1 and asked.empty()  # one page, one run
     assert further.is_error and guarded.runs[7] == 1
     assert further.structured_content is not None
