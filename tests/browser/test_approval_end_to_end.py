@@ -8,7 +8,8 @@ with a policy whose `delete_tag` and `wire_money` need an approval of each call;
 stdio, called by the Inspector CLI, one process per call; a FastMCP server with
 `QuotaMiddleware`, called by a FastMCP client that declares URL-mode elicitation; Debian's
 Chromium. How often a tool ran is its own record: the tags server's file of deletions,
-the FastMCP tool's own count.
+the FastMCP tool's own count. A re-send of the approved call under its call id gets what
+the run did (exactly-once writes), not a new approval.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from mcp_quota_client.results import REPLAYED_META
 from playwright.sync_api import Browser, expect
 
 from chalicelib.quota.policy import POLICY_DIR
-from tests.e2e.http import SERVER_TOKEN
+from tests.e2e.http import ADMIN_TOKEN, SERVER_TOKEN, call
 from tests.e2e.inbox import Stack, service_with_inbox
 from tests.support import ROOT
 
@@ -106,6 +107,27 @@ def click_approve(browser: Browser, link: str) -> None:
 # -- the MCP Inspector CLI through the proxy ----------------------------------------
 
 
+def inspector_delete(url: str, session: str, tag: str, call_id: str | None = None) -> Any:
+    """One Inspector CLI process, one `tools/call` of `delete_tag` (naming its call if
+    `call_id` is given): the tool result it printed."""
+    meta = [f"{META_SESSION_KEY}={session}"]
+    meta += [] if call_id is None else [f"{META_CALL_ID_KEY}={call_id}"]
+    run = inspector(
+        url,
+        "tools/call",
+        "--tool-name",
+        "delete_tag",
+        "--tool-arg",
+        f"tag={tag}",
+        "--tool-metadata",
+        *meta,
+    )
+    result = run.result()
+    # The CLI exits 5 on an `isError` result, and prints it all the same.
+    assert run.returncode == (5 if result.get("isError") else 0), run.stderr[-2000:]
+    return result
+
+
 def test_the_inspector_cli_gets_through_an_approval_clicked_in_chromium(
     stack: Stack, proxy: tuple[str, Path], browser: Browser
 ) -> None:
@@ -116,22 +138,8 @@ def test_the_inspector_cli_gets_through_an_approval_clicked_in_chromium(
     session = f"e2e32-{uuid.uuid4().hex[:8]}"
     tag = f"{session}-old"
 
-    def delete_tag() -> dict[str, Any]:
-        """One Inspector CLI process, one `tools/call`, the same arguments each time."""
-        run = inspector(
-            url,
-            "tools/call",
-            "--tool-name",
-            "delete_tag",
-            "--tool-arg",
-            f"tag={tag}",
-            "--tool-metadata",
-            f"{META_SESSION_KEY}={session}",
-        )
-        result = run.result()
-        # The CLI exits 5 on an `isError` result, and prints it all the same.
-        assert run.returncode == (5 if result.get("isError") else 0), run.stderr[-2000:]
-        return result
+    def delete_tag() -> Any:
+        return inspector_delete(url, session, tag)
 
     def runs() -> int:
         return sum(entry["tag"] == tag for entry in deletions(record))
@@ -156,6 +164,29 @@ def test_the_inspector_cli_gets_through_an_approval_clicked_in_chromium(
     assert further["isError"] is True and runs() == 1
     assert further["structuredContent"]["kind"] == "approval_required"
     assert further["structuredContent"]["approvalId"] != approval_id
+
+
+def test_an_inspector_re_send_of_the_approved_call_gets_what_it_did(
+    stack: Stack, proxy: tuple[str, Path], browser: Browser
+) -> None:
+    """A client that names its call (`_meta` call id): after the click, the call runs
+    once; a re-send of it under that id gets the upstream's result again, marked
+    replayed, with no new approval and no email. (Defect class: a re-sent approved
+    write asks a person again, or runs twice.)"""
+    url, record = proxy
+    session = f"e2e32-{uuid.uuid4().hex[:8]}"
+    tag, call_id = f"{session}-named", f"{session}-call-1"
+    asked = inspector_delete(url, session, tag, call_id)
+    approval_id = asked["structuredContent"]["approvalId"]
+    click_approve(browser, approve_link(stack, approval_id))
+
+    ran = inspector_delete(url, session, tag, call_id)
+    resent = inspector_delete(url, session, tag, call_id)
+    assert ran["content"] == resent["content"] == [{"type": "text", "text": f"deleted tag '{tag}'"}]
+    assert resent["_meta"][REPLAYED_META] is True and REPLAYED_META not in ran.get("_meta", {})
+    assert sum(entry["tag"] == tag for entry in deletions(record)) == 1
+    pending = call(f"{stack.url}/v1/approvals?state=pending", token=ADMIN_TOKEN)
+    assert [a for a in pending.body["approvals"] if a["session_id"] == session] == []
 
 
 # -- a FastMCP client through the FastMCP middleware ---------------------------------
@@ -205,6 +236,7 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
     asked: queue.Queue[mt.ElicitRequestURLParams] = queue.Queue()
     clicked = threading.Event()
     results: list[mt.CallToolResult] = []
+    failed: list[Exception] = []
 
     async def user_opens_the_page(
         message: str, response_type: object, params: Any, context: object
@@ -223,6 +255,8 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
                 results.append(await client.call_tool_mcp("wire_money", {"amount": 7}, meta=call))
             async with Client(guarded.server) as plain:  # no elicitation: the isError path
                 results.append(await plain.call_tool_mcp("wire_money", {"amount": 7}, meta=meta))
+        except Exception as exc:  # shown by the test, not lost in the thread
+            failed.append(exc)
         finally:
             await guarded.quota.aclose()
 
@@ -241,7 +275,7 @@ def test_a_fastmcp_client_with_url_elicitation_gets_through_an_approval(
     click_approve(browser, approve_link(stack, approval_id))
     clicked.set()
     thread.join(timeout=60)
-    assert not thread.is_alive()
+    assert not thread.is_alive() and not failed, failed
 
     ran, resent, further = results
     assert not ran.is_error, ran
