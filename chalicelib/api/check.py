@@ -58,10 +58,12 @@ def check() -> Response:
         if not container.policy.needs_approval(parsed.tool):
             decision = run()
         else:
-            # A call that needs a human's approval runs on one, used once (issue 32).
+            # A call that needs a human's approval runs on one, used once (issue 32); a
+            # copy of one that ran is answered as any copy is, before any approval.
             key = approvals.approval_key(identity, parsed)
             context = (parsed.session_id, parsed.server, preview)
-            decision = container.approvals.guarded(key, context, run)
+            copy = binding.copy_as(identity, parsed, container.checks)
+            decision = container.approvals.guarded(key, context, run) if copy is None else copy
         replay = _replay(identity.tenant, parsed, decision)
         token = None if sealing is None else sealing.token(parsed.session_id)
         return decision_response(decision, replay, token)

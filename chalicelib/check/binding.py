@@ -68,3 +68,19 @@ def check_as(identity: Identity, request: CheckRequest, checks: CheckService) ->
     if isinstance(decision, Refused):
         report_refusal(identity.tenant, decision)
     return decision
+
+
+def copy_as(identity: Identity, request: CheckRequest, checks: CheckService) -> Decision | None:
+    """`CheckService.answer_copy` for the token's identity (bound and reported as
+    `check_as`): the answer to a copy of a call already admitted, or None.
+
+    Raises:
+        errors.PrincipalNotAllowed: the claimed principal is not the token's.
+        CallIdConflict, CallInProgress: as `CheckService.answer_copy`.
+        StorageError: a store failed.
+    """
+    bound = bind_principal(identity, request)
+    decision = checks.answer_copy(identity.tenant, bound)
+    if decision is not None:
+        count_fail_open(bound)
+    return decision

@@ -51,6 +51,7 @@ from chalicelib.check.tickets import HoldTickets
 from chalicelib.check.verdicts import call_id_fault, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
+from chalicelib.quota.approvals import answered_as_copy
 from chalicelib.quota.core import (
     Attempt,
     BudgetKey,
@@ -496,3 +497,39 @@ class CheckService:
         return return_lease(
             self._policy, self._store, self._wider, tenant, request, now_ms, cutoff_ms
         )
+
+    # -- copies of admitted calls that need an approval (issue 32) -----------------------
+
+    def answer_copy(self, tenant: str, request: CheckRequest) -> Allowed | None:
+        """The answer to a check whose call id names a call its session already admitted
+        (`approvals.answered_as_copy`), as to any copy: a duplicate, with nothing counted.
+        None when it is no such copy: nothing was written, and the check goes on to its
+        approval. Read first, never a count: a call that needs an approval is counted
+        only on one.
+
+        Raises:
+            CallIdConflict: the id names another call, or is used up with no result kept.
+            CallInProgress: the call is still being counted by another check.
+            StorageError: the store failed.
+        """
+        attempt = self.attempt_for(tenant, request)
+        if attempt.call_id is None:
+            return None
+        for _ in range(MAX_ROUNDS):
+            deadline.ensure("reading a call's session")
+            snapshot = self._store.get(attempt.session)
+            if snapshot is None:
+                return None
+            verdict = explain_refusal(snapshot, attempt)
+            if not answered_as_copy(verdict):
+                return None
+            # As `_count_session` answers these verdicts, without its count before them.
+            kept = verdict is Verdict.CALL_ID_USED and self._kept_answers(attempt)
+            fault = call_id_fault(attempt, snapshot, verdict)
+            if fault is not None and not kept:
+                raise fault
+            if kept or self._store.record_replay(attempt, snapshot):
+                allowed = self._allowed(attempt, snapshot, duplicate=True)
+                self._counted(attempt, allowed)
+                return self._shadowed(attempt, allowed, snapshot)
+        raise RecordChanged("answering a copy of a call")

@@ -1,11 +1,13 @@
 """Approvals (issue 32): a human's approval bound to one call (tenant, principal, tool,
-arguments digest), its states, and the one rule of what a check of such a call gets."""
+arguments digest), its states, and the rules of what a check of such a call gets."""
 
 from __future__ import annotations
 
 import enum
 import secrets
 from dataclasses import dataclass, replace
+
+from chalicelib.quota.core import Verdict
 
 DEFAULT_APPROVAL_SECONDS = 900
 MAX_REASON = 1000
@@ -81,6 +83,24 @@ def gate(approval: Approval | None, now_ms: int) -> Gate:
     if state is ApprovalState.DENIED:
         return Gate.DENIED
     return Gate.ASK  # used or expired: the next call needs a new approval
+
+
+# What the session says of a call id that names a call it already admitted (or is
+# counting): the verdicts a copy of such a call gets from `rules.session_consume`.
+COPY_VERDICTS = frozenset(
+    {Verdict.DUPLICATE, Verdict.CALL_ID_USED, Verdict.IN_PROGRESS, Verdict.CALL_ID_CONFLICT}
+)
+
+
+def answered_as_copy(verdict: Verdict) -> bool:
+    """Whether a check of a call that needs an approval is answered before its approval
+    is looked at, from what its session says of its call id (`verdict`, read without a
+    write): the id names a call the session admitted or is counting, so the check is
+    answered as such a copy is for any tool (a duplicate with the first run's kept
+    result, a copy past its duplicates, or a 409), counts nothing, and neither asks for
+    nor uses an approval: the call ran on the one it had. Any other check (no call id,
+    an id that is free or was freed by a reset) goes to its approval first."""
+    return verdict in COPY_VERDICTS
 
 
 def decided(approval: Approval, approve: bool, actor: str, reason: str | None) -> Approval:

@@ -4,6 +4,7 @@ done-when line 1 of the issue, and the refusals around it."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -145,3 +146,47 @@ def test_a_viewer_lists_but_cannot_approve(approving: Api) -> None:
     answer = approving.post(f"/v1/approvals/{approval_id}/approve", {}, viewer)
     assert answer.status_code == 403
     assert ADMIN  # the admin approves in the flow above
+
+
+def test_a_retry_of_an_approved_call_that_ran_gets_its_kept_result(approving: Api) -> None:
+    """After the approved call ran, a retry under its call id is answered like any
+    duplicate in a replaying category: the first run's kept result, not counted, and no
+    new approval asked for (nor emailed); a copy past its duplicates too. Another call id
+    (a new call) still needs a new approval. (Defect class: a broken stream's re-send of
+    an approved write asks a human again, or is not answered with what the write did.)"""
+    api = approving
+    approval_id = body(drop(api, call_id="c1"))["approval"]["id"]
+    api.admin(f"/v1/approvals/{approval_id}/approve", {})
+    ran = drop(api, call_id="c1")
+    assert ran.status_code == 200 and body(ran)["duplicate"] is False
+    result = {"content": [{"type": "text", "text": "dropped"}], "isError": False}
+    kept = {"session_id": "s1", "tool": "drop_table", "result": result}
+    stored = api.client.http.put("/v1/results/c1", headers=SERVER, body=json.dumps(kept))
+    assert stored.status_code == 201, stored.body
+    emails = len(api.sent())
+
+    for _ in range(5):  # 3 duplicates (MAX_REPLAYS), then copies past them
+        again = drop(api, call_id="c1")
+        assert again.status_code == 200, again.body
+        answer = body(again)
+        assert answer["duplicate"] is True and answer["used"] == 1
+        assert answer["replay"] == {"state": "stored", "result": result}
+
+    assert body(api.get("/v1/approvals?state=pending"))["approvals"] == []
+    assert len(api.sent()) == emails
+    new_call = drop(api, call_id="c2")
+    assert body(new_call)["error"]["code"] == "approval_required"
+    assert body(new_call)["approval"]["id"] != approval_id
+
+
+def test_a_call_id_of_another_call_is_a_conflict_not_an_approval(approving: Api) -> None:
+    """A call id that names another admitted call is answered 409 as for any tool, not
+    with an approval for it (the approval would be for a call the id cannot run)."""
+    api = approving
+    approval_id = body(drop(api, call_id="c1"))["approval"]["id"]
+    api.admin(f"/v1/approvals/{approval_id}/approve", {})
+    assert drop(api, call_id="c1").status_code == 200
+    other = drop(api, DIGEST_B, call_id="c1")
+    assert other.status_code == 409, other.body
+    assert body(other)["error"]["code"] == "call_id_conflict"
+    assert body(api.get("/v1/approvals?state=pending"))["approvals"] == []
