@@ -14,7 +14,8 @@ import boto3
 
 from chalicelib.admin.grants import GrantLimits
 from chalicelib.aws import CLIENT_CONFIG, TOKEN_CLIENT_CONFIG
-from chalicelib.check.service import CheckService, PrincipalGate
+from chalicelib.check.escalation import PrincipalGate
+from chalicelib.check.service import CheckService
 from chalicelib.clock import Clock, system_clock
 from chalicelib.errors import Misconfigured
 from chalicelib.observability import count, logger

@@ -12,9 +12,8 @@ from chalicelib.admin.audit import actor_of, link_detail
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
 from chalicelib.check.auditing import Auditor
-from chalicelib.check.escalation import DeferredStreaks
+from chalicelib.check.escalation import DeferredStreaks, PrincipalGate
 from chalicelib.check.hooks import LimitResolver
-from chalicelib.check.service import PrincipalGate
 from chalicelib.check.shards import shard_key, summed
 from chalicelib.check.steps import in_parallel
 from chalicelib.clock import Clock, iso_utc

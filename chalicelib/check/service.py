@@ -21,8 +21,8 @@ from typing import TypeAlias
 
 from chalicelib.check import deadline
 from chalicelib.check.attempts import attempt_of
-from chalicelib.check.escalation import DeferredStreaks, Escalation
-from chalicelib.check.escalation import PrincipalGate as PrincipalGate  # noqa: PLC0414 - named here for wiring
+from chalicelib.check.copies import MAX_ROUNDS, answer_copy
+from chalicelib.check.escalation import DeferredStreaks, Escalation, PrincipalGate
 from chalicelib.check.hooks import DecisionListener, LimitResolver, PolicyLimits, QuietListener
 from chalicelib.check.lease_returns import return_lease
 from chalicelib.check.life import admit
@@ -51,7 +51,6 @@ from chalicelib.check.tickets import HoldTickets
 from chalicelib.check.verdicts import call_id_fault, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
-from chalicelib.quota.approvals import answered_as_copy
 from chalicelib.quota.core import (
     Attempt,
     BudgetKey,
@@ -62,6 +61,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     Verdict,
 )
+from chalicelib.quota.derived import oversized_basis
 from chalicelib.quota.facts import within
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.rules import explain_refusal
@@ -78,10 +78,6 @@ from chalicelib.storage.ports import (
 # A call counted in its session: the allowance, the session as counting it left it, and
 # the attempt as counted (a lease at the end of the budget has fewer units).
 Counted: TypeAlias = tuple[Allowed, SessionSnapshot, Attempt]
-
-# Each retry follows a change made by another writer (an idle reset race, an admin's
-# reset, copies of one freed call id taking it in turn); more means a misbehaving store.
-MAX_ROUNDS = 8
 
 
 class CheckService:
@@ -158,7 +154,8 @@ class CheckService:
             oversized = self._refuse_oversized(attempt)
             if oversized is not None:
                 return oversized
-        expected = self._refuse_expected(attempt)
+        # A runaway loop's next call, refused without counting it first.
+        expected = self._spent.refuse(attempt, self._store, self._escalation, self._listener)
         if expected is not None:
             return expected
         counted = self._count_session(self._with_wider(attempt))
@@ -253,10 +250,6 @@ class CheckService:
         """`Escalation.pending` for a principal: refusals answered from memory here that
         its stored streaks do not count yet."""
         return self._escalation.pending(BudgetKey.principal(tenant, principal))
-
-    def _refuse_expected(self, attempt: Attempt) -> Refused | None:
-        """`RunawayLoops.refuse` with this service's store, streaks and listener."""
-        return self._spent.refuse(attempt, self._store, self._escalation, self._listener)
 
     def _consume(self, attempt: Attempt) -> Consumed | NotConsumed:
         """One conditional count of the call in its session, before the deadline.
@@ -381,16 +374,9 @@ class CheckService:
         Raises:
             StorageError: the store failed.
         """
-        seen = self._store.get(attempt.session)
-        live = seen is not None and not seen.is_idle(attempt.now_ms, attempt.idle_ms)
-        if seen is not None and live and seen.suspended:
-            return None  # the usual way answers a suspension
-        if seen is not None and live:
-            limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
-            if within(0, attempt.units, limit):
-                return None
-        else:
-            seen = SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
+        seen = oversized_basis(self._store.get(attempt.session), attempt)
+        if seen is None:
+            return None
         limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
         decision = session_refusal(attempt, seen, limit, RefusalReason.QUOTA_EXCEEDED, self._keep)
         since = seen.last_allowed_ms(category=attempt.category)
@@ -498,38 +484,16 @@ class CheckService:
             self._policy, self._store, self._wider, tenant, request, now_ms, cutoff_ms
         )
 
-    # -- copies of admitted calls that need an approval (issue 32) -----------------------
-
     def answer_copy(self, tenant: str, request: CheckRequest) -> Allowed | None:
-        """The answer to a check whose call id names a call its session already admitted
-        (`approvals.answered_as_copy`), as to any copy: a duplicate, with nothing counted.
-        None when it is no such copy: nothing was written, and the check goes on to its
-        approval. Read first, never a count: a call that needs an approval is counted
-        only on one.
+        """`copies.answer_copy` with this service's store, kept results and answers.
 
         Raises:
-            CallIdConflict: the id names another call, or is used up with no result kept.
-            CallInProgress: the call is still being counted by another check.
-            StorageError: the store failed.
+            CallIdConflict, CallInProgress, StorageError: as `copies.answer_copy`.
         """
         attempt = self.attempt_for(tenant, request)
-        if attempt.call_id is None:
-            return None
-        for _ in range(MAX_ROUNDS):
-            deadline.ensure("reading a call's session")
-            snapshot = self._store.get(attempt.session)
-            if snapshot is None:
-                return None
-            verdict = explain_refusal(snapshot, attempt)
-            if not answered_as_copy(verdict):
-                return None
-            # As `_count_session` answers these verdicts, without its count before them.
-            kept = verdict is Verdict.CALL_ID_USED and self._kept_answers(attempt)
-            fault = call_id_fault(attempt, snapshot, verdict)
-            if fault is not None and not kept:
-                raise fault
-            if kept or self._store.record_replay(attempt, snapshot):
-                allowed = self._allowed(attempt, snapshot, duplicate=True)
-                self._counted(attempt, allowed)
-                return self._shadowed(attempt, allowed, snapshot)
-        raise RecordChanged("answering a copy of a call")
+        return answer_copy(attempt, self._store, self._kept_answers, self._copy_answered)
+
+    def _copy_answered(self, attempt: Attempt, snapshot: SessionSnapshot) -> Allowed:
+        allowed = self._allowed(attempt, snapshot, duplicate=True)
+        self._counted(attempt, allowed)
+        return self._shadowed(attempt, allowed, snapshot)

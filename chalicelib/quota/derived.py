@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chalicelib.quota.core import SessionSnapshot
+    from chalicelib.quota.core import Attempt, SessionSnapshot
 
 
 def left(used: int, limit: int, *, stopped: bool = False) -> int:
@@ -27,3 +27,19 @@ def limit_in_force(
     if seen is None or seen.is_idle(now_ms, idle_ms):
         return base_limit
     return seen.limit_for(category, base_limit, now_ms)
+
+
+def oversized_basis(seen: SessionSnapshot | None, attempt: Attempt) -> SessionSnapshot | None:
+    """For a call weighing more units than its base limit (it fits only under a session
+    raise): the session it is refused on, or None when it may fit (or the session is
+    suspended: the usual way answers that). An unseen or idle session is a fresh one."""
+    from chalicelib.quota.core import SessionSnapshot  # noqa: PLC0415 - core imports this
+    from chalicelib.quota.facts import within  # noqa: PLC0415
+
+    live = seen is not None and not seen.is_idle(attempt.now_ms, attempt.idle_ms)
+    if seen is None or not live:
+        return SessionSnapshot(last_seen_ms=attempt.now_ms, started_ms=attempt.now_ms)
+    if seen.suspended:
+        return None
+    limit = seen.limit_for(attempt.category, attempt.base_limit, attempt.now_ms)
+    return None if within(0, attempt.units, limit) else seen
