@@ -178,7 +178,7 @@ def exhaustion_email(
 Last calls of the session:
 {_calls_table(decision.last_calls)}
 {_links_section(links)}
-What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_TOKEN):
+What you can do (the CLI reads MCP_QUOTA_URL and MCP_QUOTA_ADMIN_TOKEN):
 {_commands(decision, quoted, policy)}
 You get one message per exhaustion, however often the agent keeps trying.
 """
