@@ -196,6 +196,30 @@ class Escalation:
             return decision
         return replace(decision, escalated=self.suspend(attempt, streak))
 
+    def flush_deferred(self, attempt: Attempt, allowed_since_ms: int) -> None:
+        """Count in the principal's streak the refusals deferred here in the attempt's
+        category, with no refusal of their own (a flush after the cache window). They
+        never reach the threshold: the refusal that would is always sent.
+
+        Raises:
+            StorageError: the store failed (the deferred ones are kept if surely unsent).
+        """
+        if self._budgets is None or attempt.principal is None:
+            return
+        key = BudgetKey.principal(attempt.tenant, attempt.principal)
+        pending = self.deferred(key, attempt.category)
+        if not pending:
+            return
+        since = min(allowed_since_ms, attempt.real_ms)
+        try:
+            streak, _ = self._budgets.note_streak(
+                key, attempt.category, attempt.real_ms, since, refusals=pending
+            )
+        except StorageError as exc:
+            self.put_back(key, attempt.category, pending, exc)
+            raise
+        self.seen(key, attempt.category, streak)
+
     def count_held(self, attempt: Attempt, held: Mapping[str, int] | None) -> int | None:
         """Count the refusals the client answered locally since its last check, by
         category, in its principal's streak there, as if each had been asked: the

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.check.shaping import session_refusal
+from chalicelib.observability import logger
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import (
     Attempt,
@@ -25,6 +26,7 @@ from chalicelib.quota.core import (
     with_call,
 )
 from chalicelib.quota.rules import explain_refusal
+from chalicelib.storage.ports import StorageError
 
 if TYPE_CHECKING:
     from chalicelib.check.escalation import Escalation
@@ -92,6 +94,7 @@ class Spent:
     base_limit: int
     epoch: int  # `AdminChanges.epoch` read before that store request
     answered: int = 0  # repeats refused from memory since, recorded with the next sent
+    last: Attempt | None = None  # the last of them (a flush records them as it)
 
 
 class SpentSessions:
@@ -105,6 +108,7 @@ class SpentSessions:
         self._cache_ms = cache_ms  # 0: every repeat goes to the store
         self.changes = changes or AdminChanges()
         self._spent: OrderedDict[SessionKey, Spent] = OrderedDict()
+        self._due: dict[SessionKey, int] = {}  # when a session's answered repeats are due
         self._lock = threading.Lock()
 
     def get(self, session: SessionKey) -> Spent | None:
@@ -114,11 +118,32 @@ class SpentSessions:
         with self._lock:
             self._spent.pop(session, None)
 
-    def _answered(self, session: SessionKey, spent: Spent) -> None:
-        """One more repeat refused from memory, to record with the next refusal sent."""
+    def _answered(self, session: SessionKey, spent: Spent, attempt: Attempt) -> bool:
+        """One more repeat refused from memory, to record with the next refusal sent;
+        whether it is the first since the store's refusal (a flush is then due)."""
         with self._lock:
             if self._spent.get(session) is spent:
-                self._spent[session] = replace(spent, answered=spent.answered + 1)
+                self._spent[session] = replace(spent, answered=spent.answered + 1, last=attempt)
+                return spent.answered == 0
+        return False
+
+    def _take_answered(self, session: SessionKey) -> Spent | None:
+        """The session's repeats answered from memory and not yet recorded, taken out to
+        be recorded now (None: none)."""
+        with self._lock:
+            spent = self._spent.get(session)
+            if spent is None or spent.answered == 0 or spent.last is None:
+                return None
+            self._spent[session] = replace(spent, answered=0, last=None)
+            return spent
+
+    def _put_back(self, session: SessionKey, taken: Spent) -> None:
+        """Repeats a failed flush did not record: counted with the next refusal sent."""
+        with self._lock:
+            spent = self._spent.get(session)
+            if spent is not None and spent.refused_ms == taken.refused_ms:
+                answered = spent.answered + taken.answered
+                self._spent[session] = replace(spent, answered=answered, last=taken.last)
 
     def fresh(self, spent: Spent, attempt: Attempt) -> bool:
         """Whether a repeat may be refused from memory: within `REFUSAL_CACHE_MS` of the
@@ -177,13 +202,22 @@ class RunawayLoops(SpentSessions):
         reason = RefusalReason.QUOTA_EXCEEDED
         if self.fresh(spent, attempt) and escalation.defer(attempt):
             decision = session_refusal(attempt, known, limit, reason, self._keep)
-            self._answered(attempt.session, spent)
+            if self._answered(attempt.session, spent, attempt):
+                with self._lock:
+                    self._due[attempt.session] = spent.refused_ms + self._cache_ms
             listener.on_block(attempt.tenant, attempt, decision)
             return decision
         epoch = self.changes.epoch
         # The repeats answered from memory are recorded with this refusal.
-        attempt = replace(attempt, answered=spent.answered)
-        if store.record_block(attempt, known, limit, False, expected=True) is None:
+        taken = self._take_answered(attempt.session)
+        attempt = replace(attempt, answered=taken.answered if taken else 0)
+        try:
+            recorded = store.record_block(attempt, known, limit, False, expected=True)
+        except StorageError:
+            if taken is not None:
+                self._put_back(attempt.session, taken)
+            raise
+        if recorded is None:
             self.forget(attempt.session)
             return None
         decision = session_refusal(attempt, known, limit, reason, self._keep)
@@ -192,3 +226,32 @@ class RunawayLoops(SpentSessions):
         decision = escalation.after(attempt, since, decision)
         listener.on_block(attempt.tenant, attempt, decision)
         return decision
+
+    def flush_due(self, now_ms: int, store: SessionChecks, escalation: Escalation) -> None:
+        """Record the repeats answered from memory whose cache window ended by `now_ms`
+        and that no refusal sent since carried: run at the start of each check here, so
+        the views and the streak lag by at most the window while the container serves
+        (on Lambda a frozen container does so at its next request)."""
+        with self._lock:
+            due = [k for k, at in self._due.items() if at <= now_ms]
+            for key in due:
+                del self._due[key]
+        for key in due:
+            self.flush(key, store, escalation)
+
+    def flush(self, session: SessionKey, store: SessionChecks, escalation: Escalation) -> None:
+        """Record the session's repeats answered from memory and not yet recorded, as its
+        last one with the others folded in (`Attempt.answered`), and their streak; never
+        raises (what fails is counted with the next refusal sent)."""
+        taken = self._take_answered(session)
+        if taken is None or taken.last is None:
+            return
+        last = replace(taken.last, answered=taken.answered - 1)
+        known = taken.seen
+        limit = known.limit_for(last.category, last.base_limit, last.now_ms)
+        try:
+            store.record_block(last, known, limit, False, expected=True)
+            escalation.flush_deferred(last, known.last_allowed_ms(category=last.category))
+        except StorageError:
+            self._put_back(session, taken)
+            logger.warning("refusals answered from memory not recorded yet", exc_info=True)

@@ -118,3 +118,19 @@ def test_a_principal_reset_forgets_refusals_answered_from_memory(scoped: Api) ->
     assert reset.status_code == 200, body(reset)
     after = [body(write(scoped, "s"))["error"]["code"] for _ in range(N + 1)]
     assert after[: N - 1] == ["quota_exceeded"] * (N - 1), after
+
+
+def test_refusals_answered_from_memory_reach_the_views_within_the_window(looped: Api) -> None:
+    """Defect class: a silently wrong count. Repeats refused from the container's memory
+    were recorded only with the session's next refusal that reached the store: a loop
+    that stopped was shown with fewer refusals than it got, for ever. They are now
+    recorded by the container's first check after the cache window."""
+    spend(looped, "loop")
+    codes = [write(looped, "loop").status_code for _ in range(4)]
+    assert codes == [429] * 4
+    looped.clock.advance(1.5)
+    assert write(looped, "another", "someone-else").status_code == 200  # any check here
+    session = body(looped.get("/v1/sessions/loop"))
+    assert session["categories"]["write"]["refused"] == 5
+    principal = body(looped.get("/v1/principals/bot"))
+    assert principal["streaks"] == {"write": 5}
