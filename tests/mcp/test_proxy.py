@@ -22,6 +22,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from launch import SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
 from mcp_quota_client import META_CALL_ID_KEY, META_DECISION_KEY, META_SESSION_KEY
+from pydantic import TypeAdapter
 
 from tests.mcp.proxy_support import (
     deletions,
@@ -232,6 +233,36 @@ async def test_the_lists_and_server_info_are_the_upstreams_byte_for_byte(stack: 
         assert _wire(through) == _wire(upstream)
     assert info is not None
     assert (info.name, info.version) == ("tags", "1.0.0")
+
+
+async def _as_sent(
+    client: Client[Any], tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A `tools/call` result as the server sent it: no model fills in its defaults."""
+    params = mt.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)  # type: ignore[arg-type]
+    adapter: Any = TypeAdapter(dict[str, Any])  # the SDK validates with any adapter alike
+    result: dict[str, Any] = await client.session.send_request(
+        mt.CallToolRequest(params=params), adapter
+    )
+    return result
+
+
+async def test_a_tool_result_is_the_upstreams_byte_for_byte(stack: Stack) -> None:
+    """Defect class: a result rebuilt on the way through (a model that fills in
+    `isError: false` the upstream never sent). Apart from the decision the proxy adds
+    to its `_meta`, the agent gets what the upstream sent. (A read: the module's writes
+    are counted against the tests that follow.)"""
+    meta = {META_SESSION_KEY: new_session()}
+    async with Client(stack.url, mode="legacy") as client:
+        through = await _as_sent(client, "list_deletions", {}, meta)
+    async with _direct(stack) as client:
+        direct = await _as_sent(client, "list_deletions", {}, None)
+
+    meta = through.pop("_meta")
+    assert meta.pop(META_DECISION_KEY)["outcome"] == "allowed"
+    assert meta == direct.pop("_meta", {})
+    assert through == direct
+    assert "isError" not in through
 
 
 async def test_the_inspector_lists_the_tools_with_their_annotations(stack: Stack) -> None:

@@ -257,9 +257,8 @@ async def test_an_http_upstream_is_called_over_one_kept_alive_connection(
     assert len(connections) == 1
 
 
-async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
-    quota_service: FakeQuotaService, record: Path
-) -> None:
+def stdio_proxy(quota_service: FakeQuotaService, record: Path) -> StdioTransport:
+    """`mcp-quota-proxy --stdio` in front of the tags server over stdio, as an agent runs it."""
     env = {
         **os.environ,
         "MCP_QUOTA_URL": quota_service.url,
@@ -268,8 +267,13 @@ async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
     }
     upstream = shlex.join(tags_command(record))
     args = ["-m", "mcp_quota_client.proxy", "--stdio", "--upstream-command", upstream]
-    transport = StdioTransport(sys.executable, args, env=env, cwd=str(ROOT), keep_alive=False)
-    async with Client(transport) as client:
+    return StdioTransport(sys.executable, args, env=env, cwd=str(ROOT), keep_alive=False)
+
+
+async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
+    quota_service: FakeQuotaService, record: Path
+) -> None:
+    async with Client(stdio_proxy(quota_service, record)) as client:
         results = [await client.call_tool_mcp("delete_tag", {"tag": f"s{i}"}) for i in range(17)]
         name = client.server_info.name if client.server_info else None
 
@@ -280,6 +284,20 @@ async def test_over_stdio_the_proxy_is_a_command_an_agent_starts(
     assert name == "tags"
     checks = [b for b in quota_service.bodies() if b["tool"] == "delete_tag"]
     assert len({b["session_id"] for b in checks}) == 1
+
+
+async def test_over_stdio_a_message_far_larger_than_a_pipe_buffer_passes_both_ways(
+    quota_service: FakeQuotaService, record: Path
+) -> None:
+    # The proxy reads its stdin and writes its stdout on the event loop, not line by
+    # line in a thread as the SDK does: a 1 MB line in, and the upstream's echo out.
+    tag = "t" * 1_000_000
+    async with Client(stdio_proxy(quota_service, record)) as client:
+        result = await client.call_tool_mcp("delete_tag", {"tag": tag})
+
+    assert result.is_error is False
+    assert result.structured_content == {"deleted": tag}
+    assert [e["tag"] for e in deletions(record)] == [tag]
 
 
 def run_proxy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

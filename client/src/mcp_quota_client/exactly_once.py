@@ -62,9 +62,12 @@ def replay_in(guarded: GuardedCall) -> Replay | None:
     return replay_of(decision.raw)
 
 
-def wire(result: mt.CallToolResult) -> dict[str, Any]:
-    """A `CallToolResult` as it goes on the wire (the form the service keeps)."""
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+def wire(result: mt.CallToolResult | Mapping[str, Any]) -> dict[str, Any]:
+    """A `CallToolResult` as it goes on the wire (the form the service keeps); a result
+    already in that form (the proxy's, as the upstream sent it) as it is."""
+    if isinstance(result, mt.CallToolResult):
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(result)
 
 
 def _told(text: str, structured: dict[str, Any], replayed: bool) -> mt.CallToolResult:
@@ -160,7 +163,7 @@ class ExactlyOnce:
         self,
         guarded: GuardedCall,
         policy: ServicePolicy | None,
-        result: mt.CallToolResult,
+        result: mt.CallToolResult | Mapping[str, Any],
         continuing: bool = False,
     ) -> None:
         """Keep the result of a call the service allowed and counted (just now, or in an
