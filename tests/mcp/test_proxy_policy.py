@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp_types as mt
 import pytest
 from fastmcp import Client
 from launch import SERVER_TOKEN, Running, spawn_quota_service, wait_healthy
@@ -95,3 +96,20 @@ async def test_10_resource_reads_against_a_read_limit_of_6_serve_6_and_refuse_4(
     assert (served, len(refused)) == (READ_LIMIT, 4)
     assert "resource:tags://deletions" in refused[0].message
     assert "NOT run" in refused[0].message
+
+
+async def test_a_refusal_through_the_proxy_carries_the_minted_session(
+    proxy_url: tuple[str, Path],
+) -> None:
+    """Defect class: a session that depends on how the call ended. A refused result
+    through the proxy dropped the session the service minted (the middleware kept it),
+    so a client that echoes it lost its session at the first refusal."""
+    url, _ = proxy_url
+    info = mt.Implementation(name=f"agent-{uuid.uuid4().hex[:8]}", version="1.0")
+    async with Client(url, client_info=info) as client:
+        results = [await client.call_tool_mcp("list_deletions", {}) for _ in range(READ_LIMIT + 1)]
+    refused = results[-1]
+    assert refused.is_error is True
+    assert [r.is_error for r in results[:-1]] == [False] * READ_LIMIT
+    assert refused.meta is not None
+    assert str(refused.meta[META_SESSION_KEY]).startswith("mqs1-")

@@ -174,6 +174,8 @@ def pass_calls_through(proxy: FastMCPProxy, upstream: Upstream, quota: QuotaMidd
                     content=[mt.TextContent(type="text", text=refusal.text)],
                     structured_content=refusal.structured,
                     is_error=True,
+                    # The decision and the session the service minted, as on an allowed call.
+                    _meta=dict(guarded.meta) if guarded.meta is not None else None,
                 )
             replayed = await quota.once.answer(
                 guarded,
