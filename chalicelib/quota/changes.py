@@ -16,6 +16,7 @@ from chalicelib.quota.calls import CallLife, call_id_key
 
 if TYPE_CHECKING:
     from chalicelib.quota.core import Attempt, CallRecord, LeaseId, SessionSnapshot, Spend
+    from chalicelib.quota.writes import WriteId
 
 
 class Slot(StrEnum):
@@ -39,6 +40,7 @@ class Slot(StrEnum):
     # started again (the principal's streak there reads it: an allowed call in the
     # category ends a run of refusals in it).
     ALLOWED_BEFORE = "allowed_before"
+    WRITES = "writes"  # a budget's: each writer's last write (`quota.writes`), by writer
 
 
 class Field(StrEnum):
@@ -373,6 +375,13 @@ def budget_taken(spend: Spend, fresh: bool) -> Change:
         put=((Slot.COUNTS, category, spend.units), (Slot.WINDOWS, category, spend.window_start_ms)),
         set=kept,
     )
+
+
+def written(change: Change, write: WriteId, dropped: tuple[str, ...] = ()) -> Change:
+    """A budget's `change` as the write `write` makes it (`rules.unwritten`): the writer's
+    number kept, and writers not seen lately (`writes.stale`) dropped."""
+    put = (*change.put, (Slot.WRITES, write.writer, write.seq))
+    return replace(change, put=put, drop=(*change.drop, *((Slot.WRITES, w) for w in dropped)))
 
 
 def budget_given_back(spend: Spend) -> Change:

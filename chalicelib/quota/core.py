@@ -169,6 +169,7 @@ class BudgetSnapshot:
     # when it was last refused there. Empty on other budgets.
     streaks: Mapping[str, int] = field(default_factory=dict)
     last_refusals: Mapping[str, int] = field(default_factory=dict)
+    writes: Mapping[str, int] = field(default_factory=dict, compare=False)  # quota.writes
 
     @property
     def suspended(self) -> bool:
@@ -181,8 +182,7 @@ class BudgetSnapshot:
 
     @property
     def refusals_in_a_row(self) -> int:
-        """The principal's longest streak, whatever its category: the nearest to
-        suspension (views)."""
+        """The principal's longest streak in any category: the nearest to suspension."""
         return max(self.streaks.values(), default=0)
 
     def used(self, category: str, window_start_ms: int) -> int:

@@ -26,6 +26,7 @@ from chalicelib.quota.core import (
     Verdict,
 )
 from chalicelib.quota.derived import left
+from chalicelib.quota.writes import WriteId, applied
 
 # The facts about a call id's life, named here with every other fact.
 CallIdFree = call_facts.CallIdFree
@@ -446,6 +447,17 @@ class BudgetRaisedAbove:
 
     def holds(self, record: BudgetSnapshot | None) -> bool:
         return record is not None and record.raised.get(self.category, 0) > self.limit
+
+
+@dataclass(frozen=True)
+class NotWrittenBy:
+    """The budget has not applied this write (`quota.writes`): its writer's last number
+    on the record is lower, or the writer has none there."""
+
+    write: WriteId
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        return record is None or not applied(record.writes, self.write)
 
 
 def _windows(record: BudgetSnapshot, category: str) -> list[int]:

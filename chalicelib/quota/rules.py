@@ -35,6 +35,7 @@ from chalicelib.quota.facts import (
     LastSeenAt,
     Named,
     Not,
+    NotWrittenBy,
     RaisedAbove,
     Recorded,
     RefusedBefore,
@@ -52,6 +53,7 @@ from chalicelib.quota.facts import (
     any_of,
     explain,
 )
+from chalicelib.quota.writes import WriteId
 
 
 def session_consume(attempt: Attempt) -> Condition:
@@ -104,10 +106,17 @@ def session_consume(attempt: Attempt) -> Condition:
     return any_of(Not(SessionExists()), And(tuple(clauses)))
 
 
-def budget_take(spend: Spend) -> Condition:
+def unwritten(write: WriteId | None) -> tuple[Condition, ...]:
+    """A budget write's first clause, when it names itself: it was not applied already
+    (the store's own retry of it fails here, and is known as applied)."""
+    return () if write is None else (Named(Verdict.ALREADY_COUNTED, NotWrittenBy(write)),)
+
+
+def budget_take(spend: Spend, write: WriteId | None = None) -> Condition:
     """When a budget above the session counts `spend.units` calls: it is not suspended,
     counts this window (or none later, and starts it again), and the calls fit."""
     return all_of(
+        *unwritten(write),
         Named(Verdict.SUSPENDED, Not(BudgetSuspended())),
         any_of(
             CountsWindow(spend.category, spend.window_start_ms),
@@ -216,21 +225,22 @@ def lease_return(lease: LeaseId, unused: int, cutoff_ms: int) -> Condition:
     )
 
 
-def budget_give_back(spend: Spend) -> Condition:
+def budget_give_back(spend: Spend, write: WriteId | None = None) -> Condition:
     """When calls go back to a budget: its window is still the one they were taken in,
     and counts them."""
     return all_of(
+        *unwritten(write),
         CountsWindow(spend.category, spend.window_start_ms),
         BudgetCountAtLeast(spend.category, spend.window_start_ms, spend.units),
     )
 
 
-def streak_goes_on(category: str, allowed_since_ms: int) -> Condition:
+def streak_goes_on(category: str, allowed_since_ms: int, write: WriteId | None = None) -> Condition:
     """A refusal in a category adds to the principal's streak there unless the principal
     was last refused there before an allowed call in that category of the refused
     session (`allowed_since_ms`). Only what the principal does in the refused category
     counts: an allowed call in another never ends the streak."""
-    return Not(RefusedBefore(category, allowed_since_ms))
+    return all_of(*unwritten(write), Not(RefusedBefore(category, allowed_since_ms)))
 
 
 def streak_ends(category: str, now_ms: int) -> Condition:

@@ -196,3 +196,27 @@ def test_a_budget_item_stays_small_after_a_year_of_gappy_traffic(backend: Backen
     assert len(items) == 1 and item_size(items[0]) < 2048
     snapshot = adapter.get(BOT)
     assert snapshot is not None and set(snapshot.counts) == {now - now % window}
+
+
+def test_a_budget_keeps_the_writers_of_the_last_minutes_only(backend: Backend) -> None:
+    """A budget item keeps each writer's last write number (`quota.writes`), so that the
+    store's resend of a write applies once; a tenant's item is written by every
+    container, so writers not seen for 10 minutes are dropped by later writes: 30
+    containers at minute 1, then one at minute 12, leave that one alone on the item."""
+    table = backend.settings.counters_table
+    minute = 60_000
+    start = T0 - T0 % DAY
+
+    def take(adapter: BudgetStore, at_ms: int) -> None:
+        assert isinstance(
+            adapter.take(TENANT, Spend("write", 10_000, start, start + DAY, at_ms)), Taken
+        )
+
+    for _ in range(30):
+        take(BudgetStore(backend.client, table), start + minute)
+    late = BudgetStore(backend.client, table)
+    for i in range(9):
+        take(late, start + 12 * minute + i)
+    seen = late.get(TENANT)
+    assert seen is not None and seen.used("write", start) == 39
+    assert len(seen.writes) == 1

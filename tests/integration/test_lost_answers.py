@@ -190,3 +190,41 @@ def test_a_refused_call_s_id_used_again_is_counted_once_when_sent_again(
     assert isinstance(again, Allowed) and not again.duplicate
     session = stores.counters.get(SessionKey("demo", "s1"))
     assert session is not None and session.counts == {"write": 5, "read": 1}
+
+
+def budget_writes(target: str, body: dict[str, object]) -> bool:
+    """Every write to a principal's or the tenant's item (their keys hold a space)."""
+    key = body.get("Key")
+    pk = key.get("pk", {}) if isinstance(key, dict) else {}
+    return target.endswith(".UpdateItem") and " " in str(pk.get("S", ""))
+
+
+def test_a_budget_write_whose_answer_was_lost_counts_once(store_url: str) -> None:
+    """The store's own retry is not a second call, above the session too. A principal's
+    or tenant's write that DynamoDB applied, whose answer was lost, is sent again by
+    botocore: a take counted the call twice (8 allowed calls, the principal at 14), and
+    a refusal's streak, and the give-back of what a refused call took, went twice: an
+    over-count that refuses calls the budget has room for, or suspends early."""
+    settings = provisioned(client_for(store_url), fresh_settings(f"l{uuid.uuid4().hex[:8]}"))
+    with lossy_proxy(store_url, budget_writes) as proxy:
+        client = client_for(endpoint(proxy), base=CLIENT_CONFIG)
+        counters = CounterStore(client, settings.counters_table, POLICY.categories)
+        budgets = BudgetStore(client, settings.counters_table)
+        service = CheckService(POLICY, counters, system_clock, 3600, budgets=budgets)
+        decisions = [
+            service.check(
+                "demo",
+                CheckRequest(f"s{i // 5}", "delete_tag", principal="alice", call_id=f"c{i}"),
+            )
+            for i in range(10)
+        ]
+        assert proxy.lost >= 10
+    # The principal's 8 a day stop the 9th and 10th (what the tenant took goes back).
+    assert [type(d).__name__ for d in decisions] == ["Allowed"] * 8 + ["Refused"] * 2
+    principal = budgets.get(BudgetKey.principal("demo", "alice"))
+    shards = range(16)  # the default split of this tenant limit (1000)
+    tenant = summed([budgets.get(shard_key(BudgetKey.whole_tenant("demo"), i)) for i in shards])
+    assert principal is not None and tenant is not None
+    assert sum(sum(c.values()) for c in principal.counts.values()) == 8
+    assert sum(sum(c.values()) for c in tenant.counts.values()) == 8
+    assert principal.streak("write") == 2

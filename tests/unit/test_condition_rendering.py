@@ -11,6 +11,7 @@ import pytest
 from chalicelib.quota import call_facts, facts, rules
 from chalicelib.quota.core import Attempt, CallLife, CallRecord, CallState, SessionKey, Spend
 from chalicelib.quota.leases import LeaseId
+from chalicelib.quota.writes import WriteId
 from chalicelib.storage.dynamodb.conditions import Form, render
 from tests.support import T0
 
@@ -250,6 +251,14 @@ CASES = [
         {"#rl": "rl_read"},
         {":now": {"N": "1796212800000"}},
         id="refused-by",
+    ),
+    pytest.param(
+        facts.NotWrittenBy(WriteId("w1", 7)),
+        None,
+        "(attribute_not_exists(#wq) OR #wq < :wseq)",
+        {"#wq": "wq_w1"},
+        {":wseq": {"N": "7"}},
+        id="not-written-by",
     ),
     pytest.param(
         facts.BudgetExists(),

@@ -17,6 +17,9 @@ Item layout (every attribute aliased in expressions):
     rl_<cat>       when the principal was last refused in a category, epoch ms: a refusal
                    in a session with an allowed call in that category since then starts
                    the streak there again (before: one `rl`, as `rf`)
+    wq_<writer>    a writer's last write number (`quota.writes`): a take, give-back or
+                   streak sent again by botocore finds its own number and is not applied
+                   twice; a writer not seen for 10 minutes is dropped by a later write
     suspended      the reason, while suspended (no TTL then)
     expires_at     TTL, epoch s: a day past the current window; clean-up only
 """
@@ -40,16 +43,25 @@ from chalicelib.quota.changes import (
     first_at,
     streak_ended,
     streak_noted,
+    written,
 )
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
-from chalicelib.quota.facts import BudgetExists, Condition, CountsNoLaterWindow, CountsWindow
+from chalicelib.quota.facts import (
+    BudgetExists,
+    Condition,
+    CountsNoLaterWindow,
+    CountsWindow,
+    all_of,
+)
 from chalicelib.quota.rules import (
     budget_give_back,
     budget_raise,
     budget_take,
     streak_ends,
     streak_goes_on,
+    unwritten,
 )
+from chalicelib.quota.writes import PER_MS, WriteId, applied, stale
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.changes import Layout, merged, render_change
 from chalicelib.storage.dynamodb.conditions import Form, Rendered, render
@@ -58,9 +70,11 @@ from chalicelib.storage.dynamodb.layout import (
     BUDGET_WINDOW_PREFIX,
     LAST_REFUSAL_PREFIX,
     STREAK_PREFIX,
+    WRITER_PREFIX,
 )
 from chalicelib.storage.dynamodb.updates import ConditionFailed, s
 from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
+from chalicelib.storage.writers import Writers
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -84,6 +98,7 @@ BUDGET = Layout(
         Slot.MARKS: ("#z", NOTIFIED_PREFIX),
         Slot.STREAKS: ("#rf", STREAK_PREFIX),
         Slot.LAST_REFUSALS: ("#rl", LAST_REFUSAL_PREFIX),
+        Slot.WRITES: ("#wq", WRITER_PREFIX),
     },
     fields={
         Field.SUSPENDED: ("#sus", SUSPENDED),
@@ -123,6 +138,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
     raised: dict[str, int] = {}
     streaks: dict[str, int] = {}
     last_refusals: dict[str, int] = {}
+    writes: dict[str, int] = {}
     for name, value in item.items():
         if name.startswith(COUNT_PREFIX) and "N" in value:
             category = name[len(COUNT_PREFIX) :]
@@ -138,6 +154,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
             streaks[name[len(STREAK_PREFIX) :]] = int(value["N"])
         elif name.startswith(LAST_REFUSAL_PREFIX) and "N" in value:
             last_refusals[name[len(LAST_REFUSAL_PREFIX) :]] = int(value["N"])
+        elif name.startswith(WRITER_PREFIX) and "N" in value:
+            writes[name[len(WRITER_PREFIX) :]] = int(value["N"])
     suspended = item.get(SUSPENDED)
     return BudgetSnapshot(
         counts=counts,
@@ -145,6 +163,7 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
         suspended_reason=suspended.get("S") if suspended else None,
         streaks=streaks,
         last_refusals=last_refusals,
+        writes=writes,
     )
 
 
@@ -162,6 +181,10 @@ class BudgetStore:
         # The window each budget and category counted when this container last took
         # from it: which of the two take forms to try first. A hint, never a decision.
         self._windows: dict[tuple[BudgetKey, str], int] = {}
+        self._writers = Writers()
+        # Writers each budget showed that were not seen lately: the next write to it
+        # drops them (`quota.writes.stale`).
+        self._stale: dict[BudgetKey, tuple[str, ...]] = {}
 
     def _write(
         self,
@@ -173,18 +196,22 @@ class BudgetStore:
         old_on_failure: bool = False,
         form: Form | None = None,
         cleared: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+        write: WriteId | None = None,
     ) -> dict[str, Any]:
         """One UpdateItem: the core's change, on the core's rule if any. `cleared`: the
         categories the item holds, and attributes of an older layout, for a `clear`.
+        `write`: the write's own number, which the rule names (`rules.unwritten`).
 
         Raises:
             ConditionFailed: the rule failed.
             StorageError: the store failed.
         """
         categories, removing = cleared
+        if write is not None:
+            change = written(change, write, self._stale.pop(key, ()))
         update = render_change(change, categories, None, BUDGET, removing)
         rendered = render(rule, form) if rule is not None else Rendered("")
-        return updates.update(
+        item = updates.update(
             self._client,
             self._table,
             _key(key),
@@ -196,6 +223,22 @@ class BudgetStore:
             returns,
             old_on_failure,
         )
+        if write is not None and item:
+            self._learn(key, snapshot_from_item(item), write)
+        return item
+
+    def _learn(self, key: BudgetKey, seen: BudgetSnapshot, write: WriteId) -> None:
+        """Remember the writers `seen` shows that the next write to `key` drops."""
+        now_ms = write.seq // PER_MS
+        dropped = stale(seen.writes, now_ms, write.writer)
+        if dropped:
+            if len(self._stale) > 10_000:
+                self._stale.clear()
+            self._stale[key] = dropped
+
+    def _old(self, key: BudgetKey, failed: ConditionFailed, doing: str) -> Mapping[str, Any]:
+        """The item a failed write saw: returned with the failure, or read."""
+        return failed.old_item or updates.get(self._client, self._table, _key(key), doing) or {}
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count `spend.units` calls if not suspended and they fit under the limit in the
@@ -209,17 +252,22 @@ class BudgetStore:
         doing = f"counting a call against the {key.scope.value} budget"
         fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
         seen: BudgetSnapshot | None = None
-        rule = budget_take(spend)
         for _ in range(3):
+            write = self._writers.next(spend.now_ms)
+            rule = budget_take(spend, write)
             try:
                 if fresh:
                     change = budget_taken(spend, fresh=True)
-                    item = self._write(key, change, rule, doing, "ALL_NEW", True, Form(NEW_WINDOW))
+                    form = Form(NEW_WINDOW)
+                    item = self._write(key, change, rule, doing, "ALL_NEW", True, form, write=write)
                 else:
-                    item = self._same(key, spend, rule, doing)
+                    item = self._same(key, spend, write, doing)
             except ConditionFailed as failed:
-                old = failed.old_item or updates.get(self._client, self._table, _key(key), doing)
+                old = self._old(key, failed, doing)
                 seen = snapshot_from_item(old) if old else None
+                if seen is not None and applied(seen.writes, write):
+                    self._windows[(key, spend.category)] = spend.window_start_ms
+                    return Taken(seen)  # this very take, sent again by the store's client
                 window = _window_of(old, spend.category)
                 later = window is None or window < spend.window_start_ms
                 if (seen is not None and seen.suspended) or fresh == later:
@@ -230,32 +278,54 @@ class BudgetStore:
             return Taken(snapshot_from_item(item))
         return NotTaken(seen)
 
-    def _same(self, key: BudgetKey, spend: Spend, rule: Condition, doing: str) -> dict[str, Any]:
+    def _same(self, key: BudgetKey, spend: Spend, write: WriteId, doing: str) -> dict[str, Any]:
         """A take in the window the item counts (a lease under a raise: a second try).
 
         Raises:
-            ConditionFailed: spent, suspended, or the item counts another window.
+            ConditionFailed: spent, suspended, the item counts another window, or the
+                write was applied already.
         """
         change = budget_taken(spend, fresh=False)
+        rule = budget_take(spend, write)
         try:
-            return self._write(key, change, rule, doing, "ALL_NEW", True, Form(THIS_WINDOW))
+            form = Form(THIS_WINDOW)
+            return self._write(key, change, rule, doing, "ALL_NEW", True, form, write=write)
         except ConditionFailed as failed:
             seen = snapshot_from_item(failed.old_item) if failed.old_item else None
             raised = seen.raised.get(spend.category, 0) if seen else 0
-            if spend.units == 1 or raised <= spend.limit:
+            if spend.units == 1 or raised <= spend.limit or (seen and applied(seen.writes, write)):
                 raise
+            again = self._writers.next(spend.now_ms)
             tied = Form(THIS_WINDOW, raise_as_read=raised)
-            return self._write(key, change, rule, doing, "ALL_NEW", True, tied)
+            try:
+                return self._write(
+                    key,
+                    change,
+                    budget_take(spend, again),
+                    doing,
+                    "ALL_NEW",
+                    True,
+                    tied,
+                    write=again,
+                )
+            except ConditionFailed as second:
+                old = self._old(key, second, doing)
+                if old and applied(snapshot_from_item(old).writes, again):
+                    return dict(old)  # this very take, sent again by the store's client
+                raise
 
     def give_back(self, key: BudgetKey, spend: Spend) -> None:
-        """Undo `spend.units` calls of this window; nothing if it was reset meanwhile.
+        """Undo `spend.units` calls of this window; nothing if it was reset meanwhile
+        (nor twice when the store's client sends it again).
 
         Raises:
             StorageError: the store failed.
         """
         doing = f"giving back calls to the {key.scope.value} budget"
+        write = self._writers.next(spend.now_ms)
+        rule = budget_give_back(spend, write)
         try:
-            self._write(key, budget_given_back(spend), budget_give_back(spend), doing, "NONE")
+            self._write(key, budget_given_back(spend), rule, doing, "NONE", write=write)
         except ConditionFailed:
             return
 
@@ -291,14 +361,25 @@ class BudgetStore:
         doing = f"counting a refusal in the {key.scope.value}'s streak"
         streak_of = STREAK_PREFIX + category
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
+        write = self._writers.next(now_ms)
         try:
             goes_on = streak_noted(category, now_ms, refusals, True, spend)
-            rule = streak_goes_on(category, allowed_since_ms)
-            old = self._write(key, goes_on, rule, doing, "ALL_OLD")
+            rule = streak_goes_on(category, allowed_since_ms, write)
+            old = self._write(key, goes_on, rule, doing, "ALL_OLD", True, write=write)
             streak = int(old.get(streak_of, {"N": "0"})["N"]) + refusals
-        except ConditionFailed:
-            again = streak_noted(category, now_ms, refusals, False, spend)
-            old = self._write(key, again, None, doing, "ALL_OLD")
+        except ConditionFailed as failed:
+            seen = self._old(key, failed, doing)
+            if seen and applied(snapshot_from_item(seen).writes, write):
+                # This very write, sent again by the store's client: counted once. Whether
+                # it was the first refusal there is not known now: not (no second email).
+                return int(seen.get(streak_of, {"N": "0"})["N"]), False
+            again = self._writers.next(now_ms)
+            restart = streak_noted(category, now_ms, refusals, False, spend)
+            rule = all_of(*unwritten(again))
+            try:
+                old = self._write(key, restart, rule, doing, "ALL_OLD", True, write=again)
+            except ConditionFailed:
+                return refusals, False  # this very restart, sent again: the streak is its own
             streak = refusals
         return streak, spend is not None and _first(old, spend)
 

@@ -39,6 +39,7 @@ from chalicelib.quota.facts import (
     LastSeenAt,
     Named,
     Not,
+    NotWrittenBy,
     Or,
     RaisedAbove,
     Recorded,
@@ -360,6 +361,12 @@ def _call_life_is(fact: CallLifeIs, form: Form, out: Rendered) -> str:
     return "#v = :life"
 
 
+def _not_written_by(fact: NotWrittenBy, form: Form, out: Rendered) -> str:
+    out.names["#wq"] = layout.WRITER_PREFIX + fact.write.writer
+    out.values[":wseq"] = n(fact.write.seq)
+    return "(attribute_not_exists(#wq) OR #wq < :wseq)"
+
+
 _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     **_FRAGMENTS,
     CallLifeIs: _call_life_is,
@@ -367,4 +374,5 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     CountAtLeast: _count_at_least,
     Fits: _fits,
     BudgetFits: _budget_fits,
+    NotWrittenBy: _not_written_by,
 }

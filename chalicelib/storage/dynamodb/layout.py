@@ -69,5 +69,6 @@ _SEP = "|"
 
 BUDGET_COUNT_PREFIX = "c_"  # a budget's calls counted in a category, current window
 BUDGET_WINDOW_PREFIX = "w_"  # when that window started, epoch ms
+WRITER_PREFIX = "wq_"  # a budget's writer's last write number (`quota.writes`)
 STREAK_PREFIX = "rf_"  # a principal's refusals in a row in a category
 LAST_REFUSAL_PREFIX = "rl_"  # when a principal was last refused in a category, epoch ms
