@@ -30,6 +30,7 @@ from bench import (
     refusal_storm,
     scope_cost,
     workloads,
+    write_read,
 )
 from tests.support import dynalite_server
 
@@ -114,6 +115,7 @@ def measure(quick: bool) -> dict[str, Any]:
         print("measuring through the latency proxy ...", file=sys.stderr, flush=True)
         out["network"] = network.measure(dynalite, quick)
         out["network_moto"] = network.measure_moto(quick, zae)
+        out["write_read"] = write_read.measure(dynalite, quick)
         print("measuring the cost of each scope configuration ...", file=sys.stderr, flush=True)
         with quiet():
             out["scopes"] = scope_cost.measure_all()
@@ -161,6 +163,8 @@ def table(r: dict[str, Any]) -> str:
     lines += network.table(r["network"], _zae_on_dynalite(r))
     add("")
     lines += network.moto_table(r["network_moto"])
+    add("")
+    lines += write_read.table(r["write_read"])
     add("")
     add("## Cost per check by scope (issue 11): requests and write units")
     add("")

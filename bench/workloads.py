@@ -81,14 +81,14 @@ def session_id() -> str:
     return f"mcp-session-{uuid.uuid4()}"
 
 
-def write_request(session: str, i: int = 0) -> CheckRequest:
+def write_request(session: str, i: int = 0, call_id: bool = True) -> CheckRequest:
     # One principal per session: the bench measures the session counter, and a shared
     # principal would meet its own budget (100 writes a day) across the bench's sessions.
     return CheckRequest(
         session_id=session,
         tool=WRITE_TOOLS[i % len(WRITE_TOOLS)],
         principal=f"{PRINCIPAL}/{session}",
-        call_id=str(uuid.uuid4()),
+        call_id=str(uuid.uuid4()) if call_id else None,
     )
 
 
@@ -358,9 +358,10 @@ def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int
     return check
 
 
-def ours_write_checker(b: Backend) -> Callable[[int, int], bool]:
+def ours_write_checker(b: Backend, call_ids: bool = True) -> Callable[[int, int], bool]:
     """Allowed writes, counted at the session, the principal and the tenant: a new session
-    (and principal) every WRITE_LIMIT calls."""
+    (and principal) every WRITE_LIMIT calls; each with a call id unless `call_ids` is
+    false (a call id is admitted once the wider budgets took it: one more request)."""
     checks = b.container.checks
     run = uuid.uuid4().hex[:8]
     made: Counter[int] = Counter()
@@ -368,7 +369,7 @@ def ours_write_checker(b: Backend) -> Callable[[int, int], bool]:
     def check(client: int, i: int) -> bool:
         session = f"w-{run}-{client}-{made[client] // WRITE_LIMIT}"
         made[client] += 1
-        return checks.check(TENANT, write_request(session, i)).allowed
+        return checks.check(TENANT, write_request(session, i, call_ids)).allowed
 
     return check
 

@@ -14,8 +14,8 @@ from chalicelib.auth.tokens import Identity
 from chalicelib.check.auditing import Auditor
 from chalicelib.check.escalation import DeferredStreaks, PrincipalGate
 from chalicelib.check.hooks import LimitResolver
+from chalicelib.check.parallel import in_parallel
 from chalicelib.check.shards import shard_key, summed
-from chalicelib.check.steps import in_parallel
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope

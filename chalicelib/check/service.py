@@ -1,16 +1,15 @@
 """The check: classify the call, count it against every budget that applies (session,
 principal, tenant), all or nothing, and explain a refusal.
 
-Counting order: the session first (one conditional update; a runaway session is refused
-there and never touches the wider budgets), then the wider budgets at once, then, for a
-call with a call id, its admission (only then is a copy of it a duplicate). When a wider
-budget refuses, what the others took is given back and the session's count is taken
-back; when one fails (throttled, down), the same happens before the 503 is answered, so
-a retry with the same call id is counted anew at every scope, never answered from a
-half-counted original. Every step is a conditional increment that can never pass its
+Counting order: the session and the wider budgets at once when the session has room
+(`check/at_once.py`), else the session first (a runaway session is refused there and
+never touches the wider budgets); then, for a call with a call id, its admission (only
+then is a copy of it a duplicate). When a wider budget refuses, what the others took is
+given back and the session's count is taken back; when one fails (throttled, down), the
+same happens before the 503 is answered, so a retry with the same call id is counted
+anew at every scope. Every step is a conditional increment that can never pass its
 limit, so no budget is over-admitted; a crash between steps leaves a call counted that
-did not run (under-admission, never over).
-"""
+did not run (under-admission, never over)."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from functools import partial
 from typing import TypeAlias
 
 from chalicelib.check import deadline
+from chalicelib.check.at_once import AtOnce
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.copies import MAX_ROUNDS, answer_copy
 from chalicelib.check.escalation import DeferredStreaks, Escalation, PrincipalGate
@@ -114,6 +114,7 @@ class CheckService:
         # Give-backs owed to a session's next check (a deadline came, the store was down).
         self._repairs = Repairs()
         self._wider = WiderBudgets(budgets, self._limits, self._repairs) if budgets else None
+        self._at_once = AtOnce(self._wider, self._repairs)
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals, streaks)
         # Sessions this container last saw spent, per category: a runaway loop's next
         # call is refused in one guarded write. A hint, never a decision.
@@ -159,19 +160,17 @@ class CheckService:
         expected = self._spent.refuse(attempt, self._store, self._escalation, self._listener)
         if expected is not None:
             return expected
-        counted = self._count_session(self._with_wider(attempt))
+        count = partial(self._count_session, self._with_wider(attempt))
+        counted, steps, went = self._at_once.count(count, attempt, category)
         if isinstance(counted, Refused):
             return counted
         # The attempt as counted: a lease at the end of the budget has fewer units.
         allowed, snapshot, attempt = counted
-        wider = self._wider
-        steps = wider.steps(attempt, category) if wider else []
-        if allowed.duplicate or not steps or wider is None:
+        if allowed.duplicate or not steps or self._wider is None:
             self._counted(attempt, allowed)
             return self._shadowed(attempt, allowed, snapshot)
         try:
-            deadline.ensure("counting a call above its session")
-            taken, refusal = wider.take_all(attempt, steps)
+            taken, refusal = self._at_once.outcome(attempt, steps, went)
         except StorageError:
             # Nothing may stay counted for a call answered 503: its retry counts anew.
             self._undo(attempt, snapshot, [])
@@ -190,7 +189,7 @@ class CheckService:
         wider, repairs = self._wider, self._repairs
         done = True
         if wider is not None and taken:
-            undo = partial(wider.give_back, [s for s, _ in taken])
+            undo = wider.giving_back(taken)
             done = compensate(undo, attempt, repairs)
         uncount = partial(self._store.uncount, attempt, snapshot.started_ms)
         return compensate(uncount, attempt, repairs) and done

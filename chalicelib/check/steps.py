@@ -4,15 +4,15 @@ round trip for all), and given back, over a throttle too, when the check does no
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, TypeAlias
 
 from chalicelib.check import deadline
+from chalicelib.check.parallel import in_parallel, settled
 from chalicelib.check.repairs import Repairs
 from chalicelib.check.shadow import SHADOW_CEILING
 from chalicelib.check.shards import ShardHints, shard_key, shard_of, shard_spend, take_shard
@@ -29,6 +29,7 @@ from chalicelib.quota.core import (
 )
 from chalicelib.quota.leases import Lease
 from chalicelib.quota.policy import Category, WindowLimit, shard_part
+from chalicelib.quota.writes import WriteId
 from chalicelib.storage.ports import (
     BudgetCounters,
     NotTaken,
@@ -37,76 +38,11 @@ from chalicelib.storage.ports import (
     StoreRejected,
     StoreUnavailable,
     Taken,
+    WriteUncertain,
 )
 
 if TYPE_CHECKING:
     from chalicelib.check.hooks import LimitResolver
-
-_T = TypeVar("_T")
-
-
-class _Workers:
-    """Daemon threads kept for the container's life, started only when none is idle:
-    starting a thread per check was most of a write's CPU on a fast store. Daemons, not
-    a pool's: nothing is left for the interpreter to join at exit (a pool's atexit join
-    is what a Ctrl-C of `make run` used to interrupt)."""
-
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]]
-        self._tasks = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def submit(self, task: Callable[[], None], then: Callable[[], None]) -> None:
-        """Run `task` on an idle worker, or on a new one (never waits for a busy one,
-        so a step that runs steps of its own cannot deadlock); `then` once the worker
-        is idle again (so the next check finds it so)."""
-        with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1
-        self._tasks.put((task, then))
-        if start:
-            threading.Thread(target=self._work, daemon=True, name="quota-step").start()
-
-    def _work(self) -> None:
-        while True:
-            task, then = self._tasks.get()
-            try:
-                task()
-            finally:
-                with self._lock:
-                    self._idle += 1
-                then()
-
-
-_WORKERS = _Workers()
-
-
-def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
-    """Run independent store requests at once (one round trip for all); the first
-    exception is raised once every call has finished, so none is left half-seen."""
-    if len(calls) <= 1:
-        return [call() for call in calls]
-    results: list[_T | None] = [None] * len(calls)
-    errors: list[BaseException] = []
-    done = threading.Semaphore(0)
-
-    def run(index: int) -> None:
-        try:
-            results[index] = calls[index]()
-        except BaseException as exc:  # handed to the caller below
-            errors.append(exc)
-
-    for i in range(1, len(calls)):
-        _WORKERS.submit(partial(run, i), done.release)
-    run(0)
-    for _ in range(1, len(calls)):
-        done.acquire()
-    if errors:
-        raise errors[0]
-    return cast("list[_T]", results)  # every call ran: each slot holds its result
-
 
 COMPENSATION_PAUSES_S = (0.05, 0.2)  # a throttle passes within a few hundred ms
 
@@ -293,8 +229,9 @@ class WiderBudgets:
         taken = [(step, result.snapshot) for step, result in went if isinstance(result, Taken)]
         for _, result in went:
             if isinstance(result, StorageError):
-                undo = partial(self.give_back, [s for s, _ in taken])
-                compensate(undo, attempt, self._repairs)
+                # What took goes back, and a take whose answer never came if it applied.
+                unsure = [(s, r.write) for s, r in went if isinstance(r, WriteUncertain)]
+                compensate(self.giving_back(taken, unsure), attempt, self._repairs)
                 raise result
         for step, result in went:
             if isinstance(result, NotTaken):
@@ -340,17 +277,14 @@ class WiderBudgets:
             if step.window.scope is Scope.PRINCIPAL and budget.streak(category) > 0:
                 self._budgets.end_streak(step.key, category, attempt.real_ms)
 
-    def give_back(self, steps: Iterable[Step]) -> None:
-        """Undo what these steps took, at once.
-
-        Raises:
-            StorageError: the store failed.
-        """
-        budgets = self._budgets
-        steps = list(steps)
-        in_parallel([partial(budgets.give_back, step.key, step.spend) for step in steps])
-        for step in steps:
-            self._hints.gave_back(step.key, step.spend)  # it has room again
+    def giving_back(
+        self,
+        taken: Iterable[tuple[Step, BudgetSnapshot]],
+        unsure: Iterable[tuple[Step, WriteId]] = (),
+    ) -> GiveBack:
+        """What undoes these takes (and these takes whose answers never came, if they
+        applied), each once however often it is tried."""
+        return GiveBack(self._budgets, self._hints, [s for s, _ in taken], unsure)
 
     def give_back_lease(
         self,
@@ -393,6 +327,66 @@ class WiderBudgets:
                     "lease return: a wider budget kept its calls",
                     extra={"scope": key.scope.value, "error": exc.doing},
                 )
+
+
+@dataclass(frozen=True)
+class _Owed:
+    """One give-back a check owes: a step's take, or one whose answer never came."""
+
+    step: Step
+    again: WriteId | None = None  # a give-back whose answer never came: sent again so
+    take: WriteId | None = None  # a take whose answer never came: back if it applied
+
+
+class GiveBack:
+    """What a check that does not stand gives back to the wider budgets, at once: each
+    step once, however often it is tried again (over a throttle, by the session's next
+    check); a give-back whose answer never came is sent again under its own number, so
+    the store applies it once."""
+
+    def __init__(
+        self,
+        budgets: BudgetCounters,
+        hints: ShardHints,
+        steps: Iterable[Step],
+        unsure: Iterable[tuple[Step, WriteId]] = (),
+    ) -> None:
+        self._budgets = budgets
+        self._hints = hints
+        self._lock = threading.Lock()
+        self._owed = [_Owed(step) for step in steps] + [_Owed(s, take=w) for s, w in unsure]
+
+    def __call__(self) -> None:
+        """Give back what is still owed.
+
+        Raises:
+            StorageError: the store failed for one (the others stay given back).
+        """
+        with self._lock:
+            owed = list(self._owed)
+        results = settled([partial(self._one, one) for one in owed])
+        left: list[_Owed] = []
+        failed: BaseException | None = None
+        for one, result in zip(owed, results, strict=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, WriteUncertain) and one.take is None:
+                    left.append(replace(one, again=result.write))
+                else:
+                    left.append(one)
+                failed = failed or result
+            else:
+                self._hints.gave_back(one.step.key, one.step.spend)  # it has room again
+        with self._lock:
+            self._owed = left
+        if failed is not None:
+            raise failed
+
+    def _one(self, one: _Owed) -> None:
+        key, spend = one.step.key, one.step.spend
+        if one.take is not None:
+            self._budgets.give_back_if_taken(key, spend, one.take)
+        else:
+            self._budgets.give_back(key, spend, one.again)
 
 
 def attempt_take(budgets: BudgetCounters, step: Step) -> Taken | NotTaken | StorageError:

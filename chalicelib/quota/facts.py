@@ -460,5 +460,16 @@ class NotWrittenBy:
         return record is None or not applied(record.writes, self.write)
 
 
+@dataclass(frozen=True)
+class WrittenBy:
+    """This write is the last its writer made to the budget (`quota.writes`): its
+    writer's number on the record is exactly the write's."""
+
+    write: WriteId
+
+    def holds(self, record: BudgetSnapshot | None) -> bool:
+        return record is not None and record.writes.get(self.write.writer) == self.write.seq
+
+
 def _windows(record: BudgetSnapshot, category: str) -> list[int]:
     return [start for start, counts in record.counts.items() if category in counts]

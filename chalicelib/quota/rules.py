@@ -49,6 +49,7 @@ from chalicelib.quota.facts import (
     StartedBefore,
     StartedBy,
     TakenBack,
+    WrittenBy,
     all_of,
     any_of,
     explain,
@@ -230,6 +231,16 @@ def budget_give_back(spend: Spend, write: WriteId | None = None) -> Condition:
     and counts them."""
     return all_of(
         *unwritten(write),
+        CountsWindow(spend.category, spend.window_start_ms),
+        BudgetCountAtLeast(spend.category, spend.window_start_ms, spend.units),
+    )
+
+
+def budget_give_back_taken(spend: Spend, write: WriteId) -> Condition:
+    """When calls of a take whose answer never came go back: the budget applied that
+    very take (its writer wrote nothing since), and `budget_give_back` holds."""
+    return all_of(
+        WrittenBy(write),
         CountsWindow(spend.category, spend.window_start_ms),
         BudgetCountAtLeast(spend.category, spend.window_start_ms, spend.units),
     )

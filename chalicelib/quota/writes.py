@@ -40,3 +40,9 @@ def stale(writes: Mapping[str, int], now_ms: int, besides: str) -> tuple[str, ..
     cutoff = (now_ms - STALE_MS) * PER_MS
     old = sorted(w for w, seq in writes.items() if seq < cutoff and w != besides)
     return tuple(old[:DROPPED_PER_WRITE])
+
+
+def given_back(write: WriteId) -> WriteId:
+    """The write that gives back `write` if the record applied it (or marks it never to
+    apply): the same writer's next number, which a resend of `write` then fails on."""
+    return WriteId(write.writer, write.seq + 1)

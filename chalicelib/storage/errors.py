@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from chalicelib.quota.writes import WriteId
+
 
 class StorageError(Exception):
     """Base of the errors every adapter raises; `chalicelib.errors` maps them."""
@@ -19,6 +21,17 @@ class StoreUnavailable(StorageError):
         super().__init__(doing)
         self.retry_after_seconds = retry_after_seconds
         self.throttled = throttled
+
+
+class WriteUncertain(StoreUnavailable):
+    """A budget write (a take, a give-back) whose answer never came: a timeout or a
+    server error, after which the store may have applied it. `write` names it: a
+    give-back is sent again under it (applied once), a take is given back only if the
+    store applied it (`BudgetCounters.give_back_if_taken`)."""
+
+    def __init__(self, doing: str, write: WriteId, retry_after_seconds: int = 1) -> None:
+        super().__init__(doing, retry_after_seconds)
+        self.write = write
 
 
 class StoreMisconfigured(StorageError):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from chalicelib.quota.events import AuditEvent
     from chalicelib.quota.grants import Grant
     from chalicelib.quota.results import CallResults
+    from chalicelib.quota.writes import WriteId
     from chalicelib.storage.approval_port import ApprovalStore
     from chalicelib.storage.records import TokenRecord
 
@@ -61,6 +62,7 @@ StorageError = errors.StorageError
 StoreMisconfigured = errors.StoreMisconfigured
 StoreRejected = errors.StoreRejected
 StoreUnavailable = errors.StoreUnavailable
+WriteUncertain = errors.WriteUncertain
 
 # -- ports ---------------------------------------------------------------------------
 
@@ -218,28 +220,32 @@ class SessionCounters(SessionChecks, SessionAdmin, Protocol):
 
 
 class BudgetCounters(Protocol):
-    """Budgets above the session, in fixed windows: a principal's, the tenant's.
-
-    A check counts the session first, then these; a refusal or a failure gives back what
-    the other steps took, so no budget is ever over-admitted (a crash between steps can
-    only leave a call counted that did not run).
-    """
+    """Budgets above the session, in fixed windows: a principal's, the tenant's. A
+    refusal or a failure of one step gives back what the others took: no budget is ever
+    over-admitted (a crash between steps can only leave counted a call that never ran)."""
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count `spend.units` calls if the budget is not suspended and they fit under its
         (raised) limit in the current window; atomically.
 
         Raises:
+            WriteUncertain: no answer came; the take may stand (`give_back_if_taken`).
             StorageError: the store failed.
         """
 
-    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+    def give_back(self, key: BudgetKey, spend: Spend, again: WriteId | None = None) -> None:
         """Undo `spend.units` calls of this window (a later scope refused the call, or a
-        lease came back unspent); nothing if fewer are counted.
+        lease came back unspent); nothing if fewer are counted; `again`: sent again.
 
         Raises:
+            WriteUncertain: no answer came; send it again under the error's `write`.
             StorageError: the store failed.
         """
+
+    def give_back_if_taken(self, key: BudgetKey, spend: Spend, take: WriteId) -> None:
+        """Undo a take whose answer never came (`WriteUncertain`) if the store applied
+        it, else make sure it never will; applied once, however often sent. Raises
+        StorageError: the store failed."""
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
         """Record that this budget refused a call: whether it is the first refusal at this

@@ -24,3 +24,13 @@ class Writers:
             local.seq = 0
         local.seq = max(local.seq + 1, now_ms * PER_MS)
         return WriteId(local.writer, local.seq)
+
+    def retire(self) -> WriteId:
+        """The calling thread's last write, whose answer never came; the thread writes
+        under a new writer from now on, so that whether the store applied that write
+        stays told by the record (its writer's number there is the write's, or lower),
+        whatever the thread writes next, and it can be sent again from any thread."""
+        local = self._local
+        last = WriteId(local.writer, local.seq)
+        del local.writer
+        return last

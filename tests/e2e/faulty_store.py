@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from chalicelib.quota.core import BudgetKey
 
 # The budget adapter's own key encoding: the proxy never restates the key format.
-from chalicelib.storage.dynamodb.budgets import _key as budget_item_key
+from chalicelib.storage.dynamodb.budget_items import item_key as budget_item_key
 
 UPDATE_ITEM = "DynamoDB_20120810.UpdateItem"
 THROTTLED = json.dumps(

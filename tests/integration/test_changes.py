@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from chalicelib.quota.changes import COUNTING, Change, Field, Slot
 from chalicelib.quota.core import CallLife, CallState, ClientInfo
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.budgets import BUDGET
-from chalicelib.storage.dynamodb.budgets import snapshot_from_item as budget_snapshot
+from chalicelib.storage.dynamodb.budget_items import BUDGET
+from chalicelib.storage.dynamodb.budget_items import snapshot_from_item as budget_snapshot
 from chalicelib.storage.dynamodb.changes import SESSION, Layout, render_change
 from chalicelib.storage.dynamodb.codec import snapshot_from_item as session_snapshot
 from chalicelib.storage.dynamodb.codec import ttl

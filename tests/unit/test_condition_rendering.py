@@ -261,6 +261,14 @@ CASES = [
         id="not-written-by",
     ),
     pytest.param(
+        facts.WrittenBy(WriteId("w1", 7)),
+        None,
+        "#wq = :wseq",
+        {"#wq": "wq_w1"},
+        {":wseq": {"N": "7"}},
+        id="written-by",
+    ),
+    pytest.param(
         facts.BudgetExists(),
         None,
         "attribute_exists(#pk)",

@@ -3,12 +3,13 @@ part 3): one thread started per check was most of a write's CPU on a fast store.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from functools import partial
 
 import pytest
 
-from chalicelib.check.steps import in_parallel
+from chalicelib.check.parallel import in_parallel
 
 
 def test_steps_at_once_reuse_their_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,3 +42,13 @@ def test_a_failed_step_is_raised_once_every_step_has_finished() -> None:
     with pytest.raises(RuntimeError):
         in_parallel([fails, slow, slow])
     assert finished == [1, 1]
+
+
+def test_a_step_on_a_worker_sees_the_check_s_deadline() -> None:
+    """Defect class: a step sent at once ran on a worker thread without the check's
+    deadline (a context variable), so what it did after a failure (give-backs over a
+    throttle) ignored it: a frozen store's 503 came after 8 s, not within 4."""
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
+    marker.set("the check's")
+    seen = in_parallel([marker.get, marker.get, marker.get])
+    assert seen == ["the check's"] * 3

@@ -17,6 +17,7 @@ from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope, Spend
 from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.leases import Lease, LeaseId
 from chalicelib.quota.policy import default_shards, parse_policy, shard_part
+from chalicelib.quota.writes import WriteId
 from chalicelib.storage.memory.budgets import MemoryBudgets
 from chalicelib.storage.memory.counters import MemoryCounters
 from chalicelib.storage.ports import NotTaken, Taken
@@ -50,9 +51,9 @@ class CountingBudgets(MemoryBudgets):
         self.writes[key] += 1
         return super().take(key, spend)
 
-    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+    def give_back(self, key: BudgetKey, spend: Spend, again: WriteId | None = None) -> None:
         self.writes[key] += 1
-        super().give_back(key, spend)
+        super().give_back(key, spend, again)
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
         self.writes[key] += 1

@@ -1,27 +1,8 @@
 """The budgets above the session (a principal's, the tenant's) on DynamoDB, in the
 counters table: one conditional UpdateItem per call counted.
 
-Item layout (every attribute aliased in expressions):
-    pk             "<tenant> <scope> <subject>": a space, which no session key holds
-    c_<cat>        calls counted in a category in its current window
-    w_<cat>        when that window started, epoch ms: the first take in a later window
-                   starts the count again, so an item holds one count per category,
-                   whatever the gaps between windows (items written before kept
-                   n_<cat>_<ws> names: read as they are, removed by a reset or the TTL)
-    r_<cat>        a raised limit (admin)
-    z_<cat>        "<ws>|<limit>": the window and limit of the last first-refusal (one event)
-    rf_<cat>       a principal's refusals in a row in a category (escalation); a call in
-                   the category allowed at every scope, a raise of it, and a resume or
-                   reset remove it (items written before kept one `rf` for every
-                   category: ignored, removed by a resume or reset)
-    rl_<cat>       when the principal was last refused in a category, epoch ms: a refusal
-                   in a session with an allowed call in that category since then starts
-                   the streak there again (before: one `rl`, as `rf`)
-    wq_<writer>    a writer's last write number (`quota.writes`): a take, give-back or
-                   streak sent again by botocore finds its own number and is not applied
-                   twice; a writer not seen for 10 minutes is dropped by a later write
-    suspended      the reason, while suspended (no TTL then)
-    expires_at     TTL, epoch s: a day past the current window; clean-up only
+
+Item layout: `budget_items`.
 """
 
 from __future__ import annotations
@@ -33,14 +14,11 @@ from chalicelib.quota.changes import (
     BUDGET_RESET,
     BUDGET_RESUMED,
     Change,
-    Field,
-    Slot,
     budget_given_back,
     budget_marked,
     budget_raised,
     budget_suspended,
     budget_taken,
-    first_at,
     streak_ended,
     streak_noted,
     written,
@@ -51,125 +29,61 @@ from chalicelib.quota.facts import (
     Condition,
     CountsNoLaterWindow,
     CountsWindow,
+    NotWrittenBy,
     all_of,
 )
 from chalicelib.quota.rules import (
     budget_give_back,
+    budget_give_back_taken,
     budget_raise,
     budget_take,
     streak_ends,
     streak_goes_on,
     unwritten,
 )
-from chalicelib.quota.writes import PER_MS, WriteId, applied, stale
+from chalicelib.quota.writes import PER_MS, WriteId, applied, given_back, stale
 from chalicelib.storage.dynamodb import updates
-from chalicelib.storage.dynamodb.changes import Layout, merged, render_change
+from chalicelib.storage.dynamodb.budget_items import (
+    BUDGET,
+    COUNT_PREFIX,
+    EXPIRES,
+    NAMES,
+    OLD_COUNT_PREFIX,
+    OLD_STREAK,
+    SUSPENDED,
+    WINDOW_PREFIX,
+    first_refusal,
+    held,
+    item_key,
+    snapshot_from_item,
+    window_of,
+)
+from chalicelib.storage.dynamodb.changes import merged, render_change
 from chalicelib.storage.dynamodb.conditions import Form, Rendered, render
 from chalicelib.storage.dynamodb.layout import (
-    BUDGET_COUNT_PREFIX,
-    BUDGET_WINDOW_PREFIX,
-    LAST_REFUSAL_PREFIX,
     STREAK_PREFIX,
-    WRITER_PREFIX,
 )
 from chalicelib.storage.dynamodb.updates import ConditionFailed, s
-from chalicelib.storage.ports import NotTaken, RecordChanged, RecordNotFound, Taken
+from chalicelib.storage.ports import (
+    NotTaken,
+    RecordChanged,
+    RecordNotFound,
+    StorageError,
+    StoreUnavailable,
+    Taken,
+    WriteUncertain,
+)
 from chalicelib.storage.writers import Writers
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-PK = "pk"
-COUNT_PREFIX = BUDGET_COUNT_PREFIX
-WINDOW_PREFIX = BUDGET_WINDOW_PREFIX
-OLD_COUNT_PREFIX = "n_"  # the per-window names items were written with before
-RAISED_PREFIX = "r_"
-NOTIFIED_PREFIX = "z_"
-OLD_STREAK = ("rf", "rl")  # the one streak items were written with before
-SUSPENDED = "suspended"
-EXPIRES = "expires_at"
-
-_NAMES = {"#pk": PK}
-BUDGET = Layout(
-    prefixes={
-        Slot.COUNTS: ("#n", COUNT_PREFIX),
-        Slot.WINDOWS: ("#w", WINDOW_PREFIX),
-        Slot.RAISED: ("#r", RAISED_PREFIX),
-        Slot.MARKS: ("#z", NOTIFIED_PREFIX),
-        Slot.STREAKS: ("#rf", STREAK_PREFIX),
-        Slot.LAST_REFUSALS: ("#rl", LAST_REFUSAL_PREFIX),
-        Slot.WRITES: ("#wq", WRITER_PREFIX),
-    },
-    fields={
-        Field.SUSPENDED: ("#sus", SUSPENDED),
-        Field.EXPIRES: ("#exp", EXPIRES),
-    },
-)
 # A take's condition is the core's rule (`quota.rules.budget_take`), rendered in one of
 # two forms: in the window the item counts, or in a later one, which starts the count
 # again. Several calls at once (a lease) under a raise: a second try tied to the raise.
 THIS_WINDOW = frozenset({CountsNoLaterWindow})  # the form that leaves out a new window
 NEW_WINDOW = frozenset({CountsWindow})
 _EXISTS = BudgetExists()
-
-
-def _key(key: BudgetKey) -> dict[str, Any]:
-    return {PK: s(f"{key.tenant} {key.scope.value} {key.subject}")}
-
-
-def _first(old: Mapping[str, Any], spend: Spend) -> bool:
-    """Whether the item as it was before a write held no mark of this refusal's window
-    and limit: this refusal is the first there."""
-    stored = old.get(NOTIFIED_PREFIX + spend.category, {}).get("S", "")
-    window, _, limit = stored.partition("|")
-    previous = (int(window), int(limit)) if window.isdigit() and limit.isdigit() else None
-    return first_at(previous, spend)
-
-
-def _window_of(item: Mapping[str, Any] | None, category: str) -> int | None:
-    """The window start an item counts a category in (None: not counted yet)."""
-    value = (item or {}).get(WINDOW_PREFIX + category, {}).get("N")
-    return None if value is None else int(value)
-
-
-def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
-    """Decode a budget item."""
-    counts: dict[int, dict[str, int]] = {}
-    raised: dict[str, int] = {}
-    streaks: dict[str, int] = {}
-    last_refusals: dict[str, int] = {}
-    writes: dict[str, int] = {}
-    for name, value in item.items():
-        if name.startswith(COUNT_PREFIX) and "N" in value:
-            category = name[len(COUNT_PREFIX) :]
-            start = item.get(WINDOW_PREFIX + category, {}).get("N")
-            if start is not None:
-                counts.setdefault(int(start), {})[category] = int(value["N"])
-        elif name.startswith(OLD_COUNT_PREFIX) and "N" in value:
-            category, _, old_start = name[len(OLD_COUNT_PREFIX) :].rpartition("_")
-            counts.setdefault(int(old_start), {}).setdefault(category, int(value["N"]))
-        elif name.startswith(RAISED_PREFIX) and "N" in value:
-            raised[name[len(RAISED_PREFIX) :]] = int(value["N"])
-        elif name.startswith(STREAK_PREFIX) and "N" in value:
-            streaks[name[len(STREAK_PREFIX) :]] = int(value["N"])
-        elif name.startswith(LAST_REFUSAL_PREFIX) and "N" in value:
-            last_refusals[name[len(LAST_REFUSAL_PREFIX) :]] = int(value["N"])
-        elif name.startswith(WRITER_PREFIX) and "N" in value:
-            writes[name[len(WRITER_PREFIX) :]] = int(value["N"])
-    suspended = item.get(SUSPENDED)
-    return BudgetSnapshot(
-        counts=counts,
-        raised=raised,
-        suspended_reason=suspended.get("S") if suspended else None,
-        streaks=streaks,
-        last_refusals=last_refusals,
-        writes=writes,
-    )
-
-
-def _held(item: Mapping[str, Any], *prefixes: str) -> tuple[str, ...]:
-    """The categories an item holds attributes of under these prefixes."""
-    return tuple(sorted({name.split("_", 1)[1] for name in item if name.startswith(prefixes)}))
 
 
 class BudgetStore:
@@ -208,16 +122,17 @@ class BudgetStore:
         """
         categories, removing = cleared
         if write is not None:
-            change = written(change, write, self._stale.pop(key, ()))
+            dropped = tuple(w for w in self._stale.pop(key, ()) if w != write.writer)
+            change = written(change, write, dropped)
         update = render_change(change, categories, None, BUDGET, removing)
         rendered = render(rule, form) if rule is not None else Rendered("")
         item = updates.update(
             self._client,
             self._table,
-            _key(key),
+            item_key(key),
             update.expression,
             rendered.expression,
-            merged(_NAMES, update.names, rendered.names),
+            merged(NAMES, update.names, rendered.names),
             merged(update.values, rendered.values),
             doing,
             returns,
@@ -238,7 +153,7 @@ class BudgetStore:
 
     def _old(self, key: BudgetKey, failed: ConditionFailed, doing: str) -> Mapping[str, Any]:
         """The item a failed write saw: returned with the failure, or read."""
-        return failed.old_item or updates.get(self._client, self._table, _key(key), doing) or {}
+        return failed.old_item or updates.get(self._client, self._table, item_key(key), doing) or {}
 
     def take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         """Count `spend.units` calls if not suspended and they fit under the limit in the
@@ -247,8 +162,25 @@ class BudgetStore:
         container saw the item in an earlier window last).
 
         Raises:
+            WriteUncertain: no answer came; the take may stand (`give_back_if_taken`).
             StorageError: the store failed.
         """
+        try:
+            return self._take(key, spend)
+        except StorageError as exc:
+            raise self._uncertain(exc) from exc
+
+    def _uncertain(self, exc: StorageError) -> StorageError:
+        """A failed write as its caller must see it: `WriteUncertain` when the store may
+        have applied it (the writer then retired), else as it was."""
+        if not isinstance(exc, StoreUnavailable) or exc.throttled:
+            return exc  # refused outright, or throttled: nothing was written
+        if isinstance(exc, WriteUncertain):
+            return exc
+        write = self._writers.retire()
+        return WriteUncertain(exc.doing, write, exc.retry_after_seconds)
+
+    def _take(self, key: BudgetKey, spend: Spend) -> Taken | NotTaken:
         doing = f"counting a call against the {key.scope.value} budget"
         fresh = self._windows.get((key, spend.category), -1) < spend.window_start_ms
         seen: BudgetSnapshot | None = None
@@ -268,7 +200,7 @@ class BudgetStore:
                 if seen is not None and applied(seen.writes, write):
                     self._windows[(key, spend.category)] = spend.window_start_ms
                     return Taken(seen)  # this very take, sent again by the store's client
-                window = _window_of(old, spend.category)
+                window = window_of(old, spend.category)
                 later = window is None or window < spend.window_start_ms
                 if (seen is not None and seen.suspended) or fresh == later:
                     return NotTaken(seen)  # suspended, spent, or the units do not fit
@@ -314,20 +246,51 @@ class BudgetStore:
                     return dict(old)  # this very take, sent again by the store's client
                 raise
 
-    def give_back(self, key: BudgetKey, spend: Spend) -> None:
+    def give_back(self, key: BudgetKey, spend: Spend, again: WriteId | None = None) -> None:
         """Undo `spend.units` calls of this window; nothing if it was reset meanwhile
-        (nor twice when the store's client sends it again).
+        (nor twice when the store's client, or the caller with `again`, sends it again).
 
         Raises:
+            WriteUncertain: no answer came; send it again under the error's `write`.
             StorageError: the store failed.
         """
         doing = f"giving back calls to the {key.scope.value} budget"
-        write = self._writers.next(spend.now_ms)
+        write = again or self._writers.next(spend.now_ms)
         rule = budget_give_back(spend, write)
         try:
             self._write(key, budget_given_back(spend), rule, doing, "NONE", write=write)
         except ConditionFailed:
             return
+        except StorageError as exc:
+            if again is not None and isinstance(exc, StoreUnavailable) and not exc.throttled:
+                raise WriteUncertain(exc.doing, again, exc.retry_after_seconds) from exc
+            raise self._uncertain(exc) from exc
+
+    def give_back_if_taken(self, key: BudgetKey, spend: Spend, take: WriteId) -> None:
+        """Undo a take whose answer never came if the item applied it (its writer's
+        number there is the take's), else mark it never to apply (the writer's next
+        number, which the take's rule then fails on): both under `given_back(take)`, so
+        either applies once, and a take that lands between the two is given back.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        doing = f"giving back an unanswered count to the {key.scope.value} budget"
+        write = given_back(take)
+        for _ in range(3):
+            try:
+                rule = budget_give_back_taken(spend, take)
+                self._write(key, budget_given_back(spend), rule, doing, "NONE", write=write)
+                return
+            except ConditionFailed as failed:
+                old = self._old(key, failed, doing)
+                if old and applied(snapshot_from_item(old).writes, take):
+                    return  # given back already, or reset since: nothing is owed
+            try:
+                self._write(key, Change(), all_of(NotWrittenBy(take)), doing, "NONE", write=write)
+                return  # the take never applied, and now never will
+            except ConditionFailed:
+                continue  # the take landed meanwhile: give it back
 
     def note_refusal(self, key: BudgetKey, spend: Spend) -> bool:
         """Whether this is the first refusal at this window and limit.
@@ -338,7 +301,7 @@ class BudgetStore:
         doing = f"recording a refusal of the {key.scope.value} budget"
         # ALL_OLD, not UPDATED_OLD: an attribute SET to the value it had may be left out.
         old = self._write(key, budget_marked(spend), None, doing, "ALL_OLD")
-        return _first(old, spend)
+        return first_refusal(old, spend)
 
     def note_streak(
         self,
@@ -381,7 +344,7 @@ class BudgetStore:
             except ConditionFailed:
                 return refusals, False  # this very restart, sent again: the streak is its own
             streak = refusals
-        return streak, spend is not None and _first(old, spend)
+        return streak, spend is not None and first_refusal(old, spend)
 
     def end_streak(self, key: BudgetKey, category: str, now_ms: int) -> None:
         """A call of this principal in `category` was allowed at every scope: its streak
@@ -404,7 +367,7 @@ class BudgetStore:
             StorageError: the store failed.
         """
         doing = f"reading the {key.scope.value} budget"
-        item = updates.get(self._client, self._table, _key(key), doing)
+        item = updates.get(self._client, self._table, item_key(key), doing)
         return snapshot_from_item(item) if item else None
 
     def raise_limit(self, key: BudgetKey, category: str, new_limit: int) -> BudgetSnapshot:
@@ -441,12 +404,12 @@ class BudgetStore:
             StorageError: the store failed.
         """
         doing = f"resuming the {key.scope.value} budget"
-        item = updates.get(self._client, self._table, _key(key), doing)
+        item = updates.get(self._client, self._table, item_key(key), doing)
         if item is None:
             raise RecordNotFound(doing)
         # The item names the categories it keeps a streak in (and a streak of before).
         old = tuple(name for name in OLD_STREAK if name in item)
-        cleared = (_held(item, STREAK_PREFIX), old)
+        cleared = (held(item, STREAK_PREFIX), old)
         try:
             written = self._write(key, BUDGET_RESUMED, _EXISTS, doing, cleared=cleared)
         except ConditionFailed as exc:
@@ -461,17 +424,17 @@ class BudgetStore:
             StorageError: the store failed.
         """
         doing = f"resetting the {key.scope.value} budget"
-        item = updates.get(self._client, self._table, _key(key), doing)
+        item = updates.get(self._client, self._table, item_key(key), doing)
         if item is None:
             raise RecordNotFound(doing)
         # The item names the categories it counts or keeps a streak in (and counts and
         # a streak of an older layout).
-        held = _held(item, COUNT_PREFIX, WINDOW_PREFIX, STREAK_PREFIX)
+        categories = held(item, COUNT_PREFIX, WINDOW_PREFIX, STREAK_PREFIX)
         old = tuple(sorted(name for name in item if name.startswith(OLD_COUNT_PREFIX)))
         old += tuple(name for name in OLD_STREAK if name in item)
-        if not held and not old:
+        if not categories and not old:
             return snapshot_from_item(item)  # nothing counted, no streak: nothing to write
-        cleared = (held, old)
+        cleared = (categories, old)
         try:
             written = self._write(key, BUDGET_RESET, _EXISTS, doing, cleared=cleared)
         except ConditionFailed as exc:

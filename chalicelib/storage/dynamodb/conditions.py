@@ -54,6 +54,7 @@ from chalicelib.quota.facts import (
     StartedBefore,
     StartedBy,
     TakenBack,
+    WrittenBy,
     facts,
 )
 from chalicelib.storage.dynamodb import layout
@@ -367,6 +368,12 @@ def _not_written_by(fact: NotWrittenBy, form: Form, out: Rendered) -> str:
     return "(attribute_not_exists(#wq) OR #wq < :wseq)"
 
 
+def _written_by(fact: WrittenBy, form: Form, out: Rendered) -> str:
+    out.names["#wq"] = layout.WRITER_PREFIX + fact.write.writer
+    out.values[":wseq"] = n(fact.write.seq)
+    return "#wq = :wseq"
+
+
 _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     **_FRAGMENTS,
     CallLifeIs: _call_life_is,
@@ -375,4 +382,5 @@ _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     Fits: _fits,
     BudgetFits: _budget_fits,
     NotWrittenBy: _not_written_by,
+    WrittenBy: _written_by,
 }

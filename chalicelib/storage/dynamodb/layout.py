@@ -32,7 +32,7 @@ Session item layout (one item per tenant + session; every attribute aliased in e
 
 
 Budget items (a principal's, the tenant's) share the table and `pk`, `r_<cat>`, `z_<cat>`,
-`suspended`, `expires_at`; their own attributes are in `storage.dynamodb.budgets`.
+`suspended`, `expires_at`; their own attributes are in `storage.dynamodb.budget_items`.
 """
 
 from __future__ import annotations

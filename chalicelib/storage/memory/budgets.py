@@ -32,6 +32,7 @@ from chalicelib.quota.rules import (
     streak_ends,
     streak_goes_on,
 )
+from chalicelib.quota.writes import WriteId
 from chalicelib.storage.memory.changes import apply
 from chalicelib.storage.ports import (
     NotTaken,
@@ -105,11 +106,14 @@ class MemoryBudgets:
             fresh = budget is None or budget.windows.get(spend.category) != spend.window_start_ms
             return Taken(self._write(key, budget_taken(spend, fresh)).snapshot())
 
-    def give_back(self, key: BudgetKey, spend: Spend) -> None:
-        """Undo one take of this window."""
+    def give_back(self, key: BudgetKey, spend: Spend, again: WriteId | None = None) -> None:
+        """Undo one take of this window (`again` never comes: every answer here does)."""
         with self._lock:
             if budget_give_back(spend).holds(self._snapshot(key)):
                 self._write(key, budget_given_back(spend))
+
+    def give_back_if_taken(self, key: BudgetKey, spend: Spend, take: WriteId) -> None:
+        """Nothing: a take here always answers, so none is left uncertain."""
 
     def _first(self, key: BudgetKey, spend: Spend | None) -> bool:
         if spend is None:

@@ -1,0 +1,243 @@
+"""A call counted in its session and in the budgets above it at once: one round trip
+where the check used to make two.
+
+The session's count and the wider budgets' takes are sent together. The takes stand only
+if the session counted this very attempt, whole: when the session refused it, answered it
+as a copy of an admitted call, counted fewer units, or failed, what the takes took is given
+back before the check answers (over a throttle too, or owed to the session's next check),
+exactly as the check gives back a session count that a wider budget refused. Every write
+is the conditional write it was one after the other, so no budget is ever over its limit;
+what a refused attempt took for the moment can only refuse another call in that moment
+(under-admission, never over), and a take's resend by the store applies once
+(`quota.writes`).
+
+Taken at once only when it pays and the session is not at stake: the call has wider
+budgets, is not a lease (whose units the session may cut), no budget is known to be
+refusing in this container (a loop against a spent budget then counts one scope at a
+time and touches nothing else), and the session's last count here left it room for two
+more calls (`SessionRoom`): a session's first call, or one near its limit, counts its
+session first, so that attempts its session refuses do not hold the wider budgets' last
+calls while many sessions race for them. When a wider budget refuses a call taken at
+once, what the others took goes back and the wider budgets are asked once more after
+the session's count, one after the other, as before: a refusal is never answered from a
+moment when another attempt held what it then gave back. A runaway session is refused
+before any of this, from what the container saw (`check/runaway.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import TypeVar, cast
+
+from chalicelib.check import deadline
+from chalicelib.check.parallel import settled
+from chalicelib.check.repairs import Repairs
+from chalicelib.check.steps import Outcome, Step, WiderBudgets, compensate
+from chalicelib.quota.answers import Allowed, Refused
+from chalicelib.quota.core import Attempt, BudgetKey, SessionKey, SessionSnapshot
+from chalicelib.quota.policy import Category
+from chalicelib.storage.ports import StorageError
+
+# What counting the session gave: the allowance, the session as counted, the attempt as
+# counted; or its refusal.
+_Counted = TypeVar("_Counted", bound="tuple[Allowed, SessionSnapshot, Attempt] | Refused")
+
+
+class AtOnce:
+    """Counts a call in its session, and in the wider budgets at once when it pays."""
+
+    def __init__(self, wider: WiderBudgets | None, repairs: Repairs) -> None:
+        self._wider = wider
+        self._repairs = repairs
+        self._room = SessionRoom()
+        self._holds = Holds()
+
+    def count(
+        self, count: Callable[[], _Counted], attempt: Attempt, category: Category
+    ) -> tuple[_Counted, list[Step], Outcome | StorageError | None]:
+        """The session's count (`count`), the wider steps of the attempt as counted, and
+        what they did if they went with it (None: the caller takes them now,
+        `outcome_of`).
+
+        Raises:
+            Whatever the session's count raised (what went with it given back first).
+        """
+        wider, room = self._wider, self._room
+        steps = wider.steps(attempt, category) if wider else []
+        went: Outcome | StorageError | None = None
+        with room.going(attempt) as ample:
+            if ample and wider is not None and goes_at_once(wider, attempt, steps):
+                with self._holds.holding(steps):
+                    counted, went = count_at_once(count, wider, attempt, steps, self._repairs)
+            else:
+                counted = count()
+            if not isinstance(counted, Refused):
+                room.note(counted[2], counted[0], counted[1])  # before it is not going
+        if isinstance(counted, Refused):
+            return counted, [], None
+        if wider is not None and went is None:
+            steps = wider.steps(counted[2], category)  # a lease may have fewer units
+        return counted, steps, went
+
+    def outcome(
+        self, attempt: Attempt, steps: list[Step], went: Outcome | StorageError | None
+    ) -> Outcome:
+        """What the wider budgets did with a call its session counted: as they went with
+        the session's count, or taken now. A refusal met while takes sent at once by
+        other checks here were under way is asked once more when they have settled:
+        what one of them held for a moment and gave back refuses nobody.
+
+        Raises:
+            StorageError: a step failed (what the others took was given back).
+        """
+        wider = self._wider
+        assert wider is not None
+        if isinstance(went, StorageError):
+            raise went
+        if went is None:
+            deadline.ensure("counting a call above its session")
+            went = wider.take_all(attempt, steps)
+        taken, refusal = went
+        if refusal is None or not self._holds.settle(refusal[0].budget.key):
+            return went
+        if taken:
+            compensate(wider.giving_back(taken), attempt, self._repairs)
+        deadline.ensure("counting a call above its session")
+        return wider.take_all(attempt, steps)
+
+
+class Holds:
+    """The wider budgets that takes sent at once are holding in this container, until
+    each stands or is given back."""
+
+    def __init__(self) -> None:
+        self._settled = threading.Condition()
+        self._held: dict[BudgetKey, int] = {}
+
+    @contextmanager
+    def holding(self, steps: list[Step]) -> Iterator[None]:
+        keys = [step.key for step in steps]
+        with self._settled:
+            for key in keys:
+                self._held[key] = self._held.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._settled:
+                for key in keys:
+                    self._held[key] -= 1
+                    if not self._held[key]:
+                        del self._held[key]
+                self._settled.notify_all()
+
+    def settle(self, key: BudgetKey) -> bool:
+        """Wait (while the check's deadline allows one more request after) until no take
+        sent at once here holds `key`; whether any did."""
+        with self._settled:
+            if key not in self._held:
+                return False
+            while key in self._held and deadline.allows_step():
+                self._settled.wait(SETTLE_POLL_S)
+            return True
+
+
+SETTLE_POLL_S = 0.05  # how often a wait for held budgets looks at the deadline again
+
+
+ROOM_HINTS = 10_000  # sessions a container keeps room hints for (then starts again)
+
+
+class SessionRoom:
+    """What each session's last count in this container left it, less its checks still
+    under way here: a hint that decides only whether the wider budgets go with the
+    session's count, never an answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._left: dict[tuple[SessionKey, str], tuple[int, int]] = {}  # (started, left)
+        self._going: dict[tuple[SessionKey, str], int] = {}
+
+    def note(self, attempt: Attempt, allowed: Allowed, snapshot: SessionSnapshot) -> None:
+        """A count's answer: the room it left, unless a later count of the same counters
+        noted less (answers of concurrent checks come back in any order)."""
+        key = (attempt.session, attempt.category)
+        with self._lock:
+            if len(self._left) > ROOM_HINTS:
+                self._left.clear()
+            started, left = self._left.get(key, (-1, 0))
+            if snapshot.started_ms == started:
+                left = min(left, allowed.remaining)
+            elif snapshot.started_ms > started:
+                left = allowed.remaining
+            self._left[key] = (max(started, snapshot.started_ms), left)
+
+    @contextmanager
+    def going(self, attempt: Attempt) -> Iterator[bool]:
+        """While a check of the session is under way here: whether the session had room,
+        at its last count, for this call, every other under way here, and one more."""
+        key = (attempt.session, attempt.category)
+        with self._lock:
+            going = self._going[key] = self._going.get(key, 0) + 1
+            ample = self._left.get(key, (0, 0))[1] - going >= 1
+        try:
+            yield ample
+        finally:
+            with self._lock:
+                self._going[key] -= 1
+                if not self._going[key]:
+                    del self._going[key]
+
+
+def goes_at_once(wider: WiderBudgets, attempt: Attempt, steps: list[Step]) -> bool:
+    """Whether the wider budgets may be taken together with the session's count (and
+    the session has room: `SessionRoom`)."""
+    return (
+        bool(steps)
+        and not attempt.leased
+        and attempt.units == 1
+        and not wider.known_refusing(steps)
+        and deadline.allows_step()
+    )
+
+
+def count_at_once(
+    count: Callable[[], _Counted],
+    wider: WiderBudgets,
+    attempt: Attempt,
+    steps: list[Step],
+    repairs: Repairs,
+) -> tuple[_Counted, Outcome | StorageError | None]:
+    """The session's count (`count`) and the wider takes, sent at once: the count, and
+    what the takes did when they stand (None when they were given back: the session's
+    count did not stand for them; a StorageError when one failed, what the others took
+    given back, the session's count left to the caller to undo).
+
+    Raises:
+        Whatever the session's count raised, once what the takes took was given back.
+    """
+    calls: list[Callable[[], object]] = [count, partial(wider.take_all, attempt, steps)]
+    session, went = cast("tuple[_Counted | BaseException, Outcome | BaseException]", settled(calls))
+    if not isinstance(session, BaseException) and _stands(session, attempt):
+        if isinstance(went, BaseException) and not isinstance(went, StorageError):
+            raise went
+        if isinstance(went, BaseException) or went[1] is None:
+            return session, went
+        # A wider budget refused: asked again after the session's count (`AtOnce.outcome`).
+    if isinstance(went, tuple):
+        taken, _ = went
+        if taken:
+            compensate(wider.giving_back(taken), attempt, repairs)
+    if isinstance(session, BaseException):
+        raise session
+    return session, None
+
+
+def _stands(session: tuple[Allowed, SessionSnapshot, Attempt] | Refused, asked: Attempt) -> bool:
+    """Whether the session counted this very attempt, whole, as a new call."""
+    if isinstance(session, Refused):
+        return False
+    allowed, _, counted = session
+    return not allowed.duplicate and counted.units == asked.units
