@@ -41,6 +41,8 @@ from types import FrameType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from chalicelib.auth.roles import SERVER_ONLY
+
 BACKLOG = 1024
 """Pending connections the kernel queues before the server accepts them."""
 IN_FLIGHT = 8
@@ -99,10 +101,7 @@ def error_message(
     if status == HTTPStatus.UNAUTHORIZED:
         return "This route needs an 'Authorization: Bearer <token>' header."
     if status == HTTPStatus.FORBIDDEN:
-        return (
-            "The token is unknown or revoked, or its role may not use this route "
-            "(server tokens may only call POST /v1/check)."
-        )
+        return f"The token is unknown or revoked, or its role may not use this route. {SERVER_ONLY}"
     if status == HTTPStatus.NOT_FOUND:
         return f"There is no route {path!r}; see openapi.yaml for the routes."
     if status == HTTPStatus.METHOD_NOT_ALLOWED:
