@@ -3,7 +3,7 @@ it calls a route it may not: which routes it may call, found from the app itself
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 
 import pytest
@@ -30,16 +30,16 @@ def _routes_a_server_token_reaches(api: Api) -> tuple[list[str], list[str]]:
     return reached, refused
 
 
-def _local_gateway_message() -> str:
+def _local_gateway_message(monkeypatch: pytest.MonkeyPatch) -> str:
     """`make run`'s 403 for a token the authorizer refused (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("gateway", ROOT / "scripts/local_gateway.py")
-    assert spec is not None and spec.loader is not None
-    gateway = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gateway)
-    return str(gateway.error_message(403, "GET", "/v1/approvals"))
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    local_gateway = importlib.import_module("local_gateway")
+    return str(local_gateway.error_message(403, "GET", "/v1/approvals"))
 
 
-def test_a_refused_server_token_is_told_every_route_it_may_call(api: Api) -> None:
+def test_a_refused_server_token_is_told_every_route_it_may_call(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each 403 a server token can meet on a route it may not call (the deployed
     gateway's, `make run`'s, a route's own) names every route it may call. (Defect class:
     a 403 that says what the token lacks but not what it is for, so an integrator
@@ -48,7 +48,7 @@ def test_a_refused_server_token_is_told_every_route_it_may_call(api: Api) -> Non
     assert "POST /v1/check" in reached and "POST /v1/approvals/{approval_id}/approve" in refused
     messages = [
         GATEWAY_ERRORS["ACCESS_DENIED"].message,
-        _local_gateway_message(),
+        _local_gateway_message(monkeypatch),
         *(refusal("server", p) for p in Permission if p is not Permission.CHECK),
     ]
     for message in messages:
