@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 from chalice.utils import to_cfn_resource_name  # noqa: E402
 
 from chalicelib.auth.authorizer import UNVERIFIED_USAGE_KEY, USAGE_KEY_PREFIX  # noqa: E402
+from chalicelib.auth.roles import SERVER_ONLY  # noqa: E402
 from chalicelib.quota.policy import load_policy  # noqa: E402
 from chalicelib.schema import ALL_TABLES, TableSpec  # noqa: E402
 from deploy import capacity, sign_in  # noqa: E402
@@ -158,7 +159,7 @@ GATEWAY_ERRORS: dict[str, GatewayError] = {
         "unauthorized", "A token is required: send 'Authorization: Bearer <token>'."
     ),
     "ACCESS_DENIED": GatewayError(
-        "forbidden", "The token is not valid, or does not allow this request."
+        "forbidden", f"The token is not valid, or does not allow this request. {SERVER_ONLY}"
     ),
     "EXPIRED_TOKEN": GatewayError("forbidden", "The token is not valid."),
     "INVALID_SIGNATURE": GatewayError("forbidden", "The token is not valid."),

@@ -14,8 +14,9 @@ gateway emulation, never the service's routes:
 - any method at all reaches the gateway (http.server answered one it had no `do_` for
   with an HTML 501): a method the route lacks is a 405 naming the route's methods in
   `Allow`, and one no route of the service has is a 405 on any path;
-- one line per refused check and per admin action, instead of an access log line per
-  request, a Powertools metrics (EMF) line per check and botocore's INFO lines.
+- one line per refused check and per admin action (`local_log.py`), instead of an
+  access log line per request, a Powertools metrics (EMF) line per check and botocore's
+  INFO lines.
   `VERBOSE=1` keeps all of those as well. Control characters in a line (a client's
   percent-decoded CR/LF above all) are escaped, so no request can write a line of its own;
 - HTTP/1.1 kept in step on a kept-alive connection: HEAD answers carry headers only, a
@@ -41,6 +42,10 @@ from types import FrameType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from local_log import emit, log_line
+
+from chalicelib.auth.roles import SERVER_ONLY
+
 BACKLOG = 1024
 """Pending connections the kernel queues before the server accepts them."""
 IN_FLIGHT = 8
@@ -52,8 +57,6 @@ there longer than the service's DynamoDB read timeout (2 s) and come back as 503
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """API Gateway's payload limit: a larger body is refused unread, and the connection closed."""
-LOG_BODY_BYTES = 64 * 1024
-"""Bodies past this size are not parsed for the log line (the app refuses them anyway)."""
 
 _ERROR_CODES = {
     HTTPStatus.BAD_REQUEST: "bad_request",
@@ -66,7 +69,6 @@ _ERROR_CODES = {
     HTTPStatus.INTERNAL_SERVER_ERROR: "internal_error",
 }
 NO_METHOD = "No route of this service accepts this method; see openapi.yaml."
-_ADMIN_PREFIXES = ("/v1/sessions/", "/v1/grants", "/v1/principals/", "/v1/tokens", "/actions/")
 
 
 def verbose(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -99,10 +101,7 @@ def error_message(
     if status == HTTPStatus.UNAUTHORIZED:
         return "This route needs an 'Authorization: Bearer <token>' header."
     if status == HTTPStatus.FORBIDDEN:
-        return (
-            "The token is unknown or revoked, or its role may not use this route "
-            "(server tokens may only call POST /v1/check)."
-        )
+        return f"The token is unknown or revoked, or its role may not use this route. {SERVER_ONLY}"
     if status == HTTPStatus.NOT_FOUND:
         return f"There is no route {path!r}; see openapi.yaml for the routes."
     if status == HTTPStatus.METHOD_NOT_ALLOWED:
@@ -204,57 +203,6 @@ def _request_path(raw: str) -> str:
     return unquote(urlsplit(raw).path)[:200]
 
 
-def _json(raw: bytes | str | None) -> dict[str, Any]:
-    if raw is not None and len(raw) > LOG_BODY_BYTES:
-        return {}
-    try:
-        parsed = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
-def log_line(
-    method: str, path: str, status: int, request: bytes | None, response: Any
-) -> str | None:
-    """The one line the default log shows for a request, or None for most requests.
-
-    A refused check and an admin action (any POST or DELETE on the admin routes) get a
-    line; everything else is visible with `VERBOSE=1`.
-    """
-    if method == "POST" and path == "/v1/check" and status == HTTPStatus.TOO_MANY_REQUESTS:
-        body = _json(response)
-        error = body.get("error")
-        code = error.get("code") if isinstance(error, dict) else None
-        return (
-            f"refused  {body.get('tool')} in session {body.get('session_id')!r}: "
-            f"{body.get('category')} {body.get('used')}/{body.get('limit')} "
-            f"({code})"
-        )
-    if method in ("POST", "DELETE") and path.startswith(_ADMIN_PREFIXES):
-        reason = _json(request).get("reason")
-        why = f" reason={reason!r}" if isinstance(reason, str) else ""
-        return f"admin    {method} {path} -> {status}{why}"
-    return None
-
-
-# Every character a log reader may take for a line break or a terminal command: C0 and C1
-# controls, DEL, and Unicode's line and paragraph separators.
-_UNSAFE = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
-_ESCAPED = str.maketrans({c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSAFE})
-
-
-def one_line(text: str) -> str:
-    """`text` with every control character escaped (CR as the four characters `\\x0d`):
-    one log line."""
-    return text.translate(_ESCAPED)
-
-
-def _emit(line: str) -> None:
-    sys.stdout.write(one_line(line) + "\n")
-    sys.stdout.flush()
-
-
 def _stop(signum: int, frame: FrameType | None) -> None:
     # Once: a second signal (Ctrl-C reaches the whole group, then make run's own stop
     # follows) landing in the interpreter's exit would print a traceback.
@@ -319,7 +267,7 @@ def install(quiet: bool) -> None:
             response: dict[str, Any] = handle_request(self, method, path, headers, body)
         line = log_line(method, _request_path(path), response["statusCode"], body, response["body"])
         if line is not None:
-            _emit(line)
+            emit(line)
         return response
 
     def accepted_types(self: local.ChaliceRequestHandler) -> tuple[str, ...]:

@@ -3,6 +3,8 @@ function imports this module alone (handler `chalicelib.api.authorizer.bearer`).
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Blueprint
@@ -13,21 +15,24 @@ from chalicelib.observability import logger
 
 if TYPE_CHECKING:
     from chalicelib.auth import authorizer as auth
-    from chalicelib.auth import tokens
+    from chalicelib.auth import roles, tokens
     from chalicelib.storage import ports
 else:
     auth = lazy_module("chalicelib.auth.authorizer")
+    roles = lazy_module("chalicelib.auth.roles")
     ports = lazy_module("chalicelib.storage.ports")
     tokens = lazy_module("chalicelib.auth.tokens")
 
 authorizers = Blueprint(__name__)
 
-SERVER_ROUTES = [
-    AuthRoute("/v1/check", ["POST"]),
-    AuthRoute("/v1/leases/return", ["POST"]),
-    AuthRoute("/v1/policy", ["GET"]),
-    AuthRoute("/v1/results/*", ["PUT"]),
-]
+
+@cache
+def server_routes() -> tuple[AuthRoute, ...]:
+    """What a server token reaches (`roles.SERVER_ROUTES`), a path parameter as `*`."""
+    return tuple(
+        AuthRoute(re.sub(r"\{[^}]+\}", "*", path), [method])
+        for method, path in (route.split(" ", 1) for route in roles.SERVER_ROUTES)
+    )
 
 
 class MeteredAuthResponse(AuthResponse):
@@ -89,7 +94,7 @@ def bearer(auth_request: AuthRequest) -> AuthResponse:
             )
         return AuthResponse(routes=[], principal_id="anonymous")
     server = identity.role == tokens.SERVER
-    routes: list[str | AuthRoute] = list(SERVER_ROUTES) if server else ["*"]
+    routes: list[str | AuthRoute] = list(server_routes()) if server else ["*"]
     context = {
         "tenant": identity.tenant,
         "role": identity.role,

@@ -24,7 +24,7 @@ class Role(StrEnum):
 class Permission(StrEnum):
     """What a route needs."""
 
-    CHECK = "check"  # POST /v1/check, /v1/leases/return, GET /v1/policy
+    CHECK = "check"  # SERVER_ROUTES
     READ = "read"  # every GET of the admin API
     ACT = "act"  # raise, lower, suspend, resume, reset a session or a principal
     MANAGE = "manage"  # tokens, grants
@@ -36,6 +36,15 @@ GRANTS: dict[Role, frozenset[Permission]] = {
     Role.OPERATOR: frozenset({Permission.READ, Permission.ACT}),
     Role.ADMIN: frozenset(Permission),
 }
+# The routes a server token may call (the authorizer lets it reach no other), as
+# `METHOD path`; a path parameter is `{name}`.
+SERVER_ROUTES = (
+    "POST /v1/check",
+    "GET /v1/policy",
+    "POST /v1/leases/return",
+    "PUT /v1/results/{call_id}",
+)
+SERVER_ONLY = f"A server token may only call the check routes: {', '.join(SERVER_ROUTES)}."
 # The roles a person (the console, an identity provider's group) may hold, weakest first.
 PERSON_ROLES = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 # What a refusal tells the caller it would need.
@@ -60,6 +69,8 @@ def refusal(role: str, permission: Permission) -> str:
     said = f"Your role ({role}) may not do this: it needs {NEEDED[permission]}."
     if role == Role.VIEWER:
         return f"{said} A viewer may only read."
+    if role == Role.SERVER:
+        return f"{said} {SERVER_ONLY}"
     return said
 
 

@@ -124,7 +124,7 @@ class Approvals:
             used = replace(latest, state=ApprovalState.USED)
             done, _ = self._store.change(used, ApprovalState.APPROVED, now)
             if done:
-                return self._run(latest, check)
+                return self._run(latest, context, check)
             latest = self._store.latest(key)  # another copy used it: ask anew
         if outcome is Gate.WAIT and latest is not None:
             raise ApprovalRequired(latest, self.console_url(latest.approval_id))
@@ -132,7 +132,12 @@ class Approvals:
             self._audit(EventType.APPROVAL_EXPIRED, latest, "mcp-quota", None)
         raise self._ask(key, context, latest, now)
 
-    def _run(self, approval: Approval, check: Callable[[], Decision]) -> Decision:
+    def _run(
+        self,
+        approval: Approval,
+        context: tuple[str | None, str | None, str | None],
+        check: Callable[[], Decision],
+    ) -> Decision:
         try:
             decision = check()
         except Exception:
@@ -141,7 +146,15 @@ class Approvals:
         if isinstance(decision, Refused):
             self._give_back(approval)
         else:
-            self._audit(EventType.APPROVAL_USED, approval, "mcp-quota", None)
+            # Any session of the principal may use it: audited where the call ran.
+            session_id, server, _ = context
+            used = replace(
+                approval,
+                session_id=session_id or approval.session_id,
+                server=server or approval.server,
+            )
+            asked = {"requested_in_session": approval.session_id or TENANT_SCOPE}
+            self._audit(EventType.APPROVAL_USED, used, "mcp-quota", None, asked)
         return decision
 
     def _give_back(self, approval: Approval) -> None:
@@ -224,7 +237,7 @@ class Approvals:
         approval: Approval,
         actor: str,
         reason: str | None,
-        via: Mapping[str, str] | None = None,
+        detail: Mapping[str, str] | None = None,
     ) -> None:
         self._auditor().record(
             AuditEvent(
@@ -238,7 +251,7 @@ class Approvals:
                     "approval_id": approval.approval_id,
                     "tool": approval.key.tool,
                     "args_digest": approval.key.args_digest,
-                    **(via or {}),
+                    **(detail or {}),
                 },
                 principal=approval.key.principal,
                 server=approval.server,

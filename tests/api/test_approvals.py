@@ -190,3 +190,25 @@ def test_a_call_id_of_another_call_is_a_conflict_not_an_approval(approving: Api)
     assert other.status_code == 409, other.body
     assert body(other)["error"]["code"] == "call_id_conflict"
     assert body(api.get("/v1/approvals?state=pending"))["approvals"] == []
+
+
+def test_approval_used_is_audited_in_the_session_that_used_it(approving: Api) -> None:
+    """An approval binds tenant, principal, tool and args_digest, not the session: a
+    call in another session of the principal uses it, and `approval_used` is recorded
+    in that session, naming the one that asked. (Defect class: the audit of a session
+    that ran the call lacks the approval it ran on.)"""
+    api = approving
+    approval_id = body(drop(api))["approval"]["id"]
+    api.admin(f"/v1/approvals/{approval_id}/approve", {})
+    ran = api.check(session_id="s2", tool="drop_table", args_digest=DIGEST_A)
+    assert ran.status_code == 200, ran.body
+    used = [
+        e
+        for e in body(api.get("/v1/audit?session_id=s2"))["events"]
+        if e["type"] == "approval_used"
+    ]
+    assert len(used) == 1, used
+    assert used[0]["detail"]["approval_id"] == approval_id
+    assert used[0]["detail"]["requested_in_session"] == "s1"
+    asked = [e["type"] for e in body(api.get("/v1/audit?session_id=s1"))["events"]]
+    assert "approval_requested" in asked and "approval_used" not in asked

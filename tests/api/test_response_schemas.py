@@ -234,6 +234,11 @@ def walk_approvals(api: Api, r: Recorder) -> None:
     r.send("POST", f"{path}/approve", {"reason": "ok"})
     r.send("POST", f"{path}/deny", {"reason": "late"})  # 409
     r.send("POST", "/v1/check", call, SERVER)
+    r.send("POST", "/v1/check", {"session_id": "s-9", "tool": "drop_table"}, SERVER)  # 400
+    other = {**call, "args_digest": "b" * 64}
+    denied = r.send("POST", "/v1/check", other, SERVER)
+    r.send("POST", f"/v1/approvals/{denied.body['approval']['id']}/deny", {})
+    r.send("POST", "/v1/check", other, SERVER)  # 403 approval_denied
 
 
 def walk_results(r: Recorder) -> None:

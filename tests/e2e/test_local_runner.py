@@ -5,6 +5,7 @@ Each test starts `scripts/serve_local.py` as `make run` does and speaks HTTP to 
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import socket
@@ -258,3 +259,49 @@ def test_verbose_shows_the_access_log_and_metrics(tmp_path: Path) -> None:
     assert '"_aws"' not in allowed_only
     assert '"_aws"' in output and '"ChecksBlocked"' in output
     assert output.splitlines()[-1] == "mcp-quota stopped."
+
+
+def test_the_log_shows_approval_refusals_and_decisions(tmp_path: Path) -> None:
+    """Defect class: with an approval policy, `make run`'s log showed nothing of a call
+    waiting for a person (a 403, not a 429), nor of the approve and deny that decide it,
+    so the one watching the log could not tell where to approve."""
+    policy = tmp_path / "approval-policy.json"
+    policy.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "categories": {"read": {"limit": 200}, "write": {"limit": 15}},
+                "rules": [{"tools": ["drop_table"], "category": "write", "approval": True}],
+            }
+        )
+    )
+    session = f"approve-{uuid.uuid4().hex[:8]}"
+    with make_run(tmp_path, {"QUOTA_POLICY": str(policy)}) as running:
+
+        def drop(table: str) -> Any:
+            digest = hashlib.sha256(json.dumps({"table": table}).encode()).hexdigest()
+            body = {"session_id": session, "tool": "drop_table", "args_digest": digest}
+            return call(f"{running.url}/v1/check", "POST", body).body
+
+        def decide(approval_id: str, action: str) -> None:
+            path = f"{running.url}/v1/approvals/{approval_id}/{action}"
+            assert call(path, "POST", {"reason": "ok"}, ADMIN_TOKEN).status == 200
+
+        asked = drop("users")["approval"]
+        decide(asked["id"], "approve")
+        denied = drop("orders")["approval"]["id"]
+        decide(denied, "deny")
+        assert drop("orders")["error"]["code"] == "approval_denied"
+        assert running.ctrl_c() == 0
+        lines = running.output().splitlines()
+
+    refused = [line for line in lines if line.startswith("refused")]
+    assert len(refused) == 3, refused
+    assert f"drop_table in session '{session}'" in refused[0]
+    assert asked["console_url"] in refused[0] and "(approval_required)" in refused[0]
+    assert "(approval_denied)" in refused[2]
+    admin = [line for line in lines if line.startswith("admin")]
+    assert admin == [
+        f"admin    POST /v1/approvals/{asked['id']}/approve -> 200 reason='ok'",
+        f"admin    POST /v1/approvals/{denied}/deny -> 200 reason='ok'",
+    ]

@@ -308,3 +308,42 @@ async def test_a_wrong_token_says_which_setting_to_fix(
     )
     assert "no detail" not in decision.message
     assert "was NOT run" in decision.message
+
+
+APPROVAL = {"id": "ap_1", "expires_at": "2026-12-02T12:15:00Z", "console_url": "http://q/c#/a/ap_1"}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (
+            {"error": {"code": "approval_required", "message": "Ask."}, "approval": APPROVAL},
+            "approval required for tool 'delete_tag' in session 's1': approve ap_1 at "
+            + APPROVAL["console_url"],
+        ),
+        (
+            {"error": {"code": "approval_denied", "message": "Denied: no."}},
+            "approval denied for tool 'delete_tag' in session 's1': Denied: no.",
+        ),
+    ],
+)
+async def test_an_approval_refusal_is_logged_as_one_not_as_a_rejected_check(
+    quota_service: FakeQuotaService,
+    make_client: ClientFactory,
+    caplog: pytest.LogCaptureFixture,
+    body: dict[str, object],
+    says: str,
+) -> None:
+    """Defect class: a call waiting for a person's approval was logged at ERROR as
+    "check rejected (403)", as a wrong token is, sending the operator to the
+    configuration instead of to the console URL that approves it."""
+    quota_service.script.append(Scripted(403, body))
+    client = make_client()
+
+    with caplog.at_level(logging.INFO, logger="mcp_quota_client"):
+        decision = await client.check(WRITE)
+
+    assert decision.allowed is False
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert logged == [(logging.WARNING, f"mcp-quota: {says}")], logged
+    assert (client.stats().refused, client.stats().rejected) == (1, 0)

@@ -13,7 +13,6 @@ from mcp_quota_client.approval_answer import (
     INPUT_KEY,
     accepts_url_elicitation,
     approval_answer,
-    approval_asked,
     declined,
 )
 from mcp_quota_client.decision import CheckRequest, Decision, Outcome
@@ -26,6 +25,7 @@ from mcp_quota_client.guard import MAX_PREVIEW, GuardedCall, ToolCallGuard, prev
 from mcp_quota_client.results import REPLAYED_META, Replay, ReplayState
 from mcp_quota_client.service_policy import RuleCosts
 from mcp_quota_client.session import SessionIdentity, SessionSource
+from mcp_quota_client.wire import approval_asked
 
 pytestmark = pytest.mark.anyio
 

@@ -13,44 +13,16 @@ administrator's sign-in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as mt
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_quota_client.decision import Decision
 from mcp_quota_client.guard import GuardedCall, ToolCallGuard
+from mcp_quota_client.wire import APPROVAL_DENIED, APPROVAL_REQUIRED, ApprovalAsked, approval_asked
 
-APPROVAL_REQUIRED = "approval_required"
-APPROVAL_DENIED = "approval_denied"
 INPUT_KEY = "io.mcp-quota/approval"
 """The key of the URL elicitation in an `input_required` result's `inputRequests`."""
-
-
-@dataclass(frozen=True)
-class ApprovalAsked:
-    """The approval a refused check names."""
-
-    approval_id: str
-    console_url: str
-    expires_at: str | None
-
-
-def approval_asked(decision: Decision) -> ApprovalAsked | None:
-    """The approval an `approval_required` refusal names; None for any other answer (or
-    one whose URL is not an http(s) URL: it is then refused as the service said)."""
-    if decision.allowed or decision.error_code != APPROVAL_REQUIRED:
-        return None
-    raw = decision.raw.get("approval")
-    if not isinstance(raw, Mapping):
-        return None
-    approval_id, url, expires = raw.get("id"), raw.get("console_url"), raw.get("expires_at")
-    if not isinstance(approval_id, str) or not isinstance(url, str):
-        return None
-    if not url.startswith(("https://", "http://")):
-        return None
-    return ApprovalAsked(approval_id, url, expires if isinstance(expires, str) else None)
 
 
 def accepts_url_elicitation(

@@ -37,9 +37,12 @@ from mcp_quota_client.hold import (
 from mcp_quota_client.leases import LeaseBook, LeaseReturn
 from mcp_quota_client.transport import CheckTransport, Fault
 from mcp_quota_client.wire import (
+    APPROVAL_DENIED,
+    APPROVAL_REQUIRED,
     CLIENT_FIELD,
     FAIL_OPEN_FIELD,
     LEASE_FIELD,
+    approval_asked,
     int_or_none,
     json_object,
     monotonic_now,
@@ -339,7 +342,11 @@ class QuotaClient:
             return decision
 
     def _record(self, decision: Decision) -> None:
-        if decision.outcome is Outcome.REJECTED:
+        if decision.error_code in (APPROVAL_REQUIRED, APPROVAL_DENIED):
+            # A call for a person to decide, not a fault of this server: refused.
+            self._counts["refused"] += 1
+            _log_approval(decision)
+        elif decision.outcome is Outcome.REJECTED:
             self._counts["rejected"] += 1
             logger.error(
                 "mcp-quota: check rejected (%s) for tool %r in session %r: %s",
@@ -369,3 +376,24 @@ class QuotaClient:
     def _client(self) -> httpx2.AsyncClient:
         """The pooled HTTP client to the service (other requests than checks share it)."""
         return self._wire.client()
+
+
+def _log_approval(decision: Decision) -> None:
+    """A refusal for want of a person's approval, with where to give it, or a denial."""
+    if decision.error_code == APPROVAL_DENIED:
+        what, why = "denied", decision.message
+    else:
+        asked = approval_asked(decision)
+        what = "required"
+        why = (
+            decision.message
+            if asked is None
+            else f"approve {asked.approval_id} at {asked.console_url}"
+        )
+    logger.warning(
+        "mcp-quota: approval %s for tool %r in session %r: %s",
+        what,
+        decision.tool,
+        decision.session_id,
+        why,
+    )

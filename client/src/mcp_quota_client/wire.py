@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,13 +28,17 @@ CALL_IN_PROGRESS = "call_in_progress"
 """409 code: a copy of this call (same call id) is still being counted; ask again."""
 CALL_ID_CONFLICT = "call_id_conflict"
 """409 code: the call id names another call (tool, arguments or principal)."""
+APPROVAL_REQUIRED = "approval_required"
+"""403 code: the call needs a person's approval; the answer's `approval` names it."""
+APPROVAL_DENIED = "approval_denied"
+"""403 code: an administrator denied this call."""
 AGENT_CAUSED = frozenset(
     {
         CALL_ID_CONFLICT,
         "session_token_invalid",
         "session_token_other_principal",
-        "approval_required",
-        "approval_denied",
+        APPROVAL_REQUIRED,
+        APPROVAL_DENIED,
     }
 )
 """Rejections the agent's call caused (an id reused, a session token echoed wrong, a call
@@ -198,3 +203,28 @@ def rejected(request: CheckRequest, status: int, body: Mapping[str, Any], attemp
         attempts=attempt,
         raw=dict(body),
     )
+
+
+@dataclass(frozen=True)
+class ApprovalAsked:
+    """The approval a refused check names."""
+
+    approval_id: str
+    console_url: str
+    expires_at: str | None
+
+
+def approval_asked(decision: Decision) -> ApprovalAsked | None:
+    """The approval an `approval_required` refusal names; None for any other answer (or
+    one whose URL is not an http(s) URL: it is then refused as the service said)."""
+    if decision.allowed or decision.error_code != APPROVAL_REQUIRED:
+        return None
+    raw = decision.raw.get("approval")
+    if not isinstance(raw, Mapping):
+        return None
+    approval_id, url, expires = raw.get("id"), raw.get("console_url"), raw.get("expires_at")
+    if not isinstance(approval_id, str) or not isinstance(url, str):
+        return None
+    if not url.startswith(("https://", "http://")):
+        return None
+    return ApprovalAsked(approval_id, url, expires if isinstance(expires, str) else None)
