@@ -134,17 +134,23 @@ class ShardHints:
         with self._lock:
             self._used.pop((item, part.category, part.window_start_ms, part.limit), None)
 
-    def marked(self, key: BudgetKey, spend: Spend) -> bool:
-        """Whether this container knows the first refusal at this window and limit is
-        marked already (so another refusal need not write it)."""
-        return (key, spend.category, spend.window_start_ms, spend.limit) in self._marked
-
-    def mark(self, key: BudgetKey, spend: Spend) -> None:
-        """The first refusal at this window and limit is marked in the store."""
+    def claim_mark(self, key: BudgetKey, spend: Spend) -> bool:
+        """Whether this refusal writes the first-refusal mark at its window and limit:
+        only if no other here has marked it, or is marking it now (so refusals that meet
+        a spent budget together write it once, not once each)."""
+        mark = (key, spend.category, spend.window_start_ms, spend.limit)
         with self._lock:
+            if mark in self._marked:
+                return False
             if len(self._marked) > MAX_HINTS:
                 self._marked.clear()
-            self._marked.add((key, spend.category, spend.window_start_ms, spend.limit))
+            self._marked.add(mark)
+            return True
+
+    def unclaim_mark(self, key: BudgetKey, spend: Spend) -> None:
+        """A claimed mark whose write failed: the next refusal writes it."""
+        with self._lock:
+            self._marked.discard((key, spend.category, spend.window_start_ms, spend.limit))
 
 
 def _seen(key: BudgetKey, spend: Spend, shards: int, shard: int) -> Seen:

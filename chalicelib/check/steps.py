@@ -257,11 +257,13 @@ class WiderBudgets:
             StorageError: the store failed.
         """
         budget = step.budget
-        if self._hints.marked(budget.key, budget.spend):
+        if not self._hints.claim_mark(budget.key, budget.spend):
             return False
-        first = self._budgets.note_refusal(budget.key, budget.spend)
-        self._hints.mark(budget.key, budget.spend)
-        return first
+        try:
+            return self._budgets.note_refusal(budget.key, budget.spend)
+        except BaseException:
+            self._hints.unclaim_mark(budget.key, budget.spend)
+            raise
 
     def known_refusing(self, steps: Sequence[Step]) -> bool:
         """Whether this container last saw one of these budgets refusing, in this window
