@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
     from chalicelib.clock import Clock
 
+# How long refusals may wait in a container to count in their principal's streak: views
+# and other containers see a streak at most this late while the loop goes on here.
+STREAK_BATCH_MS = 10_000
+
 
 class PrincipalGate:
     """Which principals are suspended, cached per container for `cache_seconds`, so that
@@ -55,7 +59,8 @@ class PrincipalGate:
 
 class DeferredStreaks:
     """Per principal and category, in this container: the streak the store last returned,
-    and the refusals answered from memory since, counted with the next refusal sent.
+    and the refusals held back since (answered from memory, or refused by the store in a
+    runaway loop), counted with the next streak sent.
     Shared by the check and the administrators' actions made here, so that what ends a
     stored streak (an allowed call; a reset, resume or raise) ends its deferred part too:
     refusals deferred before a reset never count in the streak after it."""
@@ -63,32 +68,45 @@ class DeferredStreaks:
     def __init__(self) -> None:
         self._streaks: dict[tuple[BudgetKey, str], int] = {}
         self._pending: dict[tuple[BudgetKey, str], int] = {}
+        self._since: dict[tuple[BudgetKey, str], int] = {}  # the oldest pending one's time
         self._lock = threading.Lock()
 
-    def defer(self, key: BudgetKey, category: str, after: int) -> bool:
-        """Whether one more refusal may wait here: only while the streak last seen plus
-        the deferred ones stays short of `after`."""
+    def defer(self, key: BudgetKey, category: str, after: int, now_ms: int, for_ms: int) -> bool:
+        """Whether one more refusal (at `now_ms`) may wait here: only while the streak
+        last seen plus the deferred ones stays short of `after`, and the oldest of them
+        waited less than `for_ms`."""
+        held = (key, category)
         with self._lock:
-            known = self._streaks.get((key, category))
-            pending = self._pending.get((key, category), 0)
-            if known is None or known + pending + 1 >= after:
+            known = self._streaks.get(held)
+            pending = self._pending.get(held, 0)
+            since = self._since.get(held, now_ms) if pending else now_ms
+            if known is None or known + pending + 1 >= after or now_ms - since >= for_ms:
                 return False
-            self._pending[(key, category)] = pending + 1
+            self._pending[held] = pending + 1
+            self._since[held] = since
         return True
 
     def take(self, key: BudgetKey, category: str) -> int:
         """The refusals deferred for `category`, taken to be counted in the request now
         being sent."""
         with self._lock:
+            self._since.pop((key, category), None)
             return self._pending.pop((key, category), 0)
+
+    def since(self, key: BudgetKey, category: str) -> int | None:
+        """When the oldest refusal deferred for `category` was made (None: none)."""
+        with self._lock:
+            return self._since.get((key, category)) if self._pending.get((key, category)) else None
 
     def pending(self, key: BudgetKey) -> dict[str, int]:
         with self._lock:
             return {c: n for (k, c), n in self._pending.items() if k == key and n}
 
     def put_back(self, key: BudgetKey, category: str, pending: int) -> None:
+        """Refusals a failed request did not count: sent with the next one, at once."""
         with self._lock:
             self._pending[(key, category)] = self._pending.get((key, category), 0) + pending
+            self._since[(key, category)] = 0
 
     def seen(self, key: BudgetKey, category: str, streak: int) -> None:
         with self._lock:
@@ -99,7 +117,7 @@ class DeferredStreaks:
     def ended(self, key: BudgetKey, category: str | None = None) -> None:
         """The principal's streak in `category` (every category's: None) ended."""
         with self._lock:
-            for held in (self._streaks, self._pending):
+            for held in (self._streaks, self._pending, self._since):
                 for k, c in list(held):
                     if k == key and category in (None, c):
                         del held[(k, c)]
@@ -117,21 +135,35 @@ class Escalation:
         gate: PrincipalGate | None,
         after: int,
         streaks: DeferredStreaks | None = None,
+        batch_ms: int = STREAK_BATCH_MS,
     ) -> None:
         self._budgets = budgets
         self._gate = gate
         self._after = after
         self._streaks = streaks or DeferredStreaks()
+        self._batch_ms = batch_ms
 
     def defer(self, attempt: Attempt) -> bool:
-        """Whether a refusal answered from this container may count in its principal's
-        streak with the next refusal sent to the store: only while the streak this
-        container last saw plus the deferred ones stays short of the threshold, so the
-        refusal that suspends is always sent, at the same count as before."""
+        """Whether a refusal of a runaway loop (answered from this container, or given by
+        the store in one guarded write) may count in its principal's streak with the next
+        streak sent: only while the streak this container last saw plus the deferred ones
+        stays short of the threshold, so the refusal that suspends is always sent, at the
+        same count as before, and for at most `STREAK_BATCH_MS`."""
         if self._budgets is None or attempt.principal is None:
             return True
         key = BudgetKey.principal(attempt.tenant, attempt.principal)
-        return self._streaks.defer(key, attempt.category, self._after)
+        at = attempt.real_ms
+        return self._streaks.defer(key, attempt.category, self._after, at, self._batch_ms)
+
+    def due(self, attempt: Attempt) -> int | None:
+        """When the refusals deferred in the attempt's principal's streak must be sent
+        (None: none wait)."""
+        if self._budgets is None or attempt.principal is None:
+            return None
+        since = self._streaks.since(
+            BudgetKey.principal(attempt.tenant, attempt.principal), attempt.category
+        )
+        return None if since is None else since + self._batch_ms
 
     def deferred(self, key: BudgetKey, category: str) -> int:
         """The refusals deferred here for the principal's streak in `category`, taken to

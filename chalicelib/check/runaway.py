@@ -95,6 +95,7 @@ class Spent:
     epoch: int  # `AdminChanges.epoch` read before that store request
     answered: int = 0  # repeats refused from memory since, recorded with the next sent
     last: Attempt | None = None  # the last of them (a flush records them as it)
+    refusal: Attempt | None = None  # the store's last refusal (a flush counts its streak)
 
 
 class SpentSessions:
@@ -105,7 +106,8 @@ class SpentSessions:
         self, keep_calls: int, changes: AdminChanges | None = None, cache_ms: int = 0
     ) -> None:
         self._keep = keep_calls
-        self._cache_ms = cache_ms  # 0: every repeat goes to the store
+        # 0: every repeat goes to the store, and every refusal with its streak.
+        self._cache_ms = cache_ms
         self.changes = changes or AdminChanges()
         self._spent: OrderedDict[SessionKey, Spent] = OrderedDict()
         self._due: dict[SessionKey, int] = {}  # when a session's answered repeats are due
@@ -166,6 +168,7 @@ class SpentSessions:
         calls = with_call(seen.calls, attempt.record(allowed=False))[-self._keep :]
         after = replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms)
         spent = Spent(attempt.category, after, attempt.real_ms, attempt.base_limit, epoch)
+        spent = replace(spent, refusal=attempt)
         with self._lock:
             self._spent[key] = spent
             self._spent.move_to_end(key)
@@ -203,8 +206,7 @@ class RunawayLoops(SpentSessions):
         if self.fresh(spent, attempt) and escalation.defer(attempt):
             decision = session_refusal(attempt, known, limit, reason, self._keep)
             if self._answered(attempt.session, spent, attempt):
-                with self._lock:
-                    self._due[attempt.session] = spent.refused_ms + self._cache_ms
+                self._due_by(attempt.session, spent.refused_ms + self._cache_ms)
             listener.on_block(attempt.tenant, attempt, decision)
             return decision
         epoch = self.changes.epoch
@@ -222,18 +224,38 @@ class RunawayLoops(SpentSessions):
             return None
         decision = session_refusal(attempt, known, limit, reason, self._keep)
         self.remember(attempt, known, epoch)
-        since = known.last_allowed_ms(category=attempt.category)
-        decision = escalation.after(attempt, since, decision)
+        with self._lock:
+            self._due.pop(attempt.session, None)  # the repeats answered went with it
+        if self._cache_ms and escalation.defer(attempt):
+            # Its streak waits too, sent with a later one by `escalation.due` at the latest.
+            self._due_by(attempt.session, escalation.due(attempt))
+        else:
+            since = known.last_allowed_ms(category=attempt.category)
+            decision = escalation.after(attempt, since, decision)
         listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
-    def flush_due(self, now_ms: int, store: SessionChecks, escalation: Escalation) -> None:
-        """Record the repeats answered from memory whose cache window ended by `now_ms`
-        and that no refusal sent since carried: run at the start of each check here, so
-        the views and the streak lag by at most the window while the container serves
-        (on Lambda a frozen container does so at its next request)."""
+    def _due_by(self, session: SessionKey, at: int | None) -> None:
+        """What the session holds back is to be recorded by `at` at the latest."""
+        if at is not None:
+            with self._lock:
+                self._due[session] = min(at, self._due.get(session, at))
+
+    def flush_due(self, attempt: Attempt, store: SessionChecks, escalation: Escalation) -> None:
+        """Record what runaway loops held back (repeats answered from memory, streaks)
+        that fell due by the attempt's time and that no refusal sent since carried: run
+        at the start of each check here, so the views lag by at most the cache window
+        (two, for a session that keeps checking) and the streaks by `STREAK_BATCH_MS`
+        while the container serves (on Lambda a frozen container does so at its next
+        request). The attempt's own session is left one more window to its own refusal,
+        which carries them at no extra request."""
+        now_ms, own = attempt.real_ms, attempt.session
         with self._lock:
-            due = [k for k, at in self._due.items() if at <= now_ms]
+            due = [
+                k
+                for k, at in self._due.items()
+                if at <= now_ms and not (k == own and now_ms < at + self._cache_ms)
+            ]
             for key in due:
                 del self._due[key]
         for key in due:
@@ -241,17 +263,24 @@ class RunawayLoops(SpentSessions):
 
     def flush(self, session: SessionKey, store: SessionChecks, escalation: Escalation) -> None:
         """Record the session's repeats answered from memory and not yet recorded, as its
-        last one with the others folded in (`Attempt.answered`), and their streak; never
-        raises (what fails is counted with the next refusal sent)."""
+        last one with the others folded in (`Attempt.answered`), and the streak its
+        principal holds back here; never raises (what fails is counted with the next
+        refusal sent, or the next check's flush)."""
         taken = self._take_answered(session)
-        if taken is None or taken.last is None:
+        spent = taken or self.get(session)
+        last = taken.last if taken is not None else spent.refusal if spent else None
+        if spent is None or last is None:
             return
-        last = replace(taken.last, answered=taken.answered - 1)
-        known = taken.seen
-        limit = known.limit_for(last.category, last.base_limit, last.now_ms)
+        known = spent.seen
         try:
-            store.record_block(last, known, limit, False, expected=True)
+            if taken is not None:
+                last = replace(last, answered=taken.answered - 1)
+                limit = known.limit_for(last.category, last.base_limit, last.now_ms)
+                store.record_block(last, known, limit, False, expected=True)
+                taken = None
             escalation.flush_deferred(last, known.last_allowed_ms(category=last.category))
         except StorageError:
-            self._put_back(session, taken)
-            logger.warning("refusals answered from memory not recorded yet", exc_info=True)
+            if taken is not None:
+                self._put_back(session, taken)
+            self._due_by(session, last.real_ms)  # the next check here tries again
+            logger.warning("refusals held back not recorded yet", exc_info=True)

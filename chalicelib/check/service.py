@@ -141,7 +141,7 @@ class CheckService:
     def _decide(self, tenant: str, request: CheckRequest) -> Decision:
         """The check's decision, before a refusal is vouched for (raises as `check`)."""
         attempt = self.attempt_for(tenant, request)
-        self._spent.flush_due(attempt.real_ms, self._store, self._escalation)
+        self._spent.flush_due(attempt, self._store, self._escalation)
         if self._repairs.pending(attempt.session):
             self._repairs.run(attempt.session)
         category = self._policy.categories[attempt.category]

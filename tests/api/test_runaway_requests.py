@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chalicelib.check.escalation import STREAK_BATCH_MS
 from tests.api.conftest import Api, body, running_api
 from tests.api.test_scopes import POLICY, scoped, write
 from tests.support import FixedClock
@@ -52,19 +53,43 @@ def spend(api: Api, session: str) -> None:
     assert write(api, session).status_code == 429
 
 
-def test_a_runaway_loop_costs_at_most_one_request_per_refusal(looped: Api) -> None:
-    """Defect class: cost amplification. A refusal in a runaway loop cost two store
-    requests (the session's record and the principal's streak) every time."""
-    spend(looped, "loop")
-    write(looped, "loop")  # the container now knows the session spent
-    counted = Requests(looped)
+def loop_requests(api: Api, rate: int, refusals: int) -> Counter[str]:
+    """The store requests of `refusals` refused calls of a spent session at `rate` a
+    second, after the container has seen it spent."""
+    spend(api, "loop")
+    write(api, "loop")  # the container now knows the session spent
+    counted = Requests(api)
     try:
-        for _ in range(20):
-            looped.clock.advance(0.25)  # four calls a second
-            assert write(looped, "loop").status_code == 429
+        for _ in range(refusals):
+            api.clock.advance(1 / rate)
+            assert write(api, "loop").status_code == 429
     finally:
         counted.close()
-    assert counted.total() / 20 <= 1.0, counted.seen
+    return counted.seen
+
+
+@pytest.mark.parametrize("rate", [2, 4, 10])
+def test_a_runaway_loop_costs_at_most_one_request_per_refusal(looped: Api, rate: int) -> None:
+    """Defect class: cost amplification. A refusal in a runaway loop cost two store
+    requests (the session's record and the principal's streak) every time; then, at two
+    calls a second, each refusal the store gave still cost both."""
+    seen = loop_requests(looped, rate, 20)
+    assert sum(seen.values()) / 20 <= 1.0, seen
+
+
+def test_a_runaway_loops_streak_is_batched_and_sent_within_the_window(looped: Api) -> None:
+    """Defect classes: cost amplification, late escalation. At one call a second, where
+    no repeat is within the cache window, each refusal cost its guarded write and its
+    principal's streak. The streak now waits, but reaches the store within
+    `STREAK_BATCH_MS` while the loop goes on: one extra request per window."""
+    window = STREAK_BATCH_MS // 1000
+    refusals = 3 * window
+    seen = loop_requests(looped, 1, refusals)
+    principal = body(looped.get("/v1/principals/bot"))
+    # 2 before the loop, then its refusals: the stored streak lags by at most a window.
+    assert principal["streaks"]["write"] >= 2 + refusals - window, principal
+    writes = seen["UpdateItem"]  # the other requests are the caches' 30 s refreshes
+    assert refusals < writes <= refusals * (1 + 1 / window), seen
 
 
 def test_a_repeat_within_a_second_costs_no_request(looped: Api) -> None:
