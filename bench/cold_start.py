@@ -5,7 +5,8 @@ the same way (`chalice package`), both answering their first check against dynal
 
 Each run is a fresh interpreter on the unzipped package, as a new Lambda container:
 
-- "init" is `import app` (the Lambda init phase);
+- "init" is `import app` (the Lambda init phase, with AWS_LAMBDA_FUNCTION_NAME set as
+  there);
 - "first answered check" adds the first invocation of the handler with an API Gateway
   event for `POST /v1/check`: the client is built, the check's DynamoDB requests go out
   (the bare app's one UpdateItem; ours' UpdateItem, and on a container's first check of a
@@ -214,6 +215,8 @@ def run_once(code_dir: Path, endpoint: str, session_id: str, python: str) -> dic
         "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
         "QUOTA_STAGE": "prod",
         "POWERTOOLS_SERVICE_NAME": "mcp-quota",
+        # As on Lambda: ours' init phase then loads the check path (app.py).
+        "AWS_LAMBDA_FUNCTION_NAME": "cold-start",
     }
     event = json.dumps(check_event(session_id))
     done = subprocess.run(
@@ -249,8 +252,8 @@ def measure(zip_path: Path = ZIP, runs: int = 9, python: str | None = None) -> d
     if not zip_path.exists():
         return {"error": f"{zip_path} missing: run `make package`"}
     samples: dict[str, dict[str, list[float]]] = {
-        "ours": {"init": [], "first": []},
-        "bare": {"init": [], "first": []},
+        "ours": {"init": [], "first": [], "invoke": []},
+        "bare": {"init": [], "first": [], "invoke": []},
     }
     modules: dict[str, list[str]] = {}
     with dynalite_server() as endpoint, unpacked(zip_path) as (service, bare):
@@ -263,6 +266,7 @@ def measure(zip_path: Path = ZIP, runs: int = 9, python: str | None = None) -> d
                 result = run_once(code_dir, endpoint, f"{name}-{i}", python)
                 samples[name]["init"].append(result["init"])
                 samples[name]["first"].append(result["first"])
+                samples[name]["invoke"].append(result["first"] - result["init"])
                 modules[name] = result["modules"]
     medians = {
         name: {key: statistics.median(values) for key, values in kinds.items()}
@@ -276,6 +280,9 @@ def measure(zip_path: Path = ZIP, runs: int = 9, python: str | None = None) -> d
         "service_first_ms": round(ours["first"], 1),
         "bare_first_ms": round(base["first"], 1),
         "first_ratio": round(ours["first"] / base["first"], 2),
+        "service_invoke_ms": round(ours["invoke"], 1),
+        "bare_invoke_ms": round(base["invoke"], 1),
+        "invoke_ratio": round(ours["invoke"] / base["invoke"], 2),
         "package_bytes": zip_path.stat().st_size,
         "python": on,
         "powertools_loaded": any(m.startswith("aws_lambda_powertools") for m in modules["ours"]),
@@ -301,6 +308,8 @@ def table(c: dict[str, Any]) -> list[str]:
         f"{c['init_ratio']}x |",
         f"| first answered check (init + handler + its DynamoDB requests) | "
         f"{c['service_first_ms']} | {c['bare_first_ms']} | {c['first_ratio']}x |",
+        f"| its invocation alone (first answered check - init) | {c['service_invoke_ms']} | "
+        f"{c['bare_invoke_ms']} | {c['invoke_ratio']}x |",
         "",
         f"deployment.zip: {c['package_bytes'] / 1e6:.2f} MB; {c['runs']} runs each, "
         f"alternating. After its first check, ours has loaded {c['modules_loaded']} modules "
