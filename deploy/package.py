@@ -36,8 +36,8 @@ from deploy.build_template import (  # noqa: E402
 DEFAULT_REGION = "us-east-1"
 MERGE_TEMPLATE = "merge-template.json"
 # Dependencies of ours that Lambda's Python runtime already holds, byte-compiled, as
-# boto3's own dependencies. A copy in the zip would come first on sys.path, shadow the
-# runtime's, and be compiled from source at every cold start (bench/cold_start.py).
+# boto3's own dependencies. A copy in the zip would come first on sys.path and shadow the
+# runtime's, which may be a newer version (bench/cold_start.py).
 RUNTIME_PROVIDED = ("jmespath",)
 LATEST = "latest"
 # Bytecode checked against its source's hash, not its modification time: unzipping need
