@@ -3,11 +3,14 @@ one blueprint per resource family; the routes live in chalicelib/api/, the logic
 rest of chalicelib/.
 
 Every module registered here imports the rest of chalicelib on first use
-(`chalicelib.lazy`): the init phase costs Chalice and the route table, and a check never
-loads the admin side (bench/cold_start.py, tests/api/test_lazy_imports.py).
+(`chalicelib.lazy`), and a check never loads the admin side; on Lambda, the init phase
+also loads the check path and builds its DynamoDB client (`check.warm`), so the first
+check finds them ready (bench/cold_start.py, tests/api/test_lazy_imports.py).
 """
 
 from __future__ import annotations
+
+import os
 
 from chalice.app import Chalice
 
@@ -46,3 +49,8 @@ app.register_blueprint(links.links)
 app.register_blueprint(console.console)
 app.register_blueprint(notifier.notifications)
 app.register_blueprint(approvals.approvals)
+
+if "AWS_LAMBDA_FUNCTION_NAME" in os.environ:
+    # Only the API function imports app.py (the authorizer and the notifier have their
+    # own modules): its init phase loads the check path and builds its client.
+    check.warm()

@@ -5,17 +5,20 @@ the same way (`chalice package`), both answering their first check against dynal
 
 Each run is a fresh interpreter on the unzipped package, as a new Lambda container:
 
-- "init" is `import app` (the Lambda init phase);
+- "init" is `import app` (the Lambda init phase, with AWS_LAMBDA_FUNCTION_NAME set as
+  there);
 - "first answered check" adds the first invocation of the handler with an API Gateway
   event for `POST /v1/check`: the client is built, the check's DynamoDB requests go out
   (the bare app's one UpdateItem; ours' UpdateItem, and on a container's first check of a
   principal its suspension and its tenant's grants, then cached 30 s), a 200 comes back.
 
 The bare app is what a user would write instead: a Chalice route that builds its boto3
-client on first use and makes one conditional `UpdateItem` on a counter. Both run on
-this machine's Python with boto3 from the venv (Lambda's runtime provides boto3, already
-byte-compiled); everything inside each zip runs from source, as on Lambda, where the code
-directory is read-only and no bytecode is cached.
+client on first use and makes one conditional `UpdateItem` on a counter, packaged by
+`chalice package` as it comes (source only). Both run on the Lambda runtime's Python
+(`lambda_python_version`) when `--setup-runtime` has made bench/.venv-runtime (that Python
+with boto3 byte-compiled, as Lambda's runtime provides it; `make bench` makes it), else on
+this venv's Python, which ignores bytecode compiled for another version. No bytecode is
+written while measuring: Lambda's code directory is read-only.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from chalicelib.schema import ALL_TABLES  # noqa: E402
 from tests.support import dynalite_server  # noqa: E402
 
 ZIP = ROOT / "build" / "prod" / "deployment.zip"
+RUNTIME_VENV = ROOT / "bench" / ".venv-runtime"
 BARE_TABLE = "bare-counters"
 
 BARE_APP = f"""\
@@ -87,6 +91,7 @@ t2 = time.perf_counter()
 print(json.dumps({
     "init": (t1 - t0) * 1000,
     "first": (t2 - t0) * 1000,
+    "python": sys.version.split()[0],
     "status": response["statusCode"],
     # The modules imported from the package.
     "modules": sorted(m for m, module in sys.modules.items()
@@ -166,12 +171,43 @@ def create_tables(endpoint: str) -> None:
     )
 
 
-def run_once(code_dir: Path, endpoint: str, session_id: str) -> dict[str, Any]:
+def runtime_python() -> str:
+    """The interpreter to measure on: bench/.venv-runtime's if it was set up, else this
+    one."""
+    venv = RUNTIME_VENV / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def setup_runtime() -> Path:
+    """bench/.venv-runtime: the Lambda runtime's Python with this venv's boto3, compiled
+    as pip installs it.
+
+    Raises:
+        SystemExit: that Python is not on this machine.
+        subprocess.CalledProcessError: the venv or pip failed.
+    """
+    from importlib.metadata import version  # noqa: PLC0415
+
+    from deploy.build_template import load_config  # noqa: PLC0415
+    from deploy.package import runtime_python as find_python  # noqa: PLC0415
+
+    wanted = load_config()["lambda_python_version"]
+    interpreter = find_python(wanted)
+    if interpreter is None:
+        raise SystemExit(f"no {wanted} on this machine (RUNTIME_PYTHON names one)")
+    subprocess.run([interpreter, "-m", "venv", "--clear", str(RUNTIME_VENV)], check=True)
+    pins = [f"{name}=={version(name)}" for name in ("boto3", "botocore")]
+    pip = [str(RUNTIME_VENV / "bin" / "pip"), "install", "--quiet", *pins]
+    subprocess.run(pip, check=True)
+    return RUNTIME_VENV
+
+
+def run_once(code_dir: Path, endpoint: str, session_id: str, python: str) -> dict[str, Any]:
     """One cold start: a fresh interpreter on `code_dir`, one check; its figures."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        # Lambda's runtime provides boto3; take it from this venv, after the code dir.
-        "PYTHONPATH": os.pathsep.join([str(code_dir), *sys.path[1:]]),
+        # Lambda's runtime provides boto3: the interpreter's own, after the code dir.
+        "PYTHONPATH": str(code_dir),
         "PYTHONDONTWRITEBYTECODE": "1",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "bench",
@@ -179,10 +215,12 @@ def run_once(code_dir: Path, endpoint: str, session_id: str) -> dict[str, Any]:
         "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
         "QUOTA_STAGE": "prod",
         "POWERTOOLS_SERVICE_NAME": "mcp-quota",
+        # As on Lambda: ours' init phase then loads the check path (app.py).
+        "AWS_LAMBDA_FUNCTION_NAME": "cold-start",
     }
     event = json.dumps(check_event(session_id))
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, event],
+        [python, "-c", PROBE, event],
         cwd=code_dir,
         env=env,
         capture_output=True,
@@ -208,25 +246,27 @@ def unpacked(zip_path: Path) -> Iterator[tuple[Path, Path]]:
         yield service, bare
 
 
-def measure(zip_path: Path = ZIP, runs: int = 9) -> dict[str, Any]:
+def measure(zip_path: Path = ZIP, runs: int = 9, python: str | None = None) -> dict[str, Any]:
     """Medians of `runs` alternating cold starts of each app, and their ratios."""
+    python = python or runtime_python()
     if not zip_path.exists():
         return {"error": f"{zip_path} missing: run `make package`"}
     samples: dict[str, dict[str, list[float]]] = {
-        "ours": {"init": [], "first": []},
-        "bare": {"init": [], "first": []},
+        "ours": {"init": [], "first": [], "invoke": []},
+        "bare": {"init": [], "first": [], "invoke": []},
     }
     modules: dict[str, list[str]] = {}
     with dynalite_server() as endpoint, unpacked(zip_path) as (service, bare):
         create_tables(endpoint)
         # One unmeasured start each warms the OS file cache alike.
-        run_once(service, endpoint, "warm-ours")
-        run_once(bare, endpoint, "warm-bare")
+        on = run_once(service, endpoint, "warm-ours", python)["python"]
+        run_once(bare, endpoint, "warm-bare", python)
         for i in range(runs):
             for name, code_dir in (("ours", service), ("bare", bare)):
-                result = run_once(code_dir, endpoint, f"{name}-{i}")
+                result = run_once(code_dir, endpoint, f"{name}-{i}", python)
                 samples[name]["init"].append(result["init"])
                 samples[name]["first"].append(result["first"])
+                samples[name]["invoke"].append(result["first"] - result["init"])
                 modules[name] = result["modules"]
     medians = {
         name: {key: statistics.median(values) for key, values in kinds.items()}
@@ -240,7 +280,11 @@ def measure(zip_path: Path = ZIP, runs: int = 9) -> dict[str, Any]:
         "service_first_ms": round(ours["first"], 1),
         "bare_first_ms": round(base["first"], 1),
         "first_ratio": round(ours["first"] / base["first"], 2),
+        "service_invoke_ms": round(ours["invoke"], 1),
+        "bare_invoke_ms": round(base["invoke"], 1),
+        "invoke_ratio": round(ours["invoke"] / base["invoke"], 2),
         "package_bytes": zip_path.stat().st_size,
+        "python": on,
         "powertools_loaded": any(m.startswith("aws_lambda_powertools") for m in modules["ours"]),
         "modules_loaded": len(modules["ours"]),
         "bare_modules_loaded": len(modules["bare"]),
@@ -264,11 +308,13 @@ def table(c: dict[str, Any]) -> list[str]:
         f"{c['init_ratio']}x |",
         f"| first answered check (init + handler + its DynamoDB requests) | "
         f"{c['service_first_ms']} | {c['bare_first_ms']} | {c['first_ratio']}x |",
+        f"| its invocation alone (first answered check - init) | {c['service_invoke_ms']} | "
+        f"{c['bare_invoke_ms']} | {c['invoke_ratio']}x |",
         "",
         f"deployment.zip: {c['package_bytes'] / 1e6:.2f} MB; {c['runs']} runs each, "
         f"alternating. After its first check, ours has loaded {c['modules_loaded']} modules "
         f"from its package (Powertools: {'loaded' if c['powertools_loaded'] else 'not loaded'}"
-        f"); the bare app {c['bare_modules_loaded']}.",
+        f"); the bare app {c['bare_modules_loaded']}. Both on Python {c['python']}.",
     ]
     return lines
 
@@ -277,8 +323,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Cold start of the packaged handler.")
     parser.add_argument("--zip", type=Path, default=ZIP)
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--python", help="the interpreter (default: bench/.venv-runtime's)")
+    parser.add_argument(
+        "--setup-runtime", action="store_true", help="make bench/.venv-runtime, then measure"
+    )
     args = parser.parse_args()
-    print("\n".join(table(measure(args.zip, args.runs))))
+    if args.setup_runtime:
+        setup_runtime()
+    print("\n".join(table(measure(args.zip, args.runs, args.python))))
     return 0
 
 

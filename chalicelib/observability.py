@@ -1,9 +1,9 @@
 """Structured logs and CloudWatch metrics (EMF) via Powertools, loaded on first use.
 
 An allowed check writes no log line and no metric, so a container that only answers
-allowed checks never imports Powertools: the packaged zip carries it as source, and
-compiling it costs more than the rest of the check path (bench/cold_start.py). The first
-log line or metric (a refusal, an error, a client's fail-open report) loads it. X-Ray is
+allowed checks never imports Powertools, whose import costs more than the rest of the
+check path's (bench/cold_start.py). The first log line or metric (a refusal, an error, a
+client's fail-open report) loads it. X-Ray is
 never imported: it adds hundreds of milliseconds to every cold start.
 """
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,10 +36,13 @@ from deploy.build_template import (  # noqa: E402
 DEFAULT_REGION = "us-east-1"
 MERGE_TEMPLATE = "merge-template.json"
 # Dependencies of ours that Lambda's Python runtime already holds, byte-compiled, as
-# boto3's own dependencies. A copy in the zip would come first on sys.path, shadow the
-# runtime's, and be compiled from source at every cold start (bench/cold_start.py).
+# boto3's own dependencies. A copy in the zip would come first on sys.path and shadow the
+# runtime's, which may be a newer version (bench/cold_start.py).
 RUNTIME_PROVIDED = ("jmespath",)
 LATEST = "latest"
+# Bytecode checked against its source's hash, not its modification time: unzipping need
+# not keep the times, and a source changed after packaging is compiled afresh.
+INVALIDATION = "checked-hash"
 
 
 def release_version(project_dir: Path = ROOT, now: datetime | None = None) -> str:
@@ -64,7 +68,8 @@ def release_version(project_dir: Path = ROOT, now: datetime | None = None) -> st
 def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> list[str]:
     """Rewrite `zip_path` without the packages in `provided` (and their dist-info) and
     without bytecode: `chalice package` copies any `__pycache__` the build machine wrote,
-    compiled for its Python, not the runtime's. Returns the entries dropped."""
+    compiled for its Python, not the runtime's (`compile_zip` adds the runtime's).
+    Returns the entries dropped."""
 
     def dropped(entry: str) -> bool:
         top = entry.split("/", 1)[0]
@@ -82,6 +87,50 @@ def prune_zip(zip_path: Path, provided: tuple[str, ...] = RUNTIME_PROVIDED) -> l
                 target.writestr(info, source.read(info), compress_type=info.compress_type)
     kept.replace(zip_path)
     return gone
+
+
+def runtime_python(version: str) -> str | None:
+    """An interpreter of the Lambda runtime's Python (`python3.13`): RUNTIME_PYTHON, this
+    one, one on PATH or one pyenv installed, the first that is that version; None if
+    there is none here."""
+    tag = "cpython-" + version.removeprefix("python").replace(".", "")
+    if sys.implementation.cache_tag == tag and "RUNTIME_PYTHON" not in os.environ:
+        return sys.executable
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    minor = version.removeprefix("python")
+    candidates = [os.environ.get("RUNTIME_PYTHON"), shutil.which(version)]
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{minor}.*/bin/{version}"), reverse=True)]
+    for candidate in filter(None, candidates):
+        probe = [candidate, "-c", "import sys; print(sys.implementation.cache_tag)"]
+        try:
+            said = subprocess.run(probe, capture_output=True, text=True, check=False)  # noqa: S603
+        except OSError:
+            continue
+        if said.returncode == 0 and said.stdout.strip() == tag:
+            return candidate
+    return None
+
+
+def compile_zip(zip_path: Path, interpreter: str) -> list[str]:
+    """Add to `zip_path` the bytecode of each of its modules, compiled by `interpreter`
+    (the runtime's Python): Lambda's code directory is read-only, so a module shipped as
+    source alone is compiled again at every cold start. Returns the entries added.
+
+    Raises:
+        subprocess.CalledProcessError: a module does not compile.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        with zipfile.ZipFile(zip_path) as archive:
+            archive.extractall(tree)
+        command = [interpreter, "-m", "compileall", "-q", "-s", str(tree)]
+        command += ["--invalidation-mode", INVALIDATION, str(tree)]
+        subprocess.run(command, check=True, capture_output=True)  # noqa: S603
+        added = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("__pycache__/*.pyc"))
+        with zipfile.ZipFile(zip_path, "a", zipfile.ZIP_DEFLATED) as archive:
+            for name in added:
+                archive.write(tree / name, name)
+    return added
 
 
 def check_policy(config: dict[str, Any], stage: str) -> None:
@@ -128,6 +177,16 @@ def package(stage: str, outdir: Path, project_dir: Path = ROOT) -> Path:
     command = [str(chalice), "package", "--stage", stage, "--merge-template", str(merge)]
     subprocess.run([*command, str(outdir)], cwd=ROOT, env=env, check=True)  # noqa: S603
     prune_zip(outdir / "deployment.zip")
+    runtime = config["lambda_python_version"]
+    interpreter = runtime_python(runtime)
+    if interpreter is None:
+        print(
+            f"warning: no {runtime} here (RUNTIME_PYTHON names one): deployment.zip ships "
+            "source only, compiled at every cold start",
+            file=sys.stderr,
+        )
+    else:
+        compile_zip(outdir / "deployment.zip", interpreter)
     sam = outdir / "sam.json"
     sam.write_text(json.dumps(finish(json.loads(sam.read_text())), indent=2) + "\n")
     return sam

@@ -11,7 +11,7 @@ from chalice.app import Blueprint, Response
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, request_body, server_caller
 from chalicelib.api.responses import decision_response, handled, json_response, policy_view
-from chalicelib.lazy import lazy_module
+from chalicelib.lazy import collector_paused, lazy_module, preload
 
 if TYPE_CHECKING:
     from chalicelib import aws
@@ -28,6 +28,16 @@ else:
     aws = lazy_module("chalicelib.aws")
 
 checks = Blueprint(__name__)
+
+
+def warm() -> None:
+    """Import what an allowed check needs and build the DynamoDB client: on Lambda, app.py
+    calls this in the init phase, before the first request (an init may run ahead of any
+    request, and is not metered against the invocation's CPU share). Nothing here reads
+    the settings or the policy, so nothing can fail that the first check would not report."""
+    with collector_paused():
+        preload(answers, binding, deadline, validation, aws)
+        deps().dynamodb  # noqa: B018 (built for its side effect)
 
 
 @checks.route("/health", methods=["GET"])

@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 from chalice.app import Request, Response
 
-from chalicelib.lazy import lazy_module
+from chalicelib.lazy import collector_paused, lazy_module
 from chalicelib.observability import logger
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ else:
 METHOD_NOT_ALLOWED = 405
 
 _container: wiring.Container | None = None
+_first_request_done = False
 
 
 def deps() -> wiring.Container:
@@ -51,7 +52,20 @@ def reset_dependencies(container: wiring.Container | None = None) -> None:
 def on_request(request: Request, get_response: Callable[[Request], Response]) -> Response:
     """HTTP middleware: every log line of the request carries its id, the first request
     through API Gateway teaches the container the API's base URL, and Chalice's own
-    answer for a method the route lacks takes the service's error shape."""
+    answer for a method the route lacks takes the service's error shape. A container's
+    first request, which imports what its route needs, runs with the garbage collector
+    paused (`lazy.collector_paused`)."""
+    global _first_request_done
+    if _first_request_done:
+        return answer(request, get_response)
+    with collector_paused():
+        response = answer(request, get_response)
+    _first_request_done = True
+    return response
+
+
+def answer(request: Request, get_response: Callable[[Request], Response]) -> Response:
+    """The route's response to the request (see `on_request`)."""
     logger.set_correlation_id(request.context.get("requestId"))
     learn_base_url(request.headers, request.context)
     response = get_response(request)

@@ -56,7 +56,7 @@ ADMIN_SERVICES = (
 REFUSAL_SIDE = ("chalicelib.check.alerts", "chalicelib.check.auditing", "chalicelib.notify")
 
 
-def cold_container(events: list[dict[str, Any]]) -> dict[str, Any]:
+def cold_container(events: list[dict[str, Any]], on_lambda: bool = False) -> dict[str, Any]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(ROOT),
@@ -66,6 +66,8 @@ def cold_container(events: list[dict[str, Any]]) -> dict[str, Any]:
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
+    if on_lambda:
+        env["AWS_LAMBDA_FUNCTION_NAME"] = "mcp-quota-prod"
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(events)],
         cwd=ROOT,
@@ -118,6 +120,23 @@ def test_an_allowed_check_loads_neither_powertools_nor_the_admin_or_refusal_side
     assert [m for m in after if m.startswith("aws_lambda_powertools")] == []
     assert after.isdisjoint(ADMIN_SIDE)
     assert after.isdisjoint(REFUSAL_SIDE)
+
+
+def test_on_lambda_the_init_phase_loads_the_check_path_and_nothing_more() -> None:
+    report = cold_container([check_event("s-warm")], on_lambda=True)
+
+    assert report["statuses"] == [200]
+    init = set(report["init"])
+    assert {"chalicelib.check.service", "chalicelib.quota.core", "chalicelib.wiring"} <= init
+    assert [m for m in init if m.startswith("aws_lambda_powertools")] == []
+    assert init.isdisjoint(ADMIN_SIDE)
+    assert init.isdisjoint(REFUSAL_SIDE)
+    # The first allowed check finds its route's modules loaded already.
+    after = set(report["after"])
+    check_route = {"chalicelib.check.binding", "chalicelib.check.requests"}
+    check_route |= {"chalicelib.check.deadline", "chalicelib.quota.answers"}
+    assert check_route <= init
+    assert [m for m in after - init if m.startswith("aws_lambda_powertools")] == []
 
 
 def test_the_first_refusal_loads_the_audit_the_email_and_powertools() -> None:

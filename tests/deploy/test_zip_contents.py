@@ -8,6 +8,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from deploy.build_template import load_config
+from deploy.package import runtime_python
 from tests.deploy.code_calls import ROOT
 from tests.deploy.conftest import Packaged
 
@@ -25,7 +27,8 @@ def names(packaged: Packaged) -> list[str]:
 
 def test_only_the_service_comes_from_the_repository(names: list[str]) -> None:
     repository_entries = {path.name for path in ROOT.iterdir()}
-    tops = {name.split("/", 1)[0] for name in names}
+    # The top-level __pycache__ holds the bytecode of app.py and typing_extensions.py.
+    tops = {name.split("/", 1)[0] for name in names} - {"__pycache__"}
 
     assert tops & repository_entries == SERVICE_TOPS
 
@@ -67,5 +70,30 @@ def test_what_lambdas_runtime_already_holds_is_not_shipped(names: list[str]) -> 
     assert "aws_lambda_powertools" in tops
 
 
-def test_no_bytecode_of_the_build_machine_is_shipped(names: list[str]) -> None:
-    assert [n for n in names if "__pycache__" in n or n.endswith(".pyc")] == []
+def runtime_tag() -> str:
+    version = str(load_config()["lambda_python_version"]).removeprefix("python")
+    return "cpython-" + version.replace(".", "")
+
+
+def test_bytecode_is_the_runtimes_only(names: list[str]) -> None:
+    # Lambda's code directory is read-only: a module without bytecode for the runtime's
+    # Python compiles from source at every cold start; the build machine's is never used.
+    bytecode = [n for n in names if n.endswith(".pyc")]
+    if runtime_python(load_config()["lambda_python_version"]) is None:
+        pytest.skip("the runtime's Python is not on this machine: the zip ships source only")
+
+    assert [n for n in bytecode if not n.endswith(f".{runtime_tag()}.pyc")] == []
+    assert all("/__pycache__/" in f"/{n}" for n in bytecode)
+
+
+def test_every_module_has_bytecode_checked_against_its_source(packaged: Packaged) -> None:
+    if runtime_python(load_config()["lambda_python_version"]) is None:
+        pytest.skip("the runtime's Python is not on this machine: the zip ships source only")
+    with zipfile.ZipFile(packaged.zip) as archive:
+        names = set(archive.namelist())
+        sources = [PurePosixPath(n) for n in names if n.endswith(".py")]
+        compiled = {m: m.parent / "__pycache__" / f"{m.stem}.{runtime_tag()}.pyc" for m in sources}
+        assert [str(m) for m, pyc in compiled.items() if str(pyc) not in names] == []
+        # PEP 552: flags 0b11 = checked hash (unzipping need not keep modification times).
+        headers = {archive.read(str(pyc))[4:8] for pyc in compiled.values()}
+    assert headers == {(3).to_bytes(4, "little")}

@@ -1,13 +1,15 @@
-"""chalicelib.lazy: a module named now, imported on its first attribute access."""
+"""chalicelib.lazy: a module named now, imported on its first attribute access; a first
+request's collector paused."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 
 import pytest
 
-from chalicelib.lazy import LazyModule, lazy_module
+from chalicelib.lazy import LazyModule, collector_paused, lazy_module, preload
 
 
 def test_a_lazy_module_is_imported_on_first_use_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +50,30 @@ def test_a_missing_module_or_name_fails_on_first_use() -> None:
         lazy_module("chalicelib.no_such_module").anything  # noqa: B018
     with pytest.raises(AttributeError, match="no_such_name"):
         lazy_module("chalicelib.clock").no_such_name  # noqa: B018
+
+
+def test_preload_imports_what_a_stand_in_names_and_leaves_real_modules_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    stand_in = lazy_module("colorsys")
+
+    preload(stand_in, gc)
+
+    assert "colorsys" in sys.modules
+    assert "not imported yet" not in repr(stand_in)
+
+
+def test_the_collector_is_paused_inside_then_as_it_was_and_what_lived_frozen() -> None:
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            with collector_paused():
+                assert not gc.isenabled()
+                kept = [object() for _ in range(10)]
+            assert gc.isenabled() is enabled
+            assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
