@@ -182,14 +182,7 @@ class RefusalWrites(AdminWrites):
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:
-            old = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-                "ALL_OLD",
-                old_on_failure=True,
-            )
+            old = self._write(key, update, rendered, doing, "ALL_OLD", old_on_failure=True)
         except _ConditionFailed as failed:
             return holds_entry(self._old(failed, key, doing), own)
         self._tails.put(key, None)
