@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import deps, operator_and_body, path_principal, reader
+from chalicelib.api.context import deps, path_principal, reader
+from chalicelib.api.operator_routes import Change, operator_routes, raise_request, reason
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
@@ -30,47 +31,38 @@ def show_principal(principal: str) -> Response:
     return json_response(deps().budget_admin.show(path_principal(who, principal)))
 
 
-@principals.route("/v1/principals/{principal}/raise", methods=["POST"], authorizer=bearer)
-@handled
-def raise_principal(principal: str) -> Response:
-    """Raise one category's principal budget."""
-    who, body = operator_and_body(principals.current_request)
-    parsed = admin_requests.parse_raise(body, deps().policy)
-    return json_response(
-        deps().budget_admin.raise_limit(who, path_principal(who, principal), parsed)
-    )
-
-
-@principals.route("/v1/principals/{principal}/suspend", methods=["POST"], authorizer=bearer)
-@handled
-def suspend_principal(principal: str) -> Response:
-    """Refuse every call made for this principal, in every session."""
-    who, body = operator_and_body(principals.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().budget_admin.suspend(who, path_principal(who, principal), reason))
-
-
-@principals.route("/v1/principals/{principal}/resume", methods=["POST"], authorizer=bearer)
-@handled
-def resume_principal(principal: str) -> Response:
-    """Lift a principal's suspension, manual or automatic."""
-    who, body = operator_and_body(principals.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().budget_admin.resume(who, path_principal(who, principal), reason))
-
-
-@principals.route("/v1/principals/{principal}/reset", methods=["POST"], authorizer=bearer)
-@handled
-def reset_principal(principal: str) -> Response:
-    """Zero a principal's counters in every window."""
-    who, body = operator_and_body(principals.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().budget_admin.reset(who, path_principal(who, principal), reason))
-
-
 @principals.route("/v1/tenant", methods=["GET"], authorizer=bearer)
 @handled
 def show_tenant() -> Response:
     """The tenant's ceiling: counters, limits and windows."""
     who = reader(principals.current_request)
     return json_response(deps().budget_admin.show(quota.BudgetKey.whole_tenant(who.tenant)))
+
+
+operator_routes(
+    principals,
+    "/v1/principals/{principal}",
+    "principal",
+    path_principal,
+    lambda container: container.budget_admin,
+    {
+        "raise": Change(
+            "Raise one category's principal budget.",
+            raise_request,
+            lambda budgets: budgets.raise_limit,
+        ),
+        "suspend": Change(
+            "Refuse every call made for this principal, in every session.",
+            reason,
+            lambda budgets: budgets.suspend,
+        ),
+        "resume": Change(
+            "Lift a principal's suspension, manual or automatic.",
+            reason,
+            lambda budgets: budgets.resume,
+        ),
+        "reset": Change(
+            "Zero a principal's counters in every window.", reason, lambda budgets: budgets.reset
+        ),
+    },
+)

@@ -10,11 +10,17 @@ from chalice.app import Blueprint, Response
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import (
     deps,
-    operator_and_body,
     path_key,
     path_session,
     reader,
     reader_and_query,
+)
+from chalicelib.api.operator_routes import (
+    Change,
+    lower_request,
+    operator_routes,
+    raise_request,
+    reason,
 )
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
@@ -44,46 +50,27 @@ def show_session(session_id: str) -> Response:
     return json_response(deps().admin.show(path_key(who, session_id)))
 
 
-@sessions.route("/v1/sessions/{session_id}/raise", methods=["POST"], authorizer=bearer)
-@handled
-def raise_session(session_id: str) -> Response:
-    """Raise one category's limit for this session, at once."""
-    who, body = operator_and_body(sessions.current_request)
-    parsed = admin_requests.parse_raise(body, deps().policy)
-    return json_response(deps().admin.raise_limit(who, path_session(session_id), parsed))
-
-
-@sessions.route("/v1/sessions/{session_id}/lower", methods=["POST"], authorizer=bearer)
-@handled
-def lower_session(session_id: str) -> Response:
-    """Bring a raised limit back down to the base."""
-    who, body = operator_and_body(sessions.current_request)
-    parsed = admin_requests.parse_lower(body, deps().policy)
-    return json_response(deps().admin.lower(who, path_session(session_id), parsed))
-
-
-@sessions.route("/v1/sessions/{session_id}/suspend", methods=["POST"], authorizer=bearer)
-@handled
-def suspend_session(session_id: str) -> Response:
-    """Kill switch: refuse every check of this session until resumed."""
-    who, body = operator_and_body(sessions.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().admin.suspend(who, path_session(session_id), reason))
-
-
-@sessions.route("/v1/sessions/{session_id}/resume", methods=["POST"], authorizer=bearer)
-@handled
-def resume_session(session_id: str) -> Response:
-    """Lift a suspension."""
-    who, body = operator_and_body(sessions.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().admin.resume(who, path_session(session_id), reason))
-
-
-@sessions.route("/v1/sessions/{session_id}/reset", methods=["POST"], authorizer=bearer)
-@handled
-def reset_session(session_id: str) -> Response:
-    """Zero this session's counters."""
-    who, body = operator_and_body(sessions.current_request)
-    reason = admin_requests.parse_reason(body)
-    return json_response(deps().admin.reset(who, path_session(session_id), reason))
+operator_routes(
+    sessions,
+    "/v1/sessions/{session_id}",
+    "session",
+    lambda who, raw: path_session(raw),
+    lambda container: container.admin,
+    {
+        "raise": Change(
+            "Raise one category's limit for this session, at once.",
+            raise_request,
+            lambda admin: admin.raise_limit,
+        ),
+        "lower": Change(
+            "Bring a raised limit back down to the base.", lower_request, lambda admin: admin.lower
+        ),
+        "suspend": Change(
+            "Kill switch: refuse every check of this session until resumed.",
+            reason,
+            lambda admin: admin.suspend,
+        ),
+        "resume": Change("Lift a suspension.", reason, lambda admin: admin.resume),
+        "reset": Change("Zero this session's counters.", reason, lambda admin: admin.reset),
+    },
+)

@@ -146,7 +146,7 @@ class AuditStore:
         limit: int = 50,
         next_token: str | None = None,
     ) -> AuditPage:
-        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
+        """`AuditLog.page`: one Query of the session's partition.
 
         Raises:
             BadPageToken: the page token is not one this listing issued.

@@ -312,11 +312,7 @@ class BudgetStore:
         spend: Spend | None = None,
         refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count `refusals` (one, or those a client held) in the principal's streak in
-        `category`, marking this budget's own refusal too if `spend` is given; the streak
-        starts again after an allowed call in the category of the refused session.
-        Returns the streak and whether the refusal is the first at `spend`'s window and
-        limit.
+        """`BudgetCounters.note_streak`: one UpdateItem, the old streak read from ALL_OLD.
 
         Raises:
             StorageError: the store failed.

@@ -62,8 +62,8 @@ from chalicelib.storage.dynamodb.codec import (
     stored_id,
     taken_back_id,
 )
-from chalicelib.storage.dynamodb.conditions import Form, render
-from chalicelib.storage.dynamodb.layout import CALL_IDS, RAISED_PREFIX
+from chalicelib.storage.dynamodb.conditions import Form, Rendered, render
+from chalicelib.storage.dynamodb.layout import RAISED_PREFIX
 from chalicelib.storage.dynamodb.session_refusals import RefusalWrites
 from chalicelib.storage.dynamodb.tails import Tail
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
@@ -124,21 +124,21 @@ class CounterStore(RefusalWrites):
                 return Consumed(snapshot_from_item(item))
         # A session this container saw is counted only while it exists: a deleted one
         # fails, and is counted as new on the next round.
-        update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN if tail is not None else frozenset(), raised))
         try:
-            item = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-                old_on_failure=True,
-            )
+            return self._count_appended(key, change, rendered, doing)
         except _ConditionFailed as failed:
-            old = self._old(failed, key, doing)
-            return self._under_raise(attempt, rule, old, change)
-        self._tails.learn(key, item)
-        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
+            return self._under_raise(attempt, rule, self._old(failed, key, doing), change)
+
+    def _count_appended(self, key: str, change: Change, rule: Rendered, doing: str) -> Consumed:
+        """The call counted by `change`, its record appended to the last calls, on `rule`.
+
+        Raises:
+            _ConditionFailed: the rule failed.
+            StorageError: the store failed.
+        """
+        item = self._write(key, self._change(change, APPEND_CALL), rule, doing, old_on_failure=True)
+        self._appended(key, item)
         return Consumed(snapshot_from_item(item))
 
     def admit(self, attempt: Attempt, life: CallLife) -> bool:
@@ -186,22 +186,12 @@ class CounterStore(RefusalWrites):
         if attempt.units == 1 or raise_ is None or raise_ <= attempt.base_limit:
             return NotConsumed(seen)
         key, doing = key_of(attempt.session), "counting a lease under a raise"
-        update = self._change(change, APPEND_CALL)
         rendered = render(rule, Form(KNOWN, raise_as_read=raise_))
         try:
-            item = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-                old_on_failure=True,
-            )
+            return self._count_appended(key, change, rendered, doing)
         except _ConditionFailed as again:
             old = self._old(again, key, doing)
             return NotConsumed(snapshot_from_item(old) if old else None)
-        self._tails.learn(key, item)
-        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
-        return Consumed(snapshot_from_item(item))
 
     def _restart(self, attempt: Attempt, change: Change, rule: Condition, doing: str) -> Any:
         """Idle-expired counters started again by `change`; None if `rule` failed.
@@ -213,12 +203,7 @@ class CounterStore(RefusalWrites):
         update = self._change(change, RESTART_CALLS)
         rendered = render(rule)
         try:
-            item = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-            )
+            item = self._write(key, update, rendered, doing)
         except _ConditionFailed:
             return None
         self._tails.learn(key, item)
@@ -273,14 +258,7 @@ class CounterStore(RefusalWrites):
             new = tail.replacing_last(encode_call(record), entry)
             update = self._change(change, REWRITE_CALLS, tail.values(new))
             try:
-                self._write(
-                    key,
-                    update,
-                    rendered,
-                    doing,
-                    "NONE",
-                    also=tail.condition(),
-                )
+                self._write(key, update, rendered, doing, "NONE", also=tail.condition())
             except _ConditionFailed:
                 pass  # another writer came between, or the session was reset: append
             else:
@@ -289,12 +267,7 @@ class CounterStore(RefusalWrites):
         self._tails.put(key, None)
         update = self._change(change, APPEND_CALL, {":cidl": {"L": [_s(entry)]}})
         try:
-            item = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-            )
+            item = self._write(key, update, rendered, doing)
         except _ConditionFailed:
             if unknown:
                 return  # this check's count never landed: nothing to take back
@@ -305,16 +278,10 @@ class CounterStore(RefusalWrites):
             # Only if not taken back already (the store's own retry of that write).
             exists = render(all_of(SessionExists(), not_taken_back(attempt)))
             try:
-                item = self._write(
-                    key,
-                    update,
-                    exists,
-                    doing,
-                )
+                item = self._write(key, update, exists, doing)
             except _ConditionFailed:
                 return
-        self._tails.learn(key, item)
-        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
+        self._appended(key, item)
 
     def return_lease(
         self, session: SessionKey, lease: LeaseId, unused: int, cutoff_ms: int

@@ -27,9 +27,7 @@ from chalicelib.storage.dynamodb.expressions import (
     BASE_NAMES,
     TRIM_CONDITION,
 )
-from chalicelib.storage.dynamodb.layout import (
-    PK,
-)
+from chalicelib.storage.dynamodb.layout import CALL_IDS, PK
 from chalicelib.storage.dynamodb.tails import Tails
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
 from chalicelib.storage.dynamodb.updates import n as _n
@@ -47,8 +45,6 @@ _log = logging.getLogger(__name__)
 
 class SessionItems:
     """One session's item: the requests every write to it makes; decides nothing."""
-
-    """Counts checks on the session counter item; decides nothing about policy."""
 
     def __init__(
         self,
@@ -183,6 +179,12 @@ class SessionItems:
             _log.warning("last-calls trim failed while %s", exc.doing)
         finally:
             self._tails.put(key, None)
+
+    def _appended(self, key: str, item: Mapping[str, Any]) -> None:
+        """After a write that appended to the last calls, with the item it returned: its
+        lists learnt, and trimmed once a batch past `keep`."""
+        self._tails.learn(key, item)
+        self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
 
     def _admin_update(
         self, session: SessionKey, update: Rendered, rule: Rendered, doing: str

@@ -50,14 +50,8 @@ class RefusalWrites(AdminWrites):
         expected: bool = False,
         marks: bool = True,
     ) -> bool | None:
-        """Record a refused attempt and refresh the idle clock.
-
-        Returns whether this is the first refusal at `limit` since the counters started
-        (always False while suspended), or None if the session changed since `seen` was
-        read (reset, suspended, resumed, deleted): the caller evaluates the check again.
-        A retry of this very write (same check id) returns what the first one did.
-        `expected`: no check was made first (the session was seen spent); the write holds
-        only while the session is still spent at `limit`, else None at once.
+        """`SessionChecks.record_block`: the refusal folded into the lists this container
+        knows, or appended; a retry of this very write returns what the first one did.
 
         Raises:
             StorageError: the store failed.
@@ -182,14 +176,7 @@ class RefusalWrites(AdminWrites):
         key = key_of(attempt.session)
         doing = "recording a replayed call"
         try:
-            old = self._write(
-                key,
-                update,
-                rendered,
-                doing,
-                "ALL_OLD",
-                old_on_failure=True,
-            )
+            old = self._write(key, update, rendered, doing, "ALL_OLD", old_on_failure=True)
         except _ConditionFailed as failed:
             return holds_entry(self._old(failed, key, doing), own)
         self._tails.put(key, None)

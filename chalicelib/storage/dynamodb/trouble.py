@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import time
 import zlib
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib.storage import page_tokens
 from chalicelib.storage.dynamodb.updates import n, s
 from chalicelib.storage.faults import translate
 from chalicelib.storage.ports import TroubleKind, TroubleMark, TroublePage
+from chalicelib.storage.trouble_pages import day_page
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -33,10 +34,7 @@ _MARK = "SET #entry = :entry, #exp = :exp"
 _DAY = "#pk = :pk"
 KEEP_DAYS = 30
 SHARDS = 64  # each under DynamoDB's 400 KB item: room for about 250,000 entries a day
-PAGE_SCOPE = "trouble"
-DAY_MS = 86_400_000
 _ENTRY = "s:"  # attribute-name prefix of an entry; no other attribute starts with it
-_END_OF_MS = "#~"  # sorts after "#<session id>" of the same millisecond
 
 
 def _pk(tenant: str, at_ms: int) -> str:
@@ -58,11 +56,6 @@ def _mark(tenant: str, session_id: str, entry: str) -> TroubleMark:
     return TroubleMark(
         tenant, session_id, TroubleKind(kind), int(at), category or None, principal or None
     )
-
-
-def _key(mark: TroubleMark) -> str:
-    """The listing's order: time, then session id."""
-    return f"{mark.at_ms:013d}#{mark.session_id}"
 
 
 class TroubleStore:
@@ -120,30 +113,10 @@ class TroubleStore:
     def page(
         self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
     ) -> TroublePage:
-        """Up to `limit` entries from `since_ms` to `until_ms`, newest first, from one
-        day; at the day's end the token goes on with the day before.
+        """`TroubleIndex.page` (`trouble_pages.day_page`), a day read by `_day`.
 
         Raises:
             BadPageToken: the page token is not one this listing issued.
             StorageError: the store failed.
         """
-        # Below `high`, exclusive: the previous page's last entry, or the end of a
-        # millisecond, which no entry equals.
-        high = f"{until_ms:013d}{_END_OF_MS}"
-        if next_token is not None:
-            high = min(high, page_tokens.decode_key(next_token, tenant, PAGE_SCOPE))
-        high_ms = int(high[:13])
-        if high_ms < since_ms:
-            return TroublePage([], None)
-        day = [m for m in self._day(tenant, high_ms) if m.at_ms >= since_ms and _key(m) < high]
-        newest = sorted(day, key=_key, reverse=True)
-        kept = newest[:limit]
-        day_start = high_ms - high_ms % DAY_MS
-        if len(newest) > limit:
-            token: str | None = page_tokens.encode_key(tenant, PAGE_SCOPE, _key(kept[-1]))
-        elif day_start > since_ms:
-            # The day is done: the next page is the day before.
-            token = page_tokens.encode_key(tenant, PAGE_SCOPE, f"{day_start - 1:013d}{_END_OF_MS}")
-        else:
-            token = None
-        return TroublePage(kept, token)
+        return day_page(tenant, since_ms, until_ms, limit, next_token, partial(self._day, tenant))

@@ -41,7 +41,7 @@ class MemoryAuditLog:
         limit: int = 50,
         next_token: str | None = None,
     ) -> AuditPage:
-        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
+        """`AuditLog.page` over the events in memory.
 
         Raises:
             BadPageToken: the token is not one this listing issued.

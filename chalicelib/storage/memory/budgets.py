@@ -137,9 +137,7 @@ class MemoryBudgets:
         spend: Spend | None = None,
         refusals: int = 1,
     ) -> tuple[int, bool]:
-        """Count a refusal in the principal's streak in `category` (it starts again after
-        an allowed call there of the refused session), marking this budget's own refusal
-        if `spend`."""
+        """`BudgetCounters.note_streak`, under the lock."""
         with self._lock:
             first = self._first(key, spend)
             goes_on = streak_goes_on(category, allowed_since_ms).holds(self._snapshot(key))

@@ -249,7 +249,7 @@ class MemoryCounters:
         expected: bool = False,
         marks: bool = True,
     ) -> bool | None:
-        """Record a refused attempt; whether it is the first at `limit`, or None."""
+        """`SessionChecks.record_block`, under the lock."""
         record = attempt.record(allowed=False)
         with self._lock:
             session = self._sessions.get(attempt.session)

@@ -4,17 +4,10 @@ at a time, as the DynamoDB adapter does."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
-from chalicelib.storage import page_tokens
 from chalicelib.storage.ports import TroubleMark, TroublePage
-
-PAGE_SCOPE = "trouble"
-DAY_MS = 86_400_000
-_END_OF_MS = "#~"
-
-
-def _key(mark: TroubleMark) -> str:
-    return f"{mark.at_ms:013d}#{mark.session_id}"
+from chalicelib.storage.trouble_pages import DAY_MS, day_page
 
 
 class MemoryTroubleIndex:
@@ -32,33 +25,18 @@ class MemoryTroubleIndex:
     def page(
         self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None
     ) -> TroublePage:
-        """Up to `limit` entries from `since_ms` to `until_ms`, newest first, from one
-        day; at the day's end the token goes on with the day before.
+        """`TroubleIndex.page` (`trouble_pages.day_page`) over the marks in memory.
 
         Raises:
             BadPageToken: the page token is not one this listing issued.
         """
-        high = f"{until_ms:013d}{_END_OF_MS}"
-        if next_token is not None:
-            high = min(high, page_tokens.decode_key(next_token, tenant, PAGE_SCOPE))
-        high_ms = int(high[:13])
-        if high_ms < since_ms:
-            return TroublePage([], None)
+        return day_page(tenant, since_ms, until_ms, limit, next_token, partial(self._day, tenant))
+
+    def _day(self, tenant: str, day_ms: int) -> list[TroubleMark]:
+        """The tenant's marks of the UTC day of `day_ms`."""
         with self._lock:
-            day = [
+            return [
                 m
                 for (owner, day_index, _), m in self._marks.items()
-                if owner == tenant and day_index == high_ms // DAY_MS
+                if owner == tenant and day_index == day_ms // DAY_MS
             ]
-        newest = sorted(
-            (m for m in day if m.at_ms >= since_ms and _key(m) < high), key=_key, reverse=True
-        )
-        kept = newest[:limit]
-        day_start = high_ms - high_ms % DAY_MS
-        if len(newest) > limit:
-            token: str | None = page_tokens.encode_key(tenant, PAGE_SCOPE, _key(kept[-1]))
-        elif day_start > since_ms:
-            token = page_tokens.encode_key(tenant, PAGE_SCOPE, f"{day_start - 1:013d}{_END_OF_MS}")
-        else:
-            token = None
-        return TroublePage(kept, token)
