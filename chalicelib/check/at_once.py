@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar, cast
 
@@ -46,6 +47,16 @@ from chalicelib.storage.ports import StorageError
 _Counted = TypeVar("_Counted", bound="tuple[Allowed, SessionSnapshot, Attempt] | Refused")
 
 
+@dataclass(frozen=True)
+class Went:
+    """What the wider takes sent with the session's count did (None: not sent with it,
+    the caller takes them now), and how the holds on their budgets here stood when the
+    check began (`Holds.seen`)."""
+
+    outcome: Outcome | StorageError | None
+    since: dict[BudgetKey, int]
+
+
 class AtOnce:
     """Counts a call in its session, and in the wider budgets at once when it pays."""
 
@@ -57,7 +68,7 @@ class AtOnce:
 
     def count(
         self, count: Callable[[], _Counted], attempt: Attempt, category: Category
-    ) -> tuple[_Counted, list[Step], Outcome | StorageError | None]:
+    ) -> tuple[_Counted, list[Step], Went]:
         """The session's count (`count`), the wider steps of the attempt as counted, and
         what they did if they went with it (None: the caller takes them now,
         `outcome_of`).
@@ -67,6 +78,7 @@ class AtOnce:
         """
         wider, room = self._wider, self._room
         steps = wider.steps(attempt, category) if wider else []
+        since = self._holds.seen(steps)
         went: Outcome | StorageError | None = None
         with room.going(attempt) as ample:
             if ample and wider is not None and goes_at_once(wider, attempt, steps):
@@ -77,23 +89,22 @@ class AtOnce:
             if not isinstance(counted, Refused):
                 room.note(counted[2], counted[0], counted[1])  # before it is not going
         if isinstance(counted, Refused):
-            return counted, [], None
+            return counted, [], Went(None, since)
         if wider is not None and went is None:
             steps = wider.steps(counted[2], category)  # a lease may have fewer units
-        return counted, steps, went
+        return counted, steps, Went(went, since)
 
-    def outcome(
-        self, attempt: Attempt, steps: list[Step], went: Outcome | StorageError | None
-    ) -> Outcome:
+    def outcome(self, attempt: Attempt, steps: list[Step], sent: Went) -> Outcome:
         """What the wider budgets did with a call its session counted: as they went with
         the session's count, or taken now. A refusal met while takes sent at once by
-        other checks here were under way is asked once more when they have settled:
-        what one of them held for a moment and gave back refuses nobody.
+        other checks here were under way (any since this check began) is asked once more
+        when they have settled: what one of them held for a moment and gave back refuses
+        nobody.
 
         Raises:
             StorageError: a step failed (what the others took was given back).
         """
-        wider = self._wider
+        wider, went = self._wider, sent.outcome
         assert wider is not None
         if isinstance(went, StorageError):
             raise went
@@ -101,7 +112,7 @@ class AtOnce:
             deadline.ensure("counting a call above its session")
             went = wider.take_all(attempt, steps)
         taken, refusal = went
-        if refusal is None or not self._holds.settle(refusal[0].budget.key):
+        if refusal is None or not self._holds.settle(refusal[0].budget.key, sent.since):
             return went
         if taken:
             compensate(wider.giving_back(taken), attempt, self._repairs)
@@ -111,39 +122,52 @@ class AtOnce:
 
 class Holds:
     """The wider budgets that takes sent at once are holding in this container, until
-    each stands or is given back."""
+    each stands or is given back; and how often a hold on each began or ended here."""
 
     def __init__(self) -> None:
         self._settled = threading.Condition()
         self._held: dict[BudgetKey, int] = {}
+        self._moves: dict[BudgetKey, int] = {}  # holds begun or ended, per budget
+
+    def seen(self, steps: list[Step]) -> dict[BudgetKey, int]:
+        """How the holds on these steps' budgets stand now (for `settle`)."""
+        with self._settled:
+            return {step.key: self._moves.get(step.key, 0) for step in steps}
+
+    def _move(self, keys: list[BudgetKey], by: int) -> None:
+        if len(self._moves) > HOLD_HINTS:
+            self._moves.clear()  # every refusal then counts as met during a hold: asked again
+        for key in keys:
+            self._held[key] = self._held.get(key, 0) + by
+            if not self._held[key]:
+                del self._held[key]
+            self._moves[key] = self._moves.get(key, 0) + 1
 
     @contextmanager
     def holding(self, steps: list[Step]) -> Iterator[None]:
         keys = [step.key for step in steps]
         with self._settled:
-            for key in keys:
-                self._held[key] = self._held.get(key, 0) + 1
+            self._move(keys, 1)
         try:
             yield
         finally:
             with self._settled:
-                for key in keys:
-                    self._held[key] -= 1
-                    if not self._held[key]:
-                        del self._held[key]
+                self._move(keys, -1)
                 self._settled.notify_all()
 
-    def settle(self, key: BudgetKey) -> bool:
-        """Wait (while the check's deadline allows one more request after) until no take
-        sent at once here holds `key`; whether any did."""
+    def settle(self, key: BudgetKey, since: dict[BudgetKey, int]) -> bool:
+        """Whether a take sent at once here held `key` at any moment since `since`
+        (`seen`): then wait (while the check's deadline allows one more request after)
+        until none holds it."""
         with self._settled:
-            if key not in self._held:
+            if key not in self._held and self._moves.get(key, 0) == since.get(key, 0):
                 return False
             while key in self._held and deadline.allows_step():
                 self._settled.wait(SETTLE_POLL_S)
             return True
 
 
+HOLD_HINTS = 10_000  # budgets a container counts hold moves for (then starts again)
 SETTLE_POLL_S = 0.05  # how often a wait for held budgets looks at the deadline again
 
 
