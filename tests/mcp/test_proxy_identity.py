@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from fastmcp.server.auth.providers.jwt import RSAKeyPair
 from joserfc.jwk import RSAKey
 from launch import ROOT, Running, free_port, spawn, wait_healthy
 from mcp_quota_client import META_SESSION_KEY
+from mcp_quota_client import proxy as proxy_cli
 
 from tests.mcp.conftest import TOKEN, FakeQuotaService
 from tests.mcp.proxy_support import deletions, spawn_proxy, spawn_tags_http, tags_command
@@ -315,6 +317,33 @@ def quota_env() -> dict[str, str]:
     return {**os.environ, "MCP_QUOTA_URL": "http://127.0.0.1:9", "MCP_QUOTA_TOKEN": TOKEN}
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """How the proxy's `main` stopped: its exit code and what it wrote on stderr."""
+
+    returncode: int | str | None
+    stderr: str
+
+
+@pytest.fixture
+def proxy_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Stopped]:
+    """The proxy's command line run in this process (the same `main` the console script
+    calls): the argument checks need no new interpreter, which costs seconds each. The
+    process boundary itself is held by the subprocess tests beside these."""
+
+    def run(*args: str, url: str = "http://127.0.0.1:9") -> Stopped:
+        monkeypatch.setenv("MCP_QUOTA_URL", url)
+        monkeypatch.setenv("MCP_QUOTA_TOKEN", TOKEN)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stopped:
+            proxy_cli.main(list(args))
+        return Stopped(stopped.value.code, capsys.readouterr().err)
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -325,8 +354,10 @@ def quota_env() -> dict[str, str]:
         (["--upstream-url", "http://x/mcp", "--jwt-public-key", "/no/such.pem"], "cannot read"),
     ],
 )
-def test_a_bad_command_line_is_refused_in_one_line(args: list[str], says: str) -> None:
-    done = run_proxy(*args, env=quota_env())
+def test_a_bad_command_line_is_refused_in_one_line(
+    args: list[str], says: str, proxy_main: Callable[..., Stopped]
+) -> None:
+    done = proxy_main(*args)
 
     assert done.returncode == 2
     assert says in done.stderr.strip().splitlines()[-1]
@@ -356,14 +387,14 @@ def test_an_unreachable_upstream_or_missing_settings_stop_it_in_one_line() -> No
     ],
 )
 def test_an_unusable_quota_url_stops_it_before_the_upstream_in_one_line(
-    url: str, upstream: str, tmp_path: Path
+    url: str, upstream: str, tmp_path: Path, proxy_main: Callable[..., Stopped]
 ) -> None:
     # The upstream would answer: the proxy must not start serving with checks that
     # can never reach the service (every read would run uncounted, every write fail).
     started = tmp_path / "started"
     command = f"{sys.executable} -c \"open({str(started)!r}, 'w')\""
     target = f"http://127.0.0.1:{free_port()}/mcp" if upstream == "--upstream-url" else command
-    done = run_proxy(upstream, target, env={**quota_env(), "MCP_QUOTA_URL": url})
+    done = proxy_main(upstream, target, url=url)
 
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
@@ -381,8 +412,10 @@ def test_an_unusable_quota_url_stops_it_before_the_upstream_in_one_line(
         (["--upstream-url", "x:9000/mcp"], "--upstream-url 'x:9000/mcp' is not usable"),
     ],
 )
-def test_missing_or_contradictory_upstream_flags_are_one_line(args: list[str], says: str) -> None:
-    done = run_proxy(*args, env=quota_env())
+def test_missing_or_contradictory_upstream_flags_are_one_line(
+    args: list[str], says: str, proxy_main: Callable[..., Stopped]
+) -> None:
+    done = proxy_main(*args)
 
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
