@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.errors import Conflict, NotFound, QuotaServiceError, from_storage
+from chalicelib.errors import Conflict, NotFound, QuotaServiceError
 from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
 from chalicelib.links.plans import (
     AlreadyDone,
@@ -22,11 +22,9 @@ from chalicelib.links.plans import (
     plan_raise,
     plan_suspend,
     plan_suspend_principal,
-    subject,
 )
 from chalicelib.links.signing import (
     APPROVAL_ACTIONS,
-    LINK_ACTOR,
     LINK_TTL_MS,
     LinkAction,
     LinkPayload,
@@ -34,7 +32,7 @@ from chalicelib.links.signing import (
     LinkSigner,
     new_link_id,
 )
-from chalicelib.observability import logger
+from chalicelib.links import outcomes
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, Scope, SessionState
 from chalicelib.quota.events import AuditEvent, EventType
@@ -196,11 +194,7 @@ class LinkDesk:
         return verified
 
     def _used(self, payload: LinkPayload, use: LinkUse) -> Page:
-        body = paragraph(
-            f"This link was already used at {iso_utc(use.used_at_ms)}. It did: {use.did}"
-        )
-        body += facts(_what(payload)) + self._console(payload)
-        return render(410, "This link was already used", body, "bad")
+        return outcomes.used_page(use, facts(_what(payload)) + self._console(payload))
 
     def _console(self, payload: LinkPayload) -> str:
         if not self._base:
@@ -249,29 +243,24 @@ class LinkDesk:
     def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
         """The page of a link whose action someone already took; audited when pressed."""
         if pressed:
-            log_link("email link declined", payload, done.sentence())
-            self._admin().record(
-                AuditEvent(
-                    at_ms=self._clock(),
-                    type=EventType.LINK_DECLINED,
-                    tenant=payload.tenant,
-                    session_id=payload.session_id,
-                    actor=LINK_ACTOR,
-                    reason=done.sentence(),
-                    detail={
-                        "link_id": payload.link_id,
-                        "link_action": payload.action.value,
-                        "subject": subject(payload),
-                        "done_by": done.by,
-                    },
-                    principal=payload.principal,
-                )
-            )
-        body = paragraph(done.sentence()) + paragraph(
-            f"The link asked to: {payload.describe()} Nothing was changed."
-        )
-        body += facts(_what(payload)) + self._console(payload)
+            now = self._clock()
+            event = outcomes.declined_event(payload, done, now, payload.session_id, payload.principal)
+            self._admin().record(event)
+        body = outcomes.declined_text(payload, done) + facts(_what(payload)) + self._console(payload)
         return render(409, "Already done", body, "ok")
+
+    def _open(self, payload: LinkPayload, pressed: bool) -> Change | Page:
+        """What the link does now; or the page of a link used before, or of one whose
+        action someone already took.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        previous = self._uses.find(payload.tenant, payload.link_id)
+        if previous is not None:
+            return self._used(payload, previous)
+        plan = self._plan(payload)
+        return self._declined(payload, plan, pressed) if isinstance(plan, AlreadyDone) else plan
 
     def confirm(self, token: str) -> Page:
         """The confirmation page: what the link will do now, and one button. Changes
@@ -285,12 +274,9 @@ class LinkDesk:
             return checked
         if checked.action in APPROVAL_ACTIONS:
             return self._approvals().confirm(checked)
-        previous = self._uses.find(checked.tenant, checked.link_id)
-        if previous is not None:
-            return self._used(checked, previous)
-        plan = self._plan(checked)
-        if isinstance(plan, AlreadyDone):
-            return self._declined(checked, plan, pressed=False)
+        plan = self._open(checked, pressed=False)
+        if isinstance(plan, Page):
+            return plan
         body = paragraph(checked.describe()) + paragraph(f"Result: {plan.summary}")
         body += facts([*plan.facts, *_what(checked)])
         body += paragraph("Nothing happens until you press the button. The link works once.")
@@ -308,16 +294,10 @@ class LinkDesk:
             return checked
         if checked.action in APPROVAL_ACTIONS:
             return self._approvals().perform(checked)
-        previous = self._uses.find(checked.tenant, checked.link_id)
-        if previous is not None:
-            return self._used(checked, previous)
-        plan = self._plan(checked)
-        if isinstance(plan, AlreadyDone):
-            return self._declined(checked, plan, pressed=True)
-        now = self._clock()
-        did = f"{checked.describe()} ({plan.summary})"
-        use = LinkUse(checked.tenant, checked.link_id, now, did, checked.expires_ms)
-        previous = self._uses.claim(use)
+        plan = self._open(checked, pressed=True)
+        if isinstance(plan, Page):
+            return plan
+        previous = outcomes.take(self._uses, checked, plan.summary, self._clock())
         if previous is not None:
             return self._used(checked, previous)
         try:
@@ -330,13 +310,10 @@ class LinkDesk:
                 return self._declined(checked, again, pressed=True)
             raise
         except (QuotaServiceError, StorageError) as exc:
-            self._uses.release(checked.tenant, checked.link_id)
-            error = from_storage(exc) if isinstance(exc, StorageError) else exc
-            log_link("email link failed", checked, error.message)
-            body = paragraph(f"Nothing was changed: {error.message}")
-            body += paragraph("The link can be used again.") + self._console(checked)
-            return render(error.STATUS_CODE, "The action could not be done", body, "bad")
-        log_link("email link used", checked, plan.summary)
+            nothing, title = "Nothing was changed", "The action could not be done"
+            console = self._console(checked)
+            return outcomes.failed_page(self._uses, checked, exc, nothing, title, console)
+        outcomes.log_link("email link used", checked, plan.summary)
         body = paragraph(f"Done: {plan.summary}") + paragraph(outcome)
         body += facts(_what(checked)) + self._console(checked)
         return render(200, "Done", body, "ok")
@@ -361,18 +338,3 @@ class LinkDesk:
         key = BudgetKey.principal(payload.tenant, payload.principal)
         self._budget_admin().suspend(who, key, reason)
         return "Every tool call made for the principal is now refused, until it is resumed."
-
-
-def log_link(message: str, payload: LinkPayload, outcome: str) -> None:
-    """One log line naming the link: its id, action, subject and actor (never its token)."""
-    logger.info(
-        message,
-        extra={
-            "tenant": payload.tenant,
-            "link_id": payload.link_id,
-            "link_action": payload.action.value,
-            "subject": subject(payload),
-            "actor": LINK_ACTOR,
-            "outcome": outcome,
-        },
-    )
