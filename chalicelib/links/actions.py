@@ -14,7 +14,8 @@ from urllib.parse import quote
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, NotFound, QuotaServiceError
-from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
+from chalicelib.links import outcomes
+from chalicelib.links.pages import Page, facts, link, paragraph, render
 from chalicelib.links.plans import (
     AlreadyDone,
     Change,
@@ -32,7 +33,6 @@ from chalicelib.links.signing import (
     LinkSigner,
     new_link_id,
 )
-from chalicelib.links import outcomes
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, Scope, SessionState
 from chalicelib.quota.events import AuditEvent, EventType
@@ -244,23 +244,40 @@ class LinkDesk:
         """The page of a link whose action someone already took; audited when pressed."""
         if pressed:
             now = self._clock()
-            event = outcomes.declined_event(payload, done, now, payload.session_id, payload.principal)
+            event = outcomes.declined_event(
+                payload, done, now, payload.session_id, payload.principal
+            )
             self._admin().record(event)
-        body = outcomes.declined_text(payload, done) + facts(_what(payload)) + self._console(payload)
+        body = (
+            outcomes.declined_text(payload, done) + facts(_what(payload)) + self._console(payload)
+        )
         return render(409, "Already done", body, "ok")
 
-    def _open(self, payload: LinkPayload, pressed: bool) -> Change | Page:
-        """What the link does now; or the page of a link used before, or of one whose
-        action someone already took.
+    def _open(self, token: str, pressed: bool) -> tuple[LinkPayload, Change] | Page:
+        """The link and what it does now (taken, once `pressed`); or the page already
+        answered: a link that is not valid, used before, or whose action someone already
+        took, or an approval's link (its desk's page).
 
         Raises:
             StorageError: the store failed.
         """
-        previous = self._uses.find(payload.tenant, payload.link_id)
+        checked = self._checked(token)
+        if isinstance(checked, Page):
+            return checked
+        if checked.action in APPROVAL_ACTIONS:
+            desk = self._approvals()
+            return desk.perform(checked) if pressed else desk.confirm(checked)
+        previous = self._uses.find(checked.tenant, checked.link_id)
         if previous is not None:
-            return self._used(payload, previous)
-        plan = self._plan(payload)
-        return self._declined(payload, plan, pressed) if isinstance(plan, AlreadyDone) else plan
+            return self._used(checked, previous)
+        plan = self._plan(checked)
+        if isinstance(plan, AlreadyDone):
+            return self._declined(checked, plan, pressed)
+        if pressed:
+            previous = outcomes.take(self._uses, checked, plan.summary, self._clock())
+            if previous is not None:
+                return self._used(checked, previous)
+        return checked, plan
 
     def confirm(self, token: str) -> Page:
         """The confirmation page: what the link will do now, and one button. Changes
@@ -269,18 +286,12 @@ class LinkDesk:
         Raises:
             StorageError: the store failed.
         """
-        checked = self._checked(token)
-        if isinstance(checked, Page):
-            return checked
-        if checked.action in APPROVAL_ACTIONS:
-            return self._approvals().confirm(checked)
-        plan = self._open(checked, pressed=False)
-        if isinstance(plan, Page):
-            return plan
-        body = paragraph(checked.describe()) + paragraph(f"Result: {plan.summary}")
-        body += facts([*plan.facts, *_what(checked)])
-        body += paragraph("Nothing happens until you press the button. The link works once.")
-        return render(200, "Confirm this action", body + confirm_form("Confirm"))
+        opened = self._open(token, pressed=False)
+        if isinstance(opened, Page):
+            return opened
+        checked, plan = opened
+        shown = [*plan.facts, *_what(checked)]
+        return outcomes.confirm_page(checked, plan, shown, "Confirm this action", "Confirm")
 
     def perform(self, token: str) -> Page:
         """Take the link (once) and do what it says, relative to the state it was sent
@@ -289,17 +300,10 @@ class LinkDesk:
         Raises:
             StorageError: the store failed before the link was taken.
         """
-        checked = self._checked(token)
-        if isinstance(checked, Page):
-            return checked
-        if checked.action in APPROVAL_ACTIONS:
-            return self._approvals().perform(checked)
-        plan = self._open(checked, pressed=True)
-        if isinstance(plan, Page):
-            return plan
-        previous = outcomes.take(self._uses, checked, plan.summary, self._clock())
-        if previous is not None:
-            return self._used(checked, previous)
+        opened = self._open(token, pressed=True)
+        if isinstance(opened, Page):
+            return opened
+        checked, plan = opened
         try:
             outcome = self._do(checked, plan)
         except Conflict:

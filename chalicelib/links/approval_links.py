@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from chalicelib.admin.audit import actor_of, link_detail
 from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, NotFound, QuotaServiceError
+from chalicelib.links import outcomes
 from chalicelib.links.actions import EmailLink
-from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
+from chalicelib.links.pages import Page, facts, link, paragraph, render
 from chalicelib.links.plans import AlreadyDone, Change, plan_decision
 from chalicelib.links.signing import LINK_TTL_MS, LinkAction, LinkPayload, LinkSigner, new_link_id
-from chalicelib.links import outcomes
 from chalicelib.quota.approvals import Approval, ApprovalState
 from chalicelib.quota.events import TENANT_SCOPE, AuditEvent
 from chalicelib.storage.ports import LinkUse, LinkUses, StorageError
@@ -154,9 +154,9 @@ class ApprovalDesk:
         self._record(event)
 
     def _open(self, payload: LinkPayload, pressed: bool) -> tuple[Approval, Change] | Page:
-        """The approval the link decides and what deciding it does; or the page of a link
-        used before, of an approval gone, or of one someone already decided (audited
-        when pressed).
+        """The approval the link decides and what deciding it does (the link taken, once
+        `pressed`); or the page of a link used before, of an approval gone, or of one
+        someone already decided (audited when pressed).
 
         Raises:
             StorageError: the store failed.
@@ -172,6 +172,10 @@ class ApprovalDesk:
             if pressed:
                 self._audit_declined(payload, approval, plan)
             return self._declined(payload, approval, plan)
+        if pressed:
+            previous = outcomes.take(self._uses, payload, plan.summary, self._clock())
+            if previous is not None:
+                return self._used(payload, previous)
         return approval, plan
 
     def confirm(self, payload: LinkPayload) -> Page:
@@ -185,10 +189,8 @@ class ApprovalDesk:
             return opened
         approval, plan = opened
         verb = _VERB[payload.action]
-        body = paragraph(payload.describe()) + paragraph(f"Result: {plan.summary}")
-        body += facts([*_call_facts(approval), *plan.facts])
-        body += paragraph("Nothing happens until you press the button. The link works once.")
-        return render(200, f"{verb} this call", body + confirm_form(verb))
+        shown = [*_call_facts(approval), *plan.facts]
+        return outcomes.confirm_page(payload, plan, shown, f"{verb} this call", verb)
 
     def perform(self, payload: LinkPayload) -> Page:
         """Take the link (once) and decide the approval as the admin API does.
@@ -200,9 +202,6 @@ class ApprovalDesk:
         if isinstance(opened, Page):
             return opened
         approval, plan = opened
-        previous = outcomes.take(self._uses, payload, plan.summary, self._clock())
-        if previous is not None:
-            return self._used(payload, previous)
         who = payload.identity()
         approve = payload.action is LinkAction.APPROVE
         try:

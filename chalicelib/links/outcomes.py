@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from chalicelib.clock import iso_utc
 from chalicelib.errors import QuotaServiceError, from_storage
-from chalicelib.links.pages import Page, paragraph, render
-from chalicelib.links.plans import AlreadyDone, subject
+from chalicelib.links.pages import Page, confirm_form, facts, paragraph, render
+from chalicelib.links.plans import AlreadyDone, Change, subject
 from chalicelib.links.signing import LINK_ACTOR, LinkPayload
 from chalicelib.observability import logger
 from chalicelib.quota.events import AuditEvent, EventType
@@ -33,6 +33,16 @@ def take(uses: LinkUses, payload: LinkPayload, summary: str, now_ms: int) -> Lin
     """Take the link for what it is about to do; the earlier use if it was taken first."""
     did = f"{payload.describe()} ({summary})"
     return uses.claim(LinkUse(payload.tenant, payload.link_id, now_ms, did, payload.expires_ms))
+
+
+def confirm_page(
+    payload: LinkPayload, plan: Change, shown: list[tuple[str, str | None]], title: str, label: str
+) -> Page:
+    """The confirmation page: what the link will do, `shown` as facts, and one button
+    (`label`) that does it. Changes nothing."""
+    body = paragraph(payload.describe()) + paragraph(f"Result: {plan.summary}") + facts(shown)
+    body += paragraph("Nothing happens until you press the button. The link works once.")
+    return render(200, title, body + confirm_form(label))
 
 
 def used_page(use: LinkUse, shown: str) -> Page:
