@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin import listing
-from chalicelib.admin.audit import actor_of, link_detail
+from chalicelib.admin.audit import admin_event
 from chalicelib.admin.grants import GrantLimits, grant_view
 from chalicelib.admin.requests import (
     AuditQuery,
@@ -121,21 +121,15 @@ class AdminService:
         seen: SessionSnapshot | None = None,
         principal: str | None = None,
     ) -> bool:
-        return self._auditor.record(
-            AuditEvent(
-                at_ms=self._clock(),
-                type=event_type,
-                tenant=who.tenant,
-                session_id=session_id,
-                actor=actor_of(who.token_id, who.role),
-                reason=reason,
-                before=before,
-                after=after,
-                detail=link_detail(who.role, who.name),
-                principal=seen.principal if seen is not None else principal,
-                server=None if seen is None else seen.server,
-            )
+        if seen is not None:
+            principal, server = seen.principal, seen.server
+        else:
+            server = None
+        at = self._clock()
+        event = admin_event(
+            who, at, event_type, session_id, reason, before, after, principal, server
         )
+        return self._auditor.record(event)
 
     def raise_limit(
         self, who: Identity, session_id: str, request: RaiseRequest

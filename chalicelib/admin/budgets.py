@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.admin.audit import actor_of, link_detail
+from chalicelib.admin.audit import admin_event
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.auth.tokens import Identity
 from chalicelib.check.auditing import Auditor
@@ -20,7 +20,7 @@ from chalicelib.clock import Clock, iso_utc
 from chalicelib.errors import Conflict, InvalidRequest, NotFound
 from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Scope
 from chalicelib.quota.derived import left
-from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.quota.events import TENANT_SCOPE, EventType
 from chalicelib.quota.policy import Policy, WindowLimit
 from chalicelib.storage.ports import BudgetCounters, RecordChanged, RecordNotFound
 
@@ -117,18 +117,17 @@ class BudgetAdmin:
     def _audit(
         self, who: Identity, event: EventType, key: BudgetKey, reason: str, before: Any, after: Any
     ) -> None:
+        principal = key.subject if key.scope is Scope.PRINCIPAL else None
         self._auditor.record(
-            AuditEvent(
-                at_ms=self._clock(),
-                type=event,
-                tenant=who.tenant,
-                session_id=TENANT_SCOPE,
-                actor=actor_of(who.token_id, who.role),
-                reason=reason,
-                before={"principal": key.subject, **before},
-                after={"principal": key.subject, **after},
-                detail=link_detail(who.role, who.name),
-                principal=key.subject if key.scope is Scope.PRINCIPAL else None,
+            admin_event(
+                who,
+                self._clock(),
+                event,
+                TENANT_SCOPE,
+                reason,
+                {"principal": key.subject, **before},
+                {"principal": key.subject, **after},
+                principal,
             )
         )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from chalicelib.clock import Clock, iso_utc
+from chalicelib.clock import Clock, Expiring, iso_utc
 from chalicelib.quota.core import Scope
 from chalicelib.quota.grants import Grant
 from chalicelib.quota.policy import Policy, WindowLimit
@@ -47,9 +47,7 @@ class GrantLimits:
     ) -> None:
         self._policy = policy
         self._load = load
-        self._clock = clock
-        self._cache_ms = cache_seconds * 1000
-        self._cache: dict[str, tuple[int, list[Grant]]] = {}
+        self._cache: Expiring[str, list[Grant]] = Expiring(clock, cache_seconds * 1000)
 
     def grants(self, tenant: str) -> list[Grant]:
         """The tenant's grants, from the cache while it is fresh.
@@ -57,17 +55,11 @@ class GrantLimits:
         Raises:
             QuotaServiceError: the store failed.
         """
-        now = self._clock()
-        cached = self._cache.get(tenant)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        grants = self._load(tenant)
-        self._cache[tenant] = (now + self._cache_ms, grants)
-        return grants
+        return self._cache.get(tenant, self._load)
 
     def forget(self, tenant: str) -> None:
         """Drop the cached grants of a tenant (after an admin changed them here)."""
-        self._cache.pop(tenant, None)
+        self._cache.drop(tenant)
 
     def base_limit(self, tenant: str, principal: str | None, category: str, now_ms: int) -> int:
         """The policy limit, lifted by the highest open grant for this principal."""

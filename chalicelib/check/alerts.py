@@ -4,7 +4,7 @@ categories marked `notify`, one email per exhaustion to the administrators."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.check.auditing import Auditor
 from chalicelib.clock import iso_utc
@@ -224,6 +224,34 @@ class DecisionReporter:
         except Exception:
             logger.exception("trouble index write failed; the session may miss the listing")
 
+    def _record(
+        self,
+        tenant: str,
+        attempt: Attempt,
+        refused: Refused,
+        kind: EventType,
+        detail: dict[str, Any],
+        reason: str | None = None,
+        after: dict[str, Any] | None = None,
+        principal: str | None = None,
+    ) -> None:
+        """Audit the service's event about one refusal (or shadow refusal) in its
+        session's trail, with the call's server and principal (unless named)."""
+        self._auditor.record(
+            AuditEvent(
+                at_ms=refused.now_ms,
+                type=kind,
+                tenant=tenant,
+                session_id=refused.session_id,
+                actor=audit.SERVICE_ACTOR,
+                reason=reason,
+                after=after,
+                detail=detail,
+                principal=principal or attempt.principal,
+                server=attempt.server,
+            )
+        )
+
     def on_counted(self, tenant: str, attempt: Attempt, allowed: Allowed) -> None:
         """Mark the session this call spent (once per category: its retries spend nothing),
         so the listing shows it blocked before its first refused call. Never raises."""
@@ -236,46 +264,32 @@ class DecisionReporter:
         goes to the session's trail with its principal and server, so the tenant's
         trail finds it by type (`GET /v1/audit?type=shadow_refusal`). Never raises."""
         count("ShadowRefusals", would.category)
-        self._auditor.record(
-            AuditEvent(
-                at_ms=would.now_ms,
-                type=EventType.SHADOW_REFUSAL,
-                tenant=tenant,
-                session_id=would.session_id,
-                actor=audit.SERVICE_ACTOR,
-                principal=attempt.principal,
-                server=attempt.server,
-                detail={
-                    "session_id": would.session_id,
-                    "code": str(would.reason),
-                    "scope": would.scope.value,
-                    "category": would.category,
-                    "tool": would.tool,
-                    "server": attempt.server,
-                    "principal": attempt.principal,
-                    "used": would.used,
-                    "limit": would.limit,
-                    "units": would.units,
-                },
-            )
-        )
+        detail = {
+            "session_id": would.session_id,
+            "code": str(would.reason),
+            "scope": would.scope.value,
+            "category": would.category,
+            "tool": would.tool,
+            "server": attempt.server,
+            "principal": attempt.principal,
+            "used": would.used,
+            "limit": would.limit,
+            "units": would.units,
+        }
+        self._record(tenant, attempt, would, EventType.SHADOW_REFUSAL, detail)
 
     def on_block(self, tenant: str, attempt: Attempt, decision: Refused) -> None:
         """Handle a refusal; never raises, so it can never turn a refusal into an allow."""
         if decision.escalated:
-            self._auditor.record(
-                AuditEvent(
-                    at_ms=decision.now_ms,
-                    type=EventType.PRINCIPAL_SUSPENDED,
-                    tenant=tenant,
-                    session_id=decision.session_id,
-                    actor=audit.SERVICE_ACTOR,
-                    reason="refused calls in a row reached suspend_after_refusals",
-                    after={"principal": decision.principal, "state": "suspended"},
-                    detail={"scope": decision.scope.value, "category": decision.category},
-                    principal=decision.principal,
-                    server=attempt.server,
-                )
+            self._record(
+                tenant,
+                attempt,
+                decision,
+                EventType.PRINCIPAL_SUSPENDED,
+                {"scope": decision.scope.value, "category": decision.category},
+                reason="refused calls in a row reached suspend_after_refusals",
+                after={"principal": decision.principal, "state": "suspended"},
+                principal=decision.principal,
             )
             self._mark(tenant, attempt, decision, TroubleKind.ESCALATED)
             self._notify(tenant, attempt, decision)
@@ -286,26 +300,16 @@ class DecisionReporter:
         if not decision.first_exhaustion:
             return
         self._mark(tenant, attempt, decision, TroubleKind.EXHAUSTED)
-        self._auditor.record(
-            AuditEvent(
-                at_ms=decision.now_ms,
-                type=EventType.QUOTA_EXCEEDED,
-                tenant=tenant,
-                session_id=decision.session_id,
-                actor=audit.SERVICE_ACTOR,
-                detail={
-                    "category": decision.category,
-                    "scope": decision.scope.value,
-                    "used": decision.used,
-                    "limit": decision.limit,
-                    "tool": decision.tool,
-                    "principal": attempt.principal,
-                    "last_calls": [c.to_json() for c in decision.last_calls],
-                },
-                principal=attempt.principal,
-                server=attempt.server,
-            )
-        )
+        detail = {
+            "category": decision.category,
+            "scope": decision.scope.value,
+            "used": decision.used,
+            "limit": decision.limit,
+            "tool": decision.tool,
+            "principal": attempt.principal,
+            "last_calls": [c.to_json() for c in decision.last_calls],
+        }
+        self._record(tenant, attempt, decision, EventType.QUOTA_EXCEEDED, detail)
         if self._policy.categories[decision.category].notify:
             self._notify(tenant, attempt, decision)
 
@@ -315,25 +319,15 @@ class DecisionReporter:
         last = decision.last_calls[-1] if decision.last_calls else None
         if last is not None and last.repeats > 1:
             return
-        self._auditor.record(
-            AuditEvent(
-                at_ms=decision.now_ms,
-                type=EventType.REPEATED_CALL,
-                tenant=tenant,
-                session_id=decision.session_id,
-                actor=audit.SERVICE_ACTOR,
-                detail={
-                    "category": decision.category,
-                    "tool": decision.tool,
-                    "repeat_limit": decision.repeat_limit,
-                    "window_seconds": decision.repeat_window_ms // 1000,
-                    "principal": attempt.principal,
-                    "last_calls": [c.to_json() for c in decision.last_calls],
-                },
-                principal=attempt.principal,
-                server=attempt.server,
-            )
-        )
+        detail = {
+            "category": decision.category,
+            "tool": decision.tool,
+            "repeat_limit": decision.repeat_limit,
+            "window_seconds": decision.repeat_window_ms // 1000,
+            "principal": attempt.principal,
+            "last_calls": [c.to_json() for c in decision.last_calls],
+        }
+        self._record(tenant, attempt, decision, EventType.REPEATED_CALL, detail)
 
     def _email_links(self, tenant: str, attempt: Attempt, decision: Refused) -> list[EmailLink]:
         """The one-click links, or none if links are not set up or cannot be signed (the
@@ -357,15 +351,4 @@ class DecisionReporter:
             count("NotificationSent", decision.category)
             event_type, detail = EventType.NOTIFICATION_SENT, {"message_id": message_id}
         detail.update({"category": decision.category, "subject": note.subject})
-        self._auditor.record(
-            AuditEvent(
-                at_ms=decision.now_ms,
-                type=event_type,
-                tenant=tenant,
-                session_id=decision.session_id,
-                actor=audit.SERVICE_ACTOR,
-                detail=detail,
-                principal=attempt.principal,
-                server=attempt.server,
-            )
-        )
+        self._record(tenant, attempt, decision, event_type, detail)

@@ -35,6 +35,9 @@ from chalicelib.storage.approval_port import ApprovalStore
 from chalicelib.storage.ports import RecordNotFound
 
 MAX_PREVIEW_BODY = 4096  # what a check may send; MAX_PREVIEW of it is kept
+# Where a call asking for an approval comes from: its session, its server and the
+# preview of its arguments (each where the check named it).
+CallContext = tuple[str | None, str | None, str | None]
 
 
 class ApprovalRequired(Forbidden):
@@ -105,7 +108,7 @@ class Approvals:
     def guarded(
         self,
         key: ApprovalKey,
-        context: tuple[str | None, str | None, str | None],
+        context: CallContext,
         check: Callable[[], Decision],
     ) -> Decision:
         """Run the check on a consumed approval, giving it back if the call is not counted.
@@ -135,7 +138,7 @@ class Approvals:
     def _run(
         self,
         approval: Approval,
-        context: tuple[str | None, str | None, str | None],
+        context: CallContext,
         check: Callable[[], Decision],
     ) -> Decision:
         try:
@@ -163,7 +166,7 @@ class Approvals:
     def _ask(
         self,
         key: ApprovalKey,
-        context: tuple[str | None, str | None, str | None],
+        context: CallContext,
         latest: Approval | None,
         now: int,
     ) -> ApprovalRequired:

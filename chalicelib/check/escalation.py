@@ -9,14 +9,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from chalicelib.check.steps import retried, surely_not_written
+from chalicelib.clock import Clock, Expiring
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, RefusalReason
 from chalicelib.storage.ports import BudgetCounters, StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from chalicelib.clock import Clock
 
 # How long refusals may wait in a container to count in their principal's streak: views
 # and other containers see a streak at most this late while the loop goes on here.
@@ -31,9 +30,8 @@ class PrincipalGate:
 
     def __init__(self, budgets: BudgetCounters, clock: Clock, cache_seconds: int = 30) -> None:
         self._budgets = budgets
-        self._clock = clock
-        self._cache_ms = cache_seconds * 1000
-        self._cache: dict[BudgetKey, tuple[int, str | None]] = {}
+        self._seen: Expiring[BudgetKey, str | None]
+        self._seen = Expiring(clock, cache_seconds * 1000, most=10_000)
 
     def suspension(self, key: BudgetKey) -> str | None:
         """The reason the principal is suspended, or None.
@@ -41,20 +39,15 @@ class PrincipalGate:
         Raises:
             StorageError: the store failed.
         """
-        now = self._clock()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        return self._seen.get(key, self._read)
+
+    def _read(self, key: BudgetKey) -> str | None:
         snapshot = self._budgets.get(key)
-        reason = snapshot.suspended_reason if snapshot else None
-        self.learn(key, reason)
-        return reason
+        return snapshot.suspended_reason if snapshot else None
 
     def learn(self, key: BudgetKey, reason: str | None) -> None:
         """Remember a principal's state seen or set here."""
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key] = (self._clock() + self._cache_ms, reason)
+        self._seen.put(key, reason)
 
 
 class DeferredStreaks:

@@ -13,8 +13,9 @@ from urllib.parse import quote
 
 from chalicelib.admin.requests import RaiseRequest
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.errors import Conflict, NotFound, QuotaServiceError, from_storage
-from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
+from chalicelib.errors import Conflict, NotFound, QuotaServiceError
+from chalicelib.links import outcomes
+from chalicelib.links.pages import Page, facts, link, paragraph, render
 from chalicelib.links.plans import (
     AlreadyDone,
     Change,
@@ -22,11 +23,9 @@ from chalicelib.links.plans import (
     plan_raise,
     plan_suspend,
     plan_suspend_principal,
-    subject,
 )
 from chalicelib.links.signing import (
     APPROVAL_ACTIONS,
-    LINK_ACTOR,
     LINK_TTL_MS,
     LinkAction,
     LinkPayload,
@@ -34,7 +33,6 @@ from chalicelib.links.signing import (
     LinkSigner,
     new_link_id,
 )
-from chalicelib.observability import logger
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, BudgetKey, Scope, SessionState
 from chalicelib.quota.events import AuditEvent, EventType
@@ -196,11 +194,7 @@ class LinkDesk:
         return verified
 
     def _used(self, payload: LinkPayload, use: LinkUse) -> Page:
-        body = paragraph(
-            f"This link was already used at {iso_utc(use.used_at_ms)}. It did: {use.did}"
-        )
-        body += facts(_what(payload)) + self._console(payload)
-        return render(410, "This link was already used", body, "bad")
+        return outcomes.used_page(use, facts(_what(payload)) + self._console(payload))
 
     def _console(self, payload: LinkPayload) -> str:
         if not self._base:
@@ -249,33 +243,20 @@ class LinkDesk:
     def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
         """The page of a link whose action someone already took; audited when pressed."""
         if pressed:
-            log_link("email link declined", payload, done.sentence())
-            self._admin().record(
-                AuditEvent(
-                    at_ms=self._clock(),
-                    type=EventType.LINK_DECLINED,
-                    tenant=payload.tenant,
-                    session_id=payload.session_id,
-                    actor=LINK_ACTOR,
-                    reason=done.sentence(),
-                    detail={
-                        "link_id": payload.link_id,
-                        "link_action": payload.action.value,
-                        "subject": subject(payload),
-                        "done_by": done.by,
-                    },
-                    principal=payload.principal,
-                )
+            now = self._clock()
+            event = outcomes.declined_event(
+                payload, done, now, payload.session_id, payload.principal
             )
-        body = paragraph(done.sentence()) + paragraph(
-            f"The link asked to: {payload.describe()} Nothing was changed."
+            self._admin().record(event)
+        body = (
+            outcomes.declined_text(payload, done) + facts(_what(payload)) + self._console(payload)
         )
-        body += facts(_what(payload)) + self._console(payload)
         return render(409, "Already done", body, "ok")
 
-    def confirm(self, token: str) -> Page:
-        """The confirmation page: what the link will do now, and one button. Changes
-        nothing.
+    def _open(self, token: str, pressed: bool) -> tuple[LinkPayload, Change] | Page:
+        """The link and what it does now (taken, once `pressed`); or the page already
+        answered: a link that is not valid, used before, or whose action someone already
+        took, or an approval's link (its desk's page).
 
         Raises:
             StorageError: the store failed.
@@ -284,17 +265,33 @@ class LinkDesk:
         if isinstance(checked, Page):
             return checked
         if checked.action in APPROVAL_ACTIONS:
-            return self._approvals().confirm(checked)
+            desk = self._approvals()
+            return desk.perform(checked) if pressed else desk.confirm(checked)
         previous = self._uses.find(checked.tenant, checked.link_id)
         if previous is not None:
             return self._used(checked, previous)
         plan = self._plan(checked)
         if isinstance(plan, AlreadyDone):
-            return self._declined(checked, plan, pressed=False)
-        body = paragraph(checked.describe()) + paragraph(f"Result: {plan.summary}")
-        body += facts([*plan.facts, *_what(checked)])
-        body += paragraph("Nothing happens until you press the button. The link works once.")
-        return render(200, "Confirm this action", body + confirm_form("Confirm"))
+            return self._declined(checked, plan, pressed)
+        if pressed:
+            previous = outcomes.take(self._uses, checked, plan.summary, self._clock())
+            if previous is not None:
+                return self._used(checked, previous)
+        return checked, plan
+
+    def confirm(self, token: str) -> Page:
+        """The confirmation page: what the link will do now, and one button. Changes
+        nothing.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        opened = self._open(token, pressed=False)
+        if isinstance(opened, Page):
+            return opened
+        checked, plan = opened
+        shown = [*plan.facts, *_what(checked)]
+        return outcomes.confirm_page(checked, plan, shown, "Confirm this action", "Confirm")
 
     def perform(self, token: str) -> Page:
         """Take the link (once) and do what it says, relative to the state it was sent
@@ -303,23 +300,10 @@ class LinkDesk:
         Raises:
             StorageError: the store failed before the link was taken.
         """
-        checked = self._checked(token)
-        if isinstance(checked, Page):
-            return checked
-        if checked.action in APPROVAL_ACTIONS:
-            return self._approvals().perform(checked)
-        previous = self._uses.find(checked.tenant, checked.link_id)
-        if previous is not None:
-            return self._used(checked, previous)
-        plan = self._plan(checked)
-        if isinstance(plan, AlreadyDone):
-            return self._declined(checked, plan, pressed=True)
-        now = self._clock()
-        did = f"{checked.describe()} ({plan.summary})"
-        use = LinkUse(checked.tenant, checked.link_id, now, did, checked.expires_ms)
-        previous = self._uses.claim(use)
-        if previous is not None:
-            return self._used(checked, previous)
+        opened = self._open(token, pressed=True)
+        if isinstance(opened, Page):
+            return opened
+        checked, plan = opened
         try:
             outcome = self._do(checked, plan)
         except Conflict:
@@ -330,13 +314,10 @@ class LinkDesk:
                 return self._declined(checked, again, pressed=True)
             raise
         except (QuotaServiceError, StorageError) as exc:
-            self._uses.release(checked.tenant, checked.link_id)
-            error = from_storage(exc) if isinstance(exc, StorageError) else exc
-            log_link("email link failed", checked, error.message)
-            body = paragraph(f"Nothing was changed: {error.message}")
-            body += paragraph("The link can be used again.") + self._console(checked)
-            return render(error.STATUS_CODE, "The action could not be done", body, "bad")
-        log_link("email link used", checked, plan.summary)
+            nothing, title = "Nothing was changed", "The action could not be done"
+            console = self._console(checked)
+            return outcomes.failed_page(self._uses, checked, exc, nothing, title, console)
+        outcomes.log_link("email link used", checked, plan.summary)
         body = paragraph(f"Done: {plan.summary}") + paragraph(outcome)
         body += facts(_what(checked)) + self._console(checked)
         return render(200, "Done", body, "ok")
@@ -361,18 +342,3 @@ class LinkDesk:
         key = BudgetKey.principal(payload.tenant, payload.principal)
         self._budget_admin().suspend(who, key, reason)
         return "Every tool call made for the principal is now refused, until it is resumed."
-
-
-def log_link(message: str, payload: LinkPayload, outcome: str) -> None:
-    """One log line naming the link: its id, action, subject and actor (never its token)."""
-    logger.info(
-        message,
-        extra={
-            "tenant": payload.tenant,
-            "link_id": payload.link_id,
-            "link_action": payload.action.value,
-            "subject": subject(payload),
-            "actor": LINK_ACTOR,
-            "outcome": outcome,
-        },
-    )

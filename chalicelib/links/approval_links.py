@@ -12,20 +12,14 @@ from typing import TYPE_CHECKING
 
 from chalicelib.admin.audit import actor_of, link_detail
 from chalicelib.clock import Clock, iso_utc
-from chalicelib.errors import Conflict, NotFound, QuotaServiceError, from_storage
-from chalicelib.links.actions import EmailLink, log_link
-from chalicelib.links.pages import Page, confirm_form, facts, link, paragraph, render
-from chalicelib.links.plans import AlreadyDone, plan_decision, subject
-from chalicelib.links.signing import (
-    LINK_ACTOR,
-    LINK_TTL_MS,
-    LinkAction,
-    LinkPayload,
-    LinkSigner,
-    new_link_id,
-)
+from chalicelib.errors import Conflict, NotFound, QuotaServiceError
+from chalicelib.links import outcomes
+from chalicelib.links.actions import EmailLink
+from chalicelib.links.pages import Page, facts, link, paragraph, render
+from chalicelib.links.plans import AlreadyDone, Change, plan_decision
+from chalicelib.links.signing import LINK_TTL_MS, LinkAction, LinkPayload, LinkSigner, new_link_id
 from chalicelib.quota.approvals import Approval, ApprovalState
-from chalicelib.quota.events import TENANT_SCOPE, AuditEvent, EventType
+from chalicelib.quota.events import TENANT_SCOPE, AuditEvent
 from chalicelib.storage.ports import LinkUse, LinkUses, StorageError
 
 if TYPE_CHECKING:
@@ -122,11 +116,7 @@ class ApprovalDesk:
         return render(410, "This link has expired", body, "bad")
 
     def _used(self, payload: LinkPayload, use: LinkUse) -> Page:
-        body = paragraph(
-            f"This link was already used at {iso_utc(use.used_at_ms)}. It did: {use.did}"
-        )
-        body += facts(_link_facts(payload)) + self._console(payload)
-        return render(410, "This link was already used", body, "bad")
+        return outcomes.used_page(use, facts(_link_facts(payload)) + self._console(payload))
 
     def _approval(self, payload: LinkPayload) -> Approval | Page:
         """The approval the link decides, or the page saying it is gone.
@@ -144,38 +134,29 @@ class ApprovalDesk:
             return render(410, "This approval is gone", body + self._console(payload), "bad")
 
     def _declined(self, payload: LinkPayload, approval: Approval, done: AlreadyDone) -> Page:
-        body = paragraph(done.sentence()) + paragraph(
-            f"The link asked to: {payload.describe()} Nothing was changed."
-        )
-        body += facts(_call_facts(approval)) + self._console(payload)
+        body = outcomes.declined_text(payload, done) + facts(_call_facts(approval))
+        body += self._console(payload)
         if approval.state_at(self._clock()) is ApprovalState.EXPIRED:
             return render(410, "This approval has expired", body, "bad")
         return render(409, "Already done", body, "ok")
 
     def _audit_declined(self, payload: LinkPayload, approval: Approval, done: AlreadyDone) -> None:
-        log_link("email link declined", payload, done.sentence())
-        self._record(
-            AuditEvent(
-                at_ms=self._clock(),
-                type=EventType.LINK_DECLINED,
-                tenant=payload.tenant,
-                session_id=approval.session_id or TENANT_SCOPE,
-                actor=LINK_ACTOR,
-                reason=done.sentence(),
-                detail={
-                    "link_id": payload.link_id,
-                    "link_action": payload.action.value,
-                    "subject": subject(payload),
-                    "done_by": done.by,
-                    "approval_id": approval.approval_id,
-                },
-                principal=approval.key.principal,
-                server=approval.server,
-            )
+        session_id, principal = approval.session_id or TENANT_SCOPE, approval.key.principal
+        event = outcomes.declined_event(
+            payload,
+            done,
+            self._clock(),
+            session_id,
+            principal,
+            server=approval.server,
+            approval_id=approval.approval_id,
         )
+        self._record(event)
 
-    def confirm(self, payload: LinkPayload) -> Page:
-        """The confirmation page: the call, and one button. Decides nothing.
+    def _open(self, payload: LinkPayload, pressed: bool) -> tuple[Approval, Change] | Page:
+        """The approval the link decides and what deciding it does (the link taken, once
+        `pressed`); or the page of a link used before, of an approval gone, or of one
+        someone already decided (audited when pressed).
 
         Raises:
             StorageError: the store failed.
@@ -188,12 +169,28 @@ class ApprovalDesk:
             return approval
         plan = plan_decision(payload, approval, self._clock())
         if isinstance(plan, AlreadyDone):
+            if pressed:
+                self._audit_declined(payload, approval, plan)
             return self._declined(payload, approval, plan)
+        if pressed:
+            previous = outcomes.take(self._uses, payload, plan.summary, self._clock())
+            if previous is not None:
+                return self._used(payload, previous)
+        return approval, plan
+
+    def confirm(self, payload: LinkPayload) -> Page:
+        """The confirmation page: the call, and one button. Decides nothing.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        opened = self._open(payload, pressed=False)
+        if isinstance(opened, Page):
+            return opened
+        approval, plan = opened
         verb = _VERB[payload.action]
-        body = paragraph(payload.describe()) + paragraph(f"Result: {plan.summary}")
-        body += facts([*_call_facts(approval), *plan.facts])
-        body += paragraph("Nothing happens until you press the button. The link works once.")
-        return render(200, f"{verb} this call", body + confirm_form(verb))
+        shown = [*_call_facts(approval), *plan.facts]
+        return outcomes.confirm_page(payload, plan, shown, f"{verb} this call", verb)
 
     def perform(self, payload: LinkPayload) -> Page:
         """Take the link (once) and decide the approval as the admin API does.
@@ -201,21 +198,10 @@ class ApprovalDesk:
         Raises:
             StorageError: the store failed before the link was taken.
         """
-        previous = self._uses.find(payload.tenant, payload.link_id)
-        if previous is not None:
-            return self._used(payload, previous)
-        approval = self._approval(payload)
-        if isinstance(approval, Page):
-            return approval
-        plan = plan_decision(payload, approval, self._clock())
-        if isinstance(plan, AlreadyDone):
-            self._audit_declined(payload, approval, plan)
-            return self._declined(payload, approval, plan)
-        did = f"{payload.describe()} ({plan.summary})"
-        use = LinkUse(payload.tenant, payload.link_id, self._clock(), did, payload.expires_ms)
-        previous = self._uses.claim(use)
-        if previous is not None:
-            return self._used(payload, previous)
+        opened = self._open(payload, pressed=True)
+        if isinstance(opened, Page):
+            return opened
+        approval, plan = opened
         who = payload.identity()
         approve = payload.action is LinkAction.APPROVE
         try:
@@ -237,13 +223,10 @@ class ApprovalDesk:
             self._audit_declined(payload, again, settled)
             return self._declined(payload, again, settled)
         except (QuotaServiceError, StorageError) as exc:
-            self._uses.release(payload.tenant, payload.link_id)
-            error = from_storage(exc) if isinstance(exc, StorageError) else exc
-            log_link("email link failed", payload, error.message)
-            body = paragraph(f"Nothing was decided: {error.message}")
-            body += paragraph("The link can be used again.") + self._console(payload)
-            return render(error.STATUS_CODE, "The decision could not be made", body, "bad")
-        log_link("email link used", payload, plan.summary)
+            nothing, title = "Nothing was decided", "The decision could not be made"
+            console = self._console(payload)
+            return outcomes.failed_page(self._uses, payload, exc, nothing, title, console)
+        outcomes.log_link("email link used", payload, plan.summary)
         outcome = (
             "Approved: the same call (tool, arguments, principal) runs once, on its next "
             f"try before {iso_utc(decided.expires_ms)}."

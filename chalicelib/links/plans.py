@@ -43,13 +43,14 @@ class AlreadyDone:
 Plan = Change | AlreadyDone
 
 
-def _latest(events: Sequence[AuditEvent], kind: EventType) -> AuditEvent | None:
-    found = [e for e in events if e.type is kind]
+def _latest(events: Sequence[AuditEvent], *kinds: EventType) -> AuditEvent | None:
+    found = [e for e in events if e.type in kinds]
     return max(found, key=lambda e: (e.at_ms, e.event_id)) if found else None
 
 
-def _superseded(what: str, event: AuditEvent) -> AlreadyDone:
-    return AlreadyDone(f"{what} since this email was sent", event.actor, event.at_ms)
+def _done(what: str, event: AuditEvent | None) -> AlreadyDone:
+    """Done already: by the actor and at the time of `event`, where it is known."""
+    return AlreadyDone(what) if event is None else AlreadyDone(what, event.actor, event.at_ms)
 
 
 # What an administrator did since the email that settles a suspend link's question (the
@@ -60,6 +61,13 @@ _LIFTED = {
     EventType.PRINCIPAL_RESUMED: "the principal was resumed",
     EventType.PRINCIPAL_RESET: "the principal's counters were reset",
 }
+
+
+def _lifted(since_sent: Sequence[AuditEvent]) -> AlreadyDone | None:
+    """An administrator's latest resume or reset since the email, which settles a
+    suspend link's question; None if there was none."""
+    last = _latest(since_sent, *_LIFTED)
+    return None if last is None else _done(f"{_LIFTED[last.type]} since this email was sent", last)
 
 
 def plan_raise(
@@ -78,25 +86,18 @@ def plan_raise(
     target = sent_limit + payload.amount
     reset = _latest(since_sent, EventType.SESSION_RESET)
     if reset is not None:
-        return AlreadyDone("the session's counters were reset", reset.actor, reset.at_ms)
+        return _done("the session's counters were reset", reset)
     if seen is not None and seen.suspended:
         # A raise link is only sent for a session that was not suspended then.
         stopped = _latest(since_sent, EventType.SESSION_SUSPENDED)
-        return AlreadyDone(
-            "the session was suspended since this email was sent",
-            None if stopped is None else stopped.actor,
-            None if stopped is None else stopped.at_ms,
-        )
+        return _done("the session was suspended since this email was sent", stopped)
     restarted = seen is not None and payload.started_ms not in (None, seen.started_ms)
     if seen is None or expired or restarted:
         return AlreadyDone("the session's counters started again (it was idle)")
     if current_limit >= target:
         raised = _latest(since_sent, EventType.SESSION_RAISED)
-        return AlreadyDone(
-            f"'{category}' was raised to {current_limit}, at or past this link's {target}",
-            None if raised is None else raised.actor,
-            None if raised is None else raised.at_ms,
-        )
+        what = f"'{category}' was raised to {current_limit}, at or past this link's {target}"
+        return _done(what, raised)
     used = seen.counts.get(category, 0)
     return Change(
         f"{category} {current_limit} \u2192 {target}",
@@ -120,16 +121,10 @@ def plan_suspend(
     """Suspend the session, unless it is suspended already, or an administrator resumed
     or reset it since the email (their later choice wins over the email's question)."""
     if seen is not None and seen.suspended:
-        done = _latest(events, EventType.SESSION_SUSPENDED)
-        return AlreadyDone(
-            "the session is suspended",
-            None if done is None else done.actor,
-            None if done is None else done.at_ms,
-        )
-    lifted = [e for e in since_sent if e.type in _LIFTED]
-    if lifted:
-        last = max(lifted, key=lambda e: (e.at_ms, e.event_id))
-        return _superseded(_LIFTED[last.type], last)
+        return _done("the session is suspended", _latest(events, EventType.SESSION_SUSPENDED))
+    lifted = _lifted(since_sent)
+    if lifted is not None:
+        return lifted
     used = 0 if seen is None else seen.counts.get(payload.category, 0)
     return Change(
         f"session {state} \u2192 suspended",
@@ -150,15 +145,10 @@ def plan_suspend_principal(
     """Suspend the principal, unless it is suspended already, or an administrator
     resumed or reset it since the email (their later choice wins)."""
     if suspended:
-        return AlreadyDone(
-            f"principal '{payload.principal}' is suspended",
-            None if last_suspension is None else last_suspension.actor,
-            None if last_suspension is None else last_suspension.at_ms,
-        )
-    lifted = [e for e in lifted_since_sent if e.type in _LIFTED]
-    if lifted:
-        last = max(lifted, key=lambda e: (e.at_ms, e.event_id))
-        return _superseded(_LIFTED[last.type], last)
+        return _done(f"principal '{payload.principal}' is suspended", last_suspension)
+    lifted = _lifted(lifted_since_sent)
+    if lifted is not None:
+        return lifted
     return Change(
         f"principal '{payload.principal}' active \u2192 suspended",
         (("after", "suspended: every tool call made for it is refused, in every session"),),
