@@ -113,16 +113,16 @@ def unwritten(write: WriteId | None) -> tuple[Condition, ...]:
     return () if write is None else (Named(Verdict.ALREADY_COUNTED, NotWrittenBy(write)),)
 
 
-def budget_take(spend: Spend, write: WriteId | None = None) -> Condition:
+def budget_take(spend: Spend, write: WriteId | None = None, fresh: bool | None = None) -> Condition:
     """When a budget above the session counts `spend.units` calls: it is not suspended,
-    counts this window (or none later, and starts it again), and the calls fit."""
+    counts this window (or none later, and starts it again), and the calls fit. `fresh`:
+    only the case of a later window (True) or of this one (False), each its own change."""
+    this = CountsWindow(spend.category, spend.window_start_ms)
+    later = CountsNoLaterWindow(spend.category, spend.window_start_ms)
     return all_of(
         *unwritten(write),
         Named(Verdict.SUSPENDED, Not(BudgetSuspended())),
-        any_of(
-            CountsWindow(spend.category, spend.window_start_ms),
-            CountsNoLaterWindow(spend.category, spend.window_start_ms),
-        ),
+        any_of(this, later) if fresh is None else (later if fresh else this),
         Named(
             Verdict.OVER_LIMIT,
             BudgetFits(spend.category, spend.window_start_ms, spend.units, spend.limit),

@@ -198,8 +198,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         for name, value in item.items()
         if name.startswith(GRANT_PREFIX) and "S" in value
     }
-    first_refusals = {
-        name[len(NOTIFIED_PREFIX) :]: mark[0]
+    marks = {
+        name[len(NOTIFIED_PREFIX) :]: mark
         for name, value in item.items()
         if name.startswith(NOTIFIED_PREFIX) and (mark := notified(value)) is not None
     }
@@ -231,7 +231,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         server=item.get(SERVER, {}).get("S"),
         leased=leased,
         grants=grants,
-        first_refusals=first_refusals,
+        first_refusals={category: mark[0] for category, mark in marks.items()},
+        first_refused_by={category: mark[1] for category, mark in marks.items()},
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
         allowed_before=allowed_before,

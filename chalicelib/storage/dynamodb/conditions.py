@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from chalicelib.quota.core import call_id_key
+from chalicelib.quota.core import BudgetSnapshot, SessionSnapshot, call_id_key
 from chalicelib.quota.facts import (
     And,
     BudgetCountAtLeast,
@@ -126,6 +126,24 @@ def with_rule(
     """The rule rendered, with the update's names and values and its own."""
     rendered = render(rule, form)
     return rendered.expression, {**names, **rendered.names}, {**values, **rendered.values}
+
+
+def raise_form(rule: Condition, form: Form, seen: object) -> Form | None:
+    """The form of a second try of a rule that failed on `seen` where it asks several
+    calls at once under a raise in force above the limit (a condition cannot subtract):
+    tied to the raise as read. None: no second try would hold where the first failed."""
+    if seen is None or form.raise_as_read is not None:
+        return None
+    for fact in facts(rule):
+        if isinstance(fact, Fits) and fact.units > 1 and isinstance(seen, SessionSnapshot):
+            raise_ = seen.raise_for(fact.category, fact.now_ms)
+            if raise_ is not None and raise_ > fact.base_limit:
+                return replace(form, raise_as_read=raise_)
+        if isinstance(fact, BudgetFits) and isinstance(seen, BudgetSnapshot):
+            raised = seen.raised.get(fact.category, 0)
+            if fact.units > 1 and raised > fact.limit and CountsWindow not in form.without:
+                return replace(form, raise_as_read=raised)
+    return None
 
 
 def render(condition: Condition, form: Form | None = None) -> Rendered:

@@ -35,13 +35,13 @@ class MemoryStores:
 
     @cached_property
     def counters(self) -> SessionCounters:
-        from chalicelib.storage.memory.counters import MemoryCounters
+        from chalicelib.storage.memory.records import MemoryCounters
 
         return MemoryCounters(self._categories, self._settings.last_calls)
 
     @cached_property
     def budgets(self) -> BudgetCounters:
-        from chalicelib.storage.memory.budgets import MemoryBudgets
+        from chalicelib.storage.memory.records import MemoryBudgets
 
         return MemoryBudgets()
 
