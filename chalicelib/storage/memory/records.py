@@ -153,6 +153,7 @@ def budget(row: Row) -> BudgetSnapshot:
         dict(m[Slot.LAST_REFUSALS]),
         dict(m[Slot.WRITES]),
         dict(m[Slot.MARKS]),
+        dict(m[Slot.WINDOWS]),
     )
 
 
