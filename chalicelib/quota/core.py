@@ -292,11 +292,11 @@ class SessionSnapshot:
         return any(r.check_id == check_id and r.allowed for r in self.calls)
 
     def holds_call_id(self, call_id: str) -> bool:
-        """Whether any call (not a replay) in the record carries this call id, or the
-        store holds it as counted."""
+        """Whether a call counted (not a replay, nor refused) carries this call id, in the
+        record or as the store holds it (what the store's condition reads)."""
         key = call_id_key(call_id)
         return key in self.held_call_ids or any(
-            r.call_id == key and not r.replay for r in self.calls
+            r.call_id == key and r.allowed and not r.replay for r in self.calls
         )
 
     def last_allowed_ms(self, besides: Attempt | None = None, category: str | None = None) -> int:

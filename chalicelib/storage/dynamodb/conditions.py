@@ -78,10 +78,13 @@ RAISE_IN_FORCE = "NOT #rx <= :now"
 # counts several calls at once: `:limit` is `limit - units + 1`, so that `NOT #n >= :limit`
 # means n + units <= limit.
 UNDER_BASE = "NOT #n >= :limit"
+# More calls at once than the limit never fit (`:limit` < 1): false, counted or not.
+OVER_BASE = "#n < :limit"
 # `#n < #r` lets a per-session raise lift the limit in place (one call at a time).
 UNDER_RAISED = f"(NOT #n >= :limit OR (#n < #r AND {RAISE_IN_FORCE}))"
 # A lease under a raise: tied to the raise's value as read (`:rlimit` = raise - units + 1).
-UNDER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
+UNDER_RAISE_AS_READ = f"#r = :r AND NOT #n >= :rlimit AND {RAISE_IN_FORCE}"
+OVER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
 NOT_SEEN = "NOT contains(#ids, :cid)"
 # The loop breaker's count for this call's key (absent: none yet, and the NOT holds).
 REPEATS_UNDER = "NOT #q >= :qlimit"
@@ -336,13 +339,13 @@ def _fits(fact: Fits, form: Form, out: Rendered) -> str:
                 ":now": n(fact.now_ms),
             }
         )
-        return UNDER_RAISE_AS_READ
+        return UNDER_RAISE_AS_READ if fact.units <= form.raise_as_read else OVER_RAISE_AS_READ
     out.values[":limit"] = n(fact.base_limit - fact.units + 1)
     if form.raised and fact.units == 1:
         out.names.update(_raise_names(fact.category))
         out.values[":now"] = n(fact.now_ms)
         return UNDER_RAISED
-    return UNDER_BASE
+    return UNDER_BASE if fact.units <= fact.base_limit else OVER_BASE
 
 
 def _raise_names(category: str) -> dict[str, str]:

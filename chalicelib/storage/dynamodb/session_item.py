@@ -103,7 +103,7 @@ class SessionItems:
             _ConditionFailed: the condition failed.
             StorageError: the store failed.
         """
-        condition = f"{rule.expression} AND {also}" if also else rule.expression
+        condition = " AND ".join(part for part in (rule.expression, also) if part)
         names = merged(update.names, rule.names)
         values = merged(update.values, rule.values)
         return self._update(
