@@ -37,12 +37,11 @@ from chalicelib.quota.rules import (
 from chalicelib.quota.writes import PER_MS, WriteId, applied, given_back, stale
 from chalicelib.storage.errors import (
     RecordChanged,
-    RecordNotFound,
     StorageError,
     StoreUnavailable,
     WriteUncertain,
 )
-from chalicelib.storage.record_port import Applied, Failed, RecordStore, after
+from chalicelib.storage.record_port import Applied, Failed, RecordStore, after, found
 from chalicelib.storage.records import NotTaken, Taken
 from chalicelib.storage.writers import Writers
 
@@ -268,18 +267,6 @@ class Budgets:
         now = replace(old or BudgetSnapshot(), suspended_reason=reason)
         return now, old is None or not old.suspended
 
-    def _act(self, key: BudgetKey, change: Change, doing: str) -> BudgetSnapshot:
-        """An administrator's write to a budget that exists.
-
-        Raises:
-            RecordNotFound: the budget does not exist.
-            StorageError: the store failed.
-        """
-        out = self._write(key, change, BudgetExists(), doing)
-        if isinstance(out, Failed):
-            raise RecordNotFound(doing)
-        return after(out)
-
     def resume(self, key: BudgetKey) -> BudgetSnapshot:
         """Lift a suspension and every category's refusal streak.
 
@@ -287,7 +274,8 @@ class Budgets:
             RecordNotFound: the budget does not exist.
             StorageError: the store failed.
         """
-        return self._act(key, BUDGET_RESUMED, f"resuming the {key.scope.value} budget")
+        doing = f"resuming the {key.scope.value} budget"
+        return found(self._write(key, BUDGET_RESUMED, BudgetExists(), doing), doing)
 
     def reset(self, key: BudgetKey) -> BudgetSnapshot:
         """Zero the counters of every window and every refusal streak; raises and
@@ -297,7 +285,8 @@ class Budgets:
             RecordNotFound: the budget does not exist.
             StorageError: the store failed.
         """
-        return self._act(key, BUDGET_RESET, f"resetting the {key.scope.value} budget")
+        doing = f"resetting the {key.scope.value} budget"
+        return found(self._write(key, BUDGET_RESET, BudgetExists(), doing), doing)
 
 
 def _before(out: Applied[BudgetSnapshot] | Failed[BudgetSnapshot]) -> BudgetSnapshot | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from chalicelib.storage.errors import RecordNotFound
+
 if TYPE_CHECKING:
     from chalicelib.quota.changes import Change
     from chalicelib.quota.facts import Condition
@@ -66,3 +68,14 @@ def after(out: Applied[R]) -> R:
     """The record an applied write left (one that did not ask for the record before)."""
     assert out.record is not None, "a write answers the record it left"
     return out.record
+
+
+def found(out: Applied[R] | Failed[R], doing: str) -> R:
+    """The record a write on a record that must exist left.
+
+    Raises:
+        RecordNotFound: the write's condition failed: there is no such record.
+    """
+    if isinstance(out, Failed):
+        raise RecordNotFound(doing)
+    return after(out)

@@ -54,7 +54,7 @@ from chalicelib.quota.rules import (
     take_back_recorded,
 )
 from chalicelib.storage.errors import RecordChanged, RecordNotFound
-from chalicelib.storage.record_port import Applied, Failed, RecordStore, after
+from chalicelib.storage.record_port import Applied, Failed, RecordStore, after, found
 from chalicelib.storage.records import Consumed, LimitChange, NotConsumed
 
 SessionRecords: TypeAlias = RecordStore[SessionKey, SessionSnapshot]
@@ -271,18 +271,6 @@ class Sessions:
             raise RecordChanged("raising a limit")
         return after(out)
 
-    def _act(self, session: SessionKey, change: Change, doing: str) -> SessionSnapshot:
-        """An administrator's write to a session that exists.
-
-        Raises:
-            RecordNotFound: the session does not exist.
-            StorageError: the store failed.
-        """
-        out = self._write(session, change, SessionExists(), doing)
-        if isinstance(out, Failed):
-            raise RecordNotFound(doing)
-        return after(out)
-
     def lower(self, session: SessionKey, category: str) -> SessionSnapshot:
         """Drop a category's raise and its expiry: the limit is the base again.
 
@@ -290,7 +278,8 @@ class Sessions:
             RecordNotFound: the session does not exist.
             StorageError: the store failed.
         """
-        return self._act(session, lowered(category), "lowering a limit")
+        doing = "lowering a limit"
+        return found(self._write(session, lowered(category), SessionExists(), doing), doing)
 
     def suspend(self, session: SessionKey, reason: str, now_ms: int) -> SessionSnapshot:
         """Suspend a session, creating it if unseen; concurrent checks never defeat it.
@@ -309,7 +298,8 @@ class Sessions:
             RecordNotFound: the session does not exist.
             StorageError: the store failed.
         """
-        return self._act(session, resumed(now_ms + idle_ms), "resuming a session")
+        doing, change = "resuming a session", resumed(now_ms + idle_ms)
+        return found(self._write(session, change, SessionExists(), doing), doing)
 
     def reset(self, session: SessionKey, now_ms: int, idle_ms: int) -> SessionSnapshot:
         """Zero every counter (raises, suspension, last calls stay), after the counters'

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chalicelib.quota.calls import without_counted
 from chalicelib.quota.core import (
     CallLife,
     CallRecord,
@@ -266,16 +267,7 @@ def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
     calls: list[CallRecord] = []
     for record, stored in entries:
         if stored.startswith(UNCOUNTED):
-            for i in range(len(calls) - 1, -1, -1):
-                kept = calls[i]
-                same = (
-                    kept.call_id == record.call_id
-                    if record.call_id is not None
-                    else kept.check_id == record.check_id
-                )
-                if same and kept.allowed and not kept.replay:
-                    del calls[i]
-                    break
+            calls = without_counted(calls, record)
         calls.append(record)
     return fold_repeats(calls)
 

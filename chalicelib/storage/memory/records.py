@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
+from chalicelib.quota.calls import without_counted
 from chalicelib.quota.changes import Calls, Change, Field, Slot
 from chalicelib.quota.core import (
     BudgetKey,
@@ -76,7 +77,7 @@ class MemoryRecords(Generic[K, R]):
         if calls is Calls.RESTART:
             row.calls = []
         elif calls is Calls.REPLACE:
-            _drop_counted(row.calls, record)
+            row.calls = without_counted(row.calls, record)
         row.calls = list(with_call(tuple(row.calls), record)[-self._keep :])
 
     def _sweep(self, now_ms: int | None) -> None:
@@ -87,20 +88,6 @@ class MemoryRecords(Generic[K, R]):
             k for k, row in self._rows.items() if row.fields.get(Field.EXPIRES, now_ms) < now_ms
         ]:
             del self._rows[key]
-
-
-def _drop_counted(calls: list[CallRecord], refused: CallRecord) -> None:
-    """Drop the counted record of the call that `refused` records as refused."""
-    for i in range(len(calls) - 1, -1, -1):
-        kept = calls[i]
-        same = (
-            kept.call_id == refused.call_id
-            if refused.call_id is not None
-            else kept.check_id == refused.check_id
-        )
-        if same and kept.allowed and not kept.replay:
-            del calls[i]
-            return
 
 
 def _gone(seen: SessionSnapshot) -> tuple[str, ...]:
