@@ -270,15 +270,3 @@ def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
             calls = without_counted(calls, record)
         calls.append(record)
     return fold_repeats(calls)
-
-
-def same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
-    """Whether an item holds the unsuspended counters that started at `started_ms`."""
-    started = item.get(STARTED, {}).get("N")
-    return SUSPENDED not in item and started is not None and int(started) == started_ms
-
-
-def holds_entry(item: Mapping[str, Any] | None, entry: str) -> bool:
-    return item is not None and any(
-        v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])
-    )

@@ -120,17 +120,6 @@ class Rendered:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def with_rule(
-    rule: Condition,
-    names: Mapping[str, str],
-    values: Mapping[str, Any],
-    form: Form | None = None,
-) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """The rule rendered, with the update's names and values and its own."""
-    rendered = render(rule, form)
-    return rendered.expression, {**names, **rendered.names}, {**values, **rendered.values}
-
-
 def raise_form(rule: Condition, form: Form, seen: object) -> Form | None:
     """The form of a second try of a rule that failed on `seen` where it asks several
     calls at once under a raise in force above the limit (a condition cannot subtract):
