@@ -89,7 +89,8 @@ class BudgetItems:
             seen = snapshot_from_item(item) if item else None
             return Applied(seen) if rule is None or rule.holds(seen) else Failed(seen)
         kinds = {type(fact) for fact in facts(rule)} if rule is not None else set()
-        form = Form(NEW_WINDOW if CountsNoLaterWindow in kinds - {CountsWindow} else frozenset())
+        fresh = CountsNoLaterWindow in kinds and CountsWindow not in kinds
+        form = Form(NEW_WINDOW if fresh else frozenset())
         try:
             return self._update(key, update, rule, form, doing, before)
         except ConditionFailed as failed:
