@@ -254,6 +254,13 @@ def streak_goes_on(category: str, allowed_since_ms: int, write: WriteId | None =
     return all_of(*unwritten(write), Not(RefusedBefore(category, allowed_since_ms)))
 
 
+def streak_restarts(category: str, allowed_since_ms: int, write: WriteId) -> Condition:
+    """A refusal starts the principal's streak in a category again only while
+    `streak_goes_on` fails: its last refusal there still came before the allowed call (a
+    refusal recorded meanwhile has started it already, and this one adds to it)."""
+    return all_of(*unwritten(write), RefusedBefore(category, allowed_since_ms))
+
+
 def streak_ends(category: str, now_ms: int) -> Condition:
     """A call in a category allowed at every scope at `now_ms` ends the principal's
     streak there, unless a refusal there was recorded after it."""

@@ -32,6 +32,7 @@ from chalicelib.quota.rules import (
     budget_take,
     streak_ends,
     streak_goes_on,
+    streak_restarts,
     unwritten,
 )
 from chalicelib.quota.writes import PER_MS, WriteId, applied, given_back, stale
@@ -202,24 +203,34 @@ class Budgets:
             StorageError: the store failed.
         """
         doing = f"counting a refusal in the {key.scope.value}'s streak"
-        write = self._writers.next(now_ms)
-        goes_on = streak_noted(category, now_ms, refusals, True, spend)
-        rule = streak_goes_on(category, allowed_since_ms, write)
-        out = self._write(key, goes_on, rule, doing, write, before=True)
-        if isinstance(out, Applied):
-            old = out.record
-            streak = (old.streak(category) if old else 0) + refusals
-        else:
+        for round_ in range(3):
+            write = self._writers.next(now_ms)
+            goes_on = streak_noted(category, now_ms, refusals, True, spend)
+            rule = streak_goes_on(category, allowed_since_ms, write)
+            out = self._write(key, goes_on, rule, doing, write, before=True)
+            if isinstance(out, Applied):
+                old = out.record
+                streak = (old.streak(category) if old else 0) + refusals
+                break
             if out.old is not None and applied(out.old.writes, write):
                 # This very write, sent again by the store's client: counted once. Whether
                 # it was the first refusal there is not known now: not (no second email).
                 return out.old.streak(category), False
             again = self._writers.next(now_ms)
             restart = streak_noted(category, now_ms, refusals, False, spend)
-            out = self._write(key, restart, all_of(*unwritten(again)), doing, again, True)
-            if isinstance(out, Failed):
+            # A last try restarts it whatever came meanwhile (never more than counted).
+            rule = streak_restarts(category, allowed_since_ms, again)
+            if round_ == 2:
+                rule = all_of(*unwritten(again))
+            out = self._write(key, restart, rule, doing, again, True)
+            if isinstance(out, Applied):
+                old, streak = out.record, refusals
+                break
+            if out.old is not None and applied(out.old.writes, again):
                 return refusals, False  # this very restart, sent again: the streak is its own
-            old, streak = out.record, refusals
+            # Refused there again meanwhile: that refusal restarted it; this one adds.
+        else:
+            return refusals, False  # unreachable: a last restart fails only if applied
         first = spend is not None and first_at(old.marks.get(category) if old else None, spend)
         return streak, first
 
