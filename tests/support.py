@@ -35,11 +35,8 @@ from chalicelib.storage.dynamodb.grants import GrantStore
 from chalicelib.storage.dynamodb.tokens import TokenStore
 from chalicelib.storage.dynamodb.trouble import TroubleStore
 from chalicelib.storage.memory.audit import MemoryAuditLog
-from chalicelib.storage.memory.budgets import MemoryBudgets
-from chalicelib.storage.memory.counters import MemoryCounters
-from chalicelib.storage.memory.grants import MemoryGrants
-from chalicelib.storage.memory.tokens import MemoryTokens
-from chalicelib.storage.memory.trouble import MemoryTroubleIndex
+from chalicelib.storage.memory.records import MemoryBudgets, MemoryCounters
+from chalicelib.storage.memory.tables import MemoryGrants, MemoryTokens, MemoryTroubleIndex
 from chalicelib.storage.ports import (
     AuditLog,
     BudgetCounters,

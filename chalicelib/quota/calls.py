@@ -137,3 +137,18 @@ def fold_repeats(calls: tuple[CallRecord, ...] | list[CallRecord]) -> tuple[Call
     for record in calls:
         out = with_call(out, record)
     return out
+
+
+def without_counted(calls: list[CallRecord], refused: CallRecord) -> list[CallRecord]:
+    """The last calls without the counted record of the call `refused` shows taken back
+    (the latest, by call id or else by check): the refusal takes its place."""
+    for i in range(len(calls) - 1, -1, -1):
+        kept = calls[i]
+        same = (
+            kept.call_id == refused.call_id
+            if refused.call_id is not None
+            else kept.check_id == refused.check_id
+        )
+        if same and kept.allowed and not kept.replay:
+            return calls[:i] + calls[i + 1 :]
+    return calls

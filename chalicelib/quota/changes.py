@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from chalicelib.quota.calls import CallLife, call_id_key
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from chalicelib.quota.core import Attempt, CallRecord, LeaseId, SessionSnapshot, Spend
     from chalicelib.quota.writes import WriteId
 
@@ -102,6 +104,10 @@ class Change:
     start: int | None = None
     record: CallRecord | None = None
     calls: Calls = Calls.KEEP
+    # A counted call's write also drops what the record no longer needs, as the store
+    # knows it (`tidied`): the loop breaker's counts of windows ended by this time, and
+    # the lives of call ids its last calls no longer hold.
+    tidy_at: int | None = None
 
     def __post_init__(self) -> None:
         assert all(slot in COUNTING for slot, _, _ in self.add), "add to a map of no counts"
@@ -112,6 +118,16 @@ class Change:
         keys = {key for s, key, _ in self.put if s is slot}
         keys |= {key for s, key in self.drop if s is slot}
         return frozenset(keys)
+
+    def tidied(self, ended: Iterable[str], gone: Iterable[str]) -> Change:
+        """This change with ended repeat windows and gone lives dropped as well (never
+        an entry it writes itself): what a store makes of `tidy_at`."""
+        written = {(s, key) for s, key, _ in (*self.add, *self.put)} | set(self.drop)
+        if self.record is not None and self.record.call_id is not None:
+            written.add((Slot.LIVES, self.record.call_id))  # the call's own id
+        drops = [(Slot.REPEATS, key) for key in ended] + [(Slot.LIVES, key) for key in gone]
+        more = tuple(entry for entry in drops if entry not in written)
+        return replace(self, drop=(*self.drop, *more), tidy_at=None)
 
 
 def _seen(attempt: Attempt) -> tuple[tuple[Field, Value], ...]:
@@ -163,24 +179,18 @@ def _life(attempt: Attempt) -> tuple[tuple[Slot, str, Value], ...]:
     return ((Slot.LIVES, call_id_key(attempt.call_id), life),)
 
 
-def counted(
-    attempt: Attempt, ended_repeats: tuple[str, ...] = (), gone: tuple[str, ...] = ()
-) -> Change:
+def counted(attempt: Attempt) -> Change:
     """A call counted in its session (`rules.session_consume`). The loop breaker's counts
-    of windows that have ended, and the lives of call ids no longer in the last calls
-    (`gone`), as the caller knows them, go in the same write."""
-    own = None if attempt.call_id is None else call_id_key(attempt.call_id)
+    of windows that have ended, and the lives of call ids no longer in the last calls, go
+    in the same write (`tidy_at`), as the store knows them."""
     return Change(
-        drop=(
-            *((Slot.REPEATS, key) for key in ended_repeats if key != attempt.repeat_key),
-            *((Slot.LIVES, key) for key in gone if key != own),
-        ),
         add=_counting(attempt),
         put=(*_grant(attempt), *_life(attempt)),
         set=_seen(attempt),
         start=attempt.now_ms,
         record=attempt.record(allowed=True),
         calls=Calls.APPEND,
+        tidy_at=attempt.now_ms,
     )
 
 

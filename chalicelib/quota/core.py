@@ -23,17 +23,15 @@ Lease = leases.Lease
 LeaseId = leases.LeaseId
 grant_of = leases.grant_of
 
-# A retry of a timed-out check comes within seconds, a few times at most. A call id
-# reused later or more often is a new call: a loop cannot run uncounted on one id.
+# A retry of a timed-out check comes within seconds, a few times at most. A call id reused
+# later or more often is a new call: a loop cannot run uncounted on one id.
 REPLAY_WINDOW_MS = 60_000
 MAX_REPLAYS = 3
-# How long a call counted in its session may stay in progress: longer than any check
-# runs (a check answers within its 4 s deadline; the Lambda's timeout is 5 s). A copy
-# that finds it in progress later knows its check ended without admitting it (a crash),
-# and counts the call anew.
+# How long a call counted in its session may stay in progress: longer than any check runs
+# (a check answers within its 4 s deadline; the Lambda's timeout is 5 s). A copy that finds
+# it in progress later knows its check ended without admitting it (a crash): counted anew.
 IN_PROGRESS_MS = 10_000
-# Hex digits of an arguments digest the loop breaker keeps: 48 bits tell a session's
-# calls of one tool apart, and keep the session item small.
+# Hex digits of an arguments digest the loop breaker keeps (48 bits: one tool's calls apart).
 REPEAT_DIGEST_CHARS = 12
 
 
@@ -170,6 +168,8 @@ class BudgetSnapshot:
     streaks: Mapping[str, int] = field(default_factory=dict)
     last_refusals: Mapping[str, int] = field(default_factory=dict)
     writes: Mapping[str, int] = field(default_factory=dict, compare=False)  # quota.writes
+    marks: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # first refusals
+    windows: Mapping[str, int] = field(default_factory=dict, compare=False)  # counted in
 
     @property
     def suspended(self) -> bool:
@@ -251,9 +251,9 @@ class SessionSnapshot:
     held_call_ids: frozenset[str] = frozenset()
     # When the last allowed call of each category in earlier last calls was (restarted).
     allowed_before: Mapping[str, int] = field(default_factory=dict)
-    # The lives of the calls counted under a client's call id, by `call_id_key`.
-    lives: Mapping[str, CallLife] = field(default_factory=dict)
+    lives: Mapping[str, CallLife] = field(default_factory=dict)  # by `call_id_key`
     refused_held: Mapping[str, int] = field(default_factory=dict)  # of `refused`, held ones
+    first_refused_by: Mapping[str, str | None] = field(default_factory=dict)  # its check
 
     def is_idle(self, now_ms: int, idle_ms: int) -> bool:
         """Whether the counters have expired: no attempt for longer than the idle timeout."""
@@ -292,11 +292,11 @@ class SessionSnapshot:
         return any(r.check_id == check_id and r.allowed for r in self.calls)
 
     def holds_call_id(self, call_id: str) -> bool:
-        """Whether any call (not a replay) in the record carries this call id, or the
-        store holds it as counted."""
+        """Whether a call counted (not a replay, nor refused) carries this call id, in the
+        record or as the store holds it (what the store's condition reads)."""
         key = call_id_key(call_id)
         return key in self.held_call_ids or any(
-            r.call_id == key and not r.replay for r in self.calls
+            r.call_id == key and r.allowed and not r.replay for r in self.calls
         )
 
     def last_allowed_ms(self, besides: Attempt | None = None, category: str | None = None) -> int:

@@ -113,16 +113,16 @@ def unwritten(write: WriteId | None) -> tuple[Condition, ...]:
     return () if write is None else (Named(Verdict.ALREADY_COUNTED, NotWrittenBy(write)),)
 
 
-def budget_take(spend: Spend, write: WriteId | None = None) -> Condition:
+def budget_take(spend: Spend, write: WriteId | None = None, fresh: bool | None = None) -> Condition:
     """When a budget above the session counts `spend.units` calls: it is not suspended,
-    counts this window (or none later, and starts it again), and the calls fit."""
+    counts this window (or none later, and starts it again), and the calls fit. `fresh`:
+    only the case of a later window (True) or of this one (False), each its own change."""
+    this = CountsWindow(spend.category, spend.window_start_ms)
+    later = CountsNoLaterWindow(spend.category, spend.window_start_ms)
     return all_of(
         *unwritten(write),
         Named(Verdict.SUSPENDED, Not(BudgetSuspended())),
-        any_of(
-            CountsWindow(spend.category, spend.window_start_ms),
-            CountsNoLaterWindow(spend.category, spend.window_start_ms),
-        ),
+        any_of(this, later) if fresh is None else (later if fresh else this),
         Named(
             Verdict.OVER_LIMIT,
             BudgetFits(spend.category, spend.window_start_ms, spend.units, spend.limit),
@@ -252,6 +252,13 @@ def streak_goes_on(category: str, allowed_since_ms: int, write: WriteId | None =
     session (`allowed_since_ms`). Only what the principal does in the refused category
     counts: an allowed call in another never ends the streak."""
     return all_of(*unwritten(write), Not(RefusedBefore(category, allowed_since_ms)))
+
+
+def streak_restarts(category: str, allowed_since_ms: int, write: WriteId) -> Condition:
+    """A refusal starts the principal's streak in a category again only while
+    `streak_goes_on` fails: its last refusal there still came before the allowed call (a
+    refusal recorded meanwhile has started it already, and this one adds to it)."""
+    return all_of(*unwritten(write), RefusedBefore(category, allowed_since_ms))
 
 
 def streak_ends(category: str, now_ms: int) -> Condition:

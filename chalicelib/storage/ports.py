@@ -1,6 +1,6 @@
-"""What the service needs from storage, keyed by domain values. The DynamoDB and the
-in-memory adapters implement these; nothing above them knows a key, an expression or a TTL.
-"""
+"""What the service needs from storage, keyed by domain values (no key, expression or TTL).
+Sessions and budgets: written once (`storage.sessions`, `storage.budgets`) on each backend's
+narrow pair (`record_port`); the DynamoDB and in-memory adapters implement the others."""
 
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ class SessionAdmin(SessionReads, Protocol):
 
 
 class SessionCounters(SessionChecks, SessionAdmin, Protocol):
-    """Both callers' writes: each adapter implements one store for both."""
+    """Both callers' writes, written once (`storage.sessions.Sessions`) on a backend's pair."""
 
 
 class BudgetCounters(Protocol):

@@ -21,7 +21,7 @@ from chalicelib.storage.dynamodb.approvals import ApprovalTable
 from chalicelib.storage.dynamodb.links import LinkUseStore
 from chalicelib.storage.memory.approvals import MemoryApprovals
 from chalicelib.storage.memory.audit import MemoryAuditLog
-from chalicelib.storage.memory.links import MemoryLinkUses
+from chalicelib.storage.memory.tables import MemoryLinkUses
 from tests.conftest import _backend
 from tests.support import FixedClock
 

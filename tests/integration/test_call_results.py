@@ -11,7 +11,7 @@ import pytest
 
 from chalicelib.quota.results import CallResult, CallResults, ResultKey, kept
 from chalicelib.storage.dynamodb.results import ResultStore
-from chalicelib.storage.memory.results import MemoryResults
+from chalicelib.storage.memory.tables import MemoryResults
 from tests.conftest import _backend
 
 KEY = ResultKey("demo", "s1", "call-1")

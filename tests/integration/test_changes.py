@@ -22,11 +22,8 @@ from chalicelib.storage.dynamodb.changes import SESSION, Layout, render_change
 from chalicelib.storage.dynamodb.codec import snapshot_from_item as session_snapshot
 from chalicelib.storage.dynamodb.codec import ttl
 from chalicelib.storage.dynamodb.layout import PK
-from chalicelib.storage.memory import budgets as budget_store
-from chalicelib.storage.memory import counters as session_store
-from chalicelib.storage.memory.budgets import _Budget
-from chalicelib.storage.memory.changes import apply
-from chalicelib.storage.memory.counters import _Session
+from chalicelib.storage.memory import records
+from chalicelib.storage.memory.changes import Row, apply
 from tests.support import Backend
 
 CATEGORIES = ("read", "write", "admin")
@@ -40,32 +37,22 @@ class Kind:
 
     name: str
     layout: Layout
-    new: Callable[[int | None], Any]  # a fresh memory record, given the change's start
-    maps: Mapping[Slot, str]
-    fields: Mapping[Field, str]
+    snapshot: Callable[[Row], Any]  # memory row -> snapshot
     decode: Callable[[Mapping[str, Any]], Any]  # DynamoDB item -> snapshot
     clocks: frozenset[Field]  # fields a record always has
-
-
-def _new_session(start: int | None) -> _Session:
-    return _Session(start or 0, start or 0, None)
 
 
 SESSION_KIND = Kind(
     "session",
     SESSION,
-    _new_session,
-    session_store._MAPS,
-    session_store._FIELDS,
+    records.session,
     lambda item: replace(session_snapshot(item), calls=()),  # the calls are the adapters'
     frozenset({Field.LAST_SEEN, Field.STARTED}),
 )
 BUDGET_KIND = Kind(
     "budget",
     BUDGET,
-    lambda _start: _Budget(),
-    budget_store._MAPS,
-    budget_store._FIELDS,
+    records.budget,
     budget_snapshot,
     frozenset(),
 )
@@ -116,8 +103,8 @@ def _field_value(field: Field) -> st.SearchStrategy[Any]:
 @st.composite
 def changes(draw: st.DrawFn, kind: Kind) -> Change:
     """A valid change: each map entry written once, nothing added to a cleared map."""
-    slots = list(kind.maps)
-    fields = list(kind.fields)
+    slots = list(kind.layout.prefixes)
+    fields = list(kind.layout.fields)
     clear = frozenset(
         draw(st.sets(st.sampled_from([s for s in slots if s not in UNCLEARED]), max_size=2))
     )
@@ -157,9 +144,9 @@ def changes(draw: st.DrawFn, kind: Kind) -> Change:
 
 def _check(backend: Backend, kind: Kind, steps: list[Change]) -> None:
     key = {PK: {"S": f"demo b-{uuid.uuid4().hex[:8]}"}}
-    record = kind.new(steps[0].start)
+    record = Row()
     for change in steps:
-        apply(record, change, kind.maps, kind.fields)
+        apply(record, change)
         update = render_change(change, CATEGORIES, None, kind.layout)
         if not update.expression:
             continue  # nothing to write (no adapter sends one)
@@ -176,11 +163,12 @@ def _check(backend: Backend, kind: Kind, steps: list[Change]) -> None:
         assert kind.decode(item) == _memory_snapshot(kind, record)
         expiry = kind.layout.fields[Field.EXPIRES][1]
         stored = int(item[expiry]["N"]) if expiry in item else None
-        assert stored == (ttl(record.expires_ms) if record.expires_ms is not None else None)
+        expires = record.fields.get(Field.EXPIRES)
+        assert stored == (ttl(expires) if expires is not None else None)
 
 
-def _memory_snapshot(kind: Kind, record: Any) -> Any:
-    snapshot = record.snapshot()
+def _memory_snapshot(kind: Kind, record: Row) -> Any:
+    snapshot = kind.snapshot(record)
     return replace(snapshot, calls=()) if kind is SESSION_KIND else snapshot
 
 

@@ -24,7 +24,7 @@ from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import RefusalReason, SessionKey
 from chalicelib.quota.policy import load_policy
 from chalicelib.storage.dynamodb.counters import CounterStore
-from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.records import MemoryCounters
 from chalicelib.storage.ports import LimitChange, RecordChanged, SessionCounters
 from tests.support import client_for, fresh_settings, provisioned
 

@@ -23,8 +23,7 @@ from chalicelib.quota.core import BudgetKey, Lease, LeaseId, SessionKey
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.storage.dynamodb.budgets import BudgetStore
 from chalicelib.storage.dynamodb.counters import CounterStore
-from chalicelib.storage.memory.budgets import MemoryBudgets
-from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.records import MemoryBudgets, MemoryCounters
 from chalicelib.storage.ports import BudgetCounters, LimitChange, SessionCounters
 from tests.support import FixedClock, Stores, client_for, fresh_settings, provisioned
 

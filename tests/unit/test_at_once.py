@@ -12,8 +12,7 @@ from chalicelib.check.service import CheckService
 from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import BudgetKey, Scope, SessionKey
 from chalicelib.quota.policy import parse_policy
-from chalicelib.storage.memory.budgets import MemoryBudgets
-from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.records import MemoryBudgets, MemoryCounters
 from chalicelib.storage.ports import NotTaken
 from tests.support import FixedClock, issue28_policy
 

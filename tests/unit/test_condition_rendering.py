@@ -319,7 +319,7 @@ CASES = [
     pytest.param(
         facts.Fits("write", 2, 3, T0),
         Form(raise_as_read=8),
-        "#r = :r AND #n < :rlimit AND NOT #rx <= :now",
+        "#r = :r AND NOT #n >= :rlimit AND NOT #rx <= :now",
         {"#n": "n_write", "#r": "r_write", "#rx": "rx_write"},
         {":r": {"N": "8"}, ":rlimit": {"N": "7"}, ":now": {"N": "1796212800000"}},
         id="fits-raise-as-read",
@@ -327,7 +327,7 @@ CASES = [
     pytest.param(
         facts.Fits("write", 1, 3, T0),
         Form(raised=True, raise_as_read=8),
-        "#r = :r AND #n < :rlimit AND NOT #rx <= :now",
+        "#r = :r AND NOT #n >= :rlimit AND NOT #rx <= :now",
         {"#n": "n_write", "#r": "r_write", "#rx": "rx_write"},
         {":r": {"N": "8"}, ":rlimit": {"N": "8"}, ":now": {"N": "1796212800000"}},
         id="fits-raise-as-read-raised",
@@ -531,7 +531,7 @@ CASES = [
         (
             "#started <= :now AND NOT contains(#ids, :cid) AND "
             "attribute_not_exists(#sus) AND #ls >= :cutoff AND #r = :r AND "
-            "#n < :rlimit AND NOT #rx <= :now"
+            "NOT #n >= :rlimit AND NOT #rx <= :now"
         ),
         {
             "#started": "started",

@@ -21,7 +21,7 @@ from chalicelib.check.tickets import (
 from chalicelib.links.signing import LinkAction, LinkPayload, LinkSigner
 from chalicelib.quota.answers import Refused
 from chalicelib.quota.core import Attempt, RefusalReason, SessionKey
-from chalicelib.storage.memory.links import MemoryLinkUses
+from chalicelib.storage.memory.tables import MemoryLinkUses
 
 T0 = 1_800_000_000_000
 KEY = b"k" * 40

@@ -18,8 +18,7 @@ from chalicelib.quota.core import BudgetKey, Spend
 from chalicelib.quota.policy import POLICY_DIR, parse_policy
 from chalicelib.storage.errors import StoreUnavailable
 from chalicelib.storage.memory.audit import MemoryAuditLog
-from chalicelib.storage.memory.budgets import MemoryBudgets
-from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.records import MemoryBudgets, MemoryCounters
 from chalicelib.storage.ports import NotTaken, Taken, TroubleKind, TroubleMark
 from tests.support import FixedClock
 

@@ -18,8 +18,7 @@ from chalicelib.quota.errors import ConfigurationError
 from chalicelib.quota.leases import Lease, LeaseId
 from chalicelib.quota.policy import default_shards, parse_policy, shard_part
 from chalicelib.quota.writes import WriteId
-from chalicelib.storage.memory.budgets import MemoryBudgets
-from chalicelib.storage.memory.counters import MemoryCounters
+from chalicelib.storage.memory.records import MemoryBudgets, MemoryCounters
 from chalicelib.storage.ports import NotTaken, Taken
 from tests.support import T0, FixedClock
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.quota.changes import Field, Slot, first_at
-from chalicelib.quota.core import BudgetKey, BudgetSnapshot, Spend
+from chalicelib.quota.changes import Field, Slot
+from chalicelib.quota.core import BudgetKey, BudgetSnapshot
 from chalicelib.storage.dynamodb.changes import Layout
 from chalicelib.storage.dynamodb.layout import (
     BUDGET_COUNT_PREFIX,
@@ -73,19 +73,10 @@ def item_key(key: BudgetKey) -> dict[str, Any]:
     return {PK: s(f"{key.tenant} {key.scope.value} {key.subject}")}
 
 
-def first_refusal(old: Mapping[str, Any], spend: Spend) -> bool:
-    """Whether the item as it was before a write held no mark of this refusal's window
-    and limit: this refusal is the first there."""
-    stored = old.get(NOTIFIED_PREFIX + spend.category, {}).get("S", "")
-    window, _, limit = stored.partition("|")
-    previous = (int(window), int(limit)) if window.isdigit() and limit.isdigit() else None
-    return first_at(previous, spend)
-
-
-def window_of(item: Mapping[str, Any] | None, category: str) -> int | None:
-    """The window start an item counts a category in (None: not counted yet)."""
-    value = (item or {}).get(WINDOW_PREFIX + category, {}).get("N")
-    return None if value is None else int(value)
+def _mark(value: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The window and limit a `z_<cat>` attribute records."""
+    window, _, limit = str(value.get("S", "")).partition("|")
+    return (int(window), int(limit)) if window.isdigit() and limit.isdigit() else None
 
 
 def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
@@ -95,6 +86,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
     streaks: dict[str, int] = {}
     last_refusals: dict[str, int] = {}
     writes: dict[str, int] = {}
+    marks: dict[str, tuple[int, int]] = {}
+    windows: dict[str, int] = {}
     for name, value in item.items():
         if name.startswith(COUNT_PREFIX) and "N" in value:
             category = name[len(COUNT_PREFIX) :]
@@ -112,6 +105,10 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
             last_refusals[name[len(LAST_REFUSAL_PREFIX) :]] = int(value["N"])
         elif name.startswith(WRITER_PREFIX) and "N" in value:
             writes[name[len(WRITER_PREFIX) :]] = int(value["N"])
+        elif name.startswith(WINDOW_PREFIX) and "N" in value:
+            windows[name[len(WINDOW_PREFIX) :]] = int(value["N"])
+        elif name.startswith(NOTIFIED_PREFIX) and (mark := _mark(value)) is not None:
+            marks[name[len(NOTIFIED_PREFIX) :]] = mark
     suspended = item.get(SUSPENDED)
     return BudgetSnapshot(
         counts=counts,
@@ -120,6 +117,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> BudgetSnapshot:
         streaks=streaks,
         last_refusals=last_refusals,
         writes=writes,
+        marks=marks,
+        windows=windows,
     )
 
 

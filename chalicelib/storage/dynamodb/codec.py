@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chalicelib.quota.calls import without_counted
 from chalicelib.quota.core import (
     CallLife,
     CallRecord,
@@ -198,8 +199,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         for name, value in item.items()
         if name.startswith(GRANT_PREFIX) and "S" in value
     }
-    first_refusals = {
-        name[len(NOTIFIED_PREFIX) :]: mark[0]
+    marks = {
+        name[len(NOTIFIED_PREFIX) :]: mark
         for name, value in item.items()
         if name.startswith(NOTIFIED_PREFIX) and (mark := notified(value)) is not None
     }
@@ -231,7 +232,8 @@ def snapshot_from_item(item: Mapping[str, Any]) -> SessionSnapshot:
         server=item.get(SERVER, {}).get("S"),
         leased=leased,
         grants=grants,
-        first_refusals=first_refusals,
+        first_refusals={category: mark[0] for category, mark in marks.items()},
+        first_refused_by={category: mark[1] for category, mark in marks.items()},
         client=decode_client(item.get(CLIENT)),
         repeats=repeats,
         allowed_before=allowed_before,
@@ -265,27 +267,6 @@ def _settle(entries: list[tuple[CallRecord, str]]) -> tuple[CallRecord, ...]:
     calls: list[CallRecord] = []
     for record, stored in entries:
         if stored.startswith(UNCOUNTED):
-            for i in range(len(calls) - 1, -1, -1):
-                kept = calls[i]
-                same = (
-                    kept.call_id == record.call_id
-                    if record.call_id is not None
-                    else kept.check_id == record.check_id
-                )
-                if same and kept.allowed and not kept.replay:
-                    del calls[i]
-                    break
+            calls = without_counted(calls, record)
         calls.append(record)
     return fold_repeats(calls)
-
-
-def same_counters(item: Mapping[str, Any], started_ms: int) -> bool:
-    """Whether an item holds the unsuspended counters that started at `started_ms`."""
-    started = item.get(STARTED, {}).get("N")
-    return SUSPENDED not in item and started is not None and int(started) == started_ms
-
-
-def holds_entry(item: Mapping[str, Any] | None, entry: str) -> bool:
-    return item is not None and any(
-        v.get("S") == entry for v in item.get(CALL_IDS, {}).get("L", [])
-    )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from chalicelib.quota.core import call_id_key
+from chalicelib.quota.core import BudgetSnapshot, SessionSnapshot, call_id_key
 from chalicelib.quota.facts import (
     And,
     BudgetCountAtLeast,
@@ -78,10 +78,13 @@ RAISE_IN_FORCE = "NOT #rx <= :now"
 # counts several calls at once: `:limit` is `limit - units + 1`, so that `NOT #n >= :limit`
 # means n + units <= limit.
 UNDER_BASE = "NOT #n >= :limit"
+# More calls at once than the limit never fit (`:limit` < 1): false, counted or not.
+OVER_BASE = "#n < :limit"
 # `#n < #r` lets a per-session raise lift the limit in place (one call at a time).
 UNDER_RAISED = f"(NOT #n >= :limit OR (#n < #r AND {RAISE_IN_FORCE}))"
 # A lease under a raise: tied to the raise's value as read (`:rlimit` = raise - units + 1).
-UNDER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
+UNDER_RAISE_AS_READ = f"#r = :r AND NOT #n >= :rlimit AND {RAISE_IN_FORCE}"
+OVER_RAISE_AS_READ = f"#r = :r AND #n < :rlimit AND {RAISE_IN_FORCE}"
 NOT_SEEN = "NOT contains(#ids, :cid)"
 # The loop breaker's count for this call's key (absent: none yet, and the NOT holds).
 REPEATS_UNDER = "NOT #q >= :qlimit"
@@ -117,15 +120,22 @@ class Rendered:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def with_rule(
-    rule: Condition,
-    names: Mapping[str, str],
-    values: Mapping[str, Any],
-    form: Form | None = None,
-) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """The rule rendered, with the update's names and values and its own."""
-    rendered = render(rule, form)
-    return rendered.expression, {**names, **rendered.names}, {**values, **rendered.values}
+def raise_form(rule: Condition, form: Form, seen: object) -> Form | None:
+    """The form of a second try of a rule that failed on `seen` where it asks several
+    calls at once under a raise in force above the limit (a condition cannot subtract):
+    tied to the raise as read. None: no second try would hold where the first failed."""
+    if seen is None or form.raise_as_read is not None:
+        return None
+    for fact in facts(rule):
+        if isinstance(fact, Fits) and fact.units > 1 and isinstance(seen, SessionSnapshot):
+            raise_ = seen.raise_for(fact.category, fact.now_ms)
+            if raise_ is not None and raise_ > fact.base_limit:
+                return replace(form, raise_as_read=raise_)
+        if isinstance(fact, BudgetFits) and isinstance(seen, BudgetSnapshot):
+            raised = seen.raised.get(fact.category, 0)
+            if fact.units > 1 and raised > fact.limit and CountsWindow not in form.without:
+                return replace(form, raise_as_read=raised)
+    return None
 
 
 def render(condition: Condition, form: Form | None = None) -> Rendered:
@@ -318,13 +328,13 @@ def _fits(fact: Fits, form: Form, out: Rendered) -> str:
                 ":now": n(fact.now_ms),
             }
         )
-        return UNDER_RAISE_AS_READ
+        return UNDER_RAISE_AS_READ if fact.units <= form.raise_as_read else OVER_RAISE_AS_READ
     out.values[":limit"] = n(fact.base_limit - fact.units + 1)
     if form.raised and fact.units == 1:
         out.names.update(_raise_names(fact.category))
         out.values[":now"] = n(fact.now_ms)
         return UNDER_RAISED
-    return UNDER_BASE
+    return UNDER_BASE if fact.units <= fact.base_limit else OVER_BASE
 
 
 def _raise_names(category: str) -> dict[str, str]:

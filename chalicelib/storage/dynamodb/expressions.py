@@ -28,5 +28,3 @@ BASE_NAMES = {
 SAME_TAIL = "size(#ids) = :len AND #ids[{last}] = :tail"
 # A trim holds only while the lists are still at least as long as seen.
 TRIM_CONDITION = "size(#calls) >= :min AND size(#ids) >= :min"
-# How often a write that other writers keep defeating tries again (admin, refusals).
-ADMIN_ROUNDS = 4

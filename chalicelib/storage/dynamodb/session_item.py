@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING, Any
 from chalicelib.quota.changes import Change
 from chalicelib.quota.core import (
     CallRecord,
-    SessionKey,
-    SessionSnapshot,
 )
 from chalicelib.storage.dynamodb import updates
 from chalicelib.storage.dynamodb.changes import merged, render_change
 from chalicelib.storage.dynamodb.codec import (
     encode_call,
-    key_of,
-    snapshot_from_item,
     stored_id,
 )
 from chalicelib.storage.dynamodb.conditions import Rendered
@@ -107,7 +103,7 @@ class SessionItems:
             _ConditionFailed: the condition failed.
             StorageError: the store failed.
         """
-        condition = f"{rule.expression} AND {also}" if also else rule.expression
+        condition = " AND ".join(part for part in (rule.expression, also) if part)
         names = merged(update.names, rule.names)
         values = merged(update.values, rule.values)
         return self._update(
@@ -185,12 +181,3 @@ class SessionItems:
         lists learnt, and trimmed once a batch past `keep`."""
         self._tails.learn(key, item)
         self._maybe_trim(key, len(item.get(CALL_IDS, {}).get("L", [])))
-
-    def _admin_update(
-        self, session: SessionKey, update: Rendered, rule: Rendered, doing: str
-    ) -> SessionSnapshot:
-        """Raises: _ConditionFailed, StorageError."""
-        key = key_of(session)
-        item = self._write(key, update, rule, doing, old_on_failure=True)
-        self._tails.learn(key, item)
-        return snapshot_from_item(item)

@@ -56,15 +56,20 @@ class Tail:
     def same_lists(self, other: Tail | None) -> bool:
         return other is not None and (self.texts, self.ids) == (other.texts, other.ids)
 
+    def folds(self, record: CallRecord) -> bool:
+        """Whether `record` repeats the refusal that ends the lists (and folds into it)."""
+        if not self.ids or not self.ids[-1].startswith(BLOCKED):
+            return False
+        return record.repeats_of(decode_call(self.texts[-1], self.ids[-1], None))
+
     def adding(self, record: CallRecord, keep: int) -> Tail:
         """The lists with `record` added: folded into the last entry when it repeats a
         refusal, else appended; then the last `keep` entries."""
         text, entry = encode_call(record), stored_id(record)
-        if self.ids and self.ids[-1].startswith(BLOCKED):
+        if self.folds(record):
             last = decode_call(self.texts[-1], self.ids[-1], None)
-            if record.repeats_of(last):
-                folded = encode_call(record.folded_onto(last))
-                return replace(self, texts=(*self.texts[:-1], folded), ids=(*self.ids[:-1], entry))
+            folded = encode_call(record.folded_onto(last))
+            return replace(self, texts=(*self.texts[:-1], folded), ids=(*self.ids[:-1], entry))
         return replace(self, texts=(*self.texts, text)[-keep:], ids=(*self.ids, entry)[-keep:])
 
     def replacing_last(self, text: str, entry: str) -> Tail:
