@@ -151,6 +151,9 @@ async def test_20_deletes_from_a_fastmcp_client_delete_exactly_15(stack: Stack) 
     assert listed.meta[META_DECISION_KEY]["category"] == "read"
 
 
+# One process per call is about the client's side: the upstream's transport (both held
+# by the fastmcp tests above) changes nothing here, and 20 Inspector processes cost ~15 s.
+@pytest.mark.parametrize("stack", ["stdio"], indirect=True)
 def test_20_deletes_from_the_inspector_cli_one_process_each_delete_exactly_15(
     stack: Stack,
 ) -> None:
