@@ -3,7 +3,7 @@ tenant's ceiling is split over shards, so its hottest item no longer takes every
 (DynamoDB serves about 1,000 writes a second per partition), and the tenant is never
 over-admitted. With a tenant limit of 60 and 8 concurrent clients calling well past it,
 54 to 60 calls are allowed, never more, and the hottest tenant item takes at most one
-UpdateItem per 4 calls allowed (refusals at a spent tenant write no tenant item)."""
+UpdateItem per 3 calls allowed (refusals at a spent tenant write no tenant item)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,9 @@ def test_8_clients_at_a_tenant_limit_of_60_spread_its_writes_and_never_pass_it(
     hottest = max(writes.on_items_of(tenant).values())
     FIGURES.append((allowed, hottest))
     assert 54 <= allowed <= TENANT_LIMIT
-    assert hottest * 4 <= allowed, writes.on_items_of(tenant)
+    # A spread over 10 shards is 6 takes an item plus the failed takes contention brings
+    # (7 to 13 idle, up to 16 seen beside another job); one hot item took 265.
+    assert hottest * 3 <= allowed, writes.on_items_of(tenant)
     # Every shard's count agrees with what was allowed: nothing over, nothing lost.
     shards = [budgets.get(shard_key(BudgetKey.whole_tenant(tenant), i)) for i in range(SHARDS)]
     counted = [sum(sum(c.values()) for c in s.counts.values()) for s in shards if s]
