@@ -63,6 +63,13 @@ class CallLife:
         return replace(self, state=CallState.ADMITTED)
 
 
+def life_gone(life: CallLife | None, now_ms: int) -> bool:
+    """Whether a life whose call left the session's last calls may be dropped with it:
+    never while it is in progress and its check may still be running (until `until_ms`),
+    since that check's admission must find it."""
+    return life is None or life.state is not CallState.IN_PROGRESS or life.until_ms <= now_ms
+
+
 @dataclass(frozen=True)
 class CallRecord:
     """One recent call of a session, as kept in the session's last-calls record.

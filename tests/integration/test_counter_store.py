@@ -23,6 +23,7 @@ from chalicelib.quota.core import (
     SessionKey,
     SessionSnapshot,
     Verdict,
+    call_id_key,
 )
 from chalicelib.quota.policy import POLICY_DIR, Policy, parse_policy
 from chalicelib.quota.rules import explain_refusal
@@ -691,3 +692,31 @@ def test_an_allowed_call_before_an_idle_restart_still_ends_the_principals_run(
     refused(service.check("demo", read("s3", principal="bob")))  # the run goes on: 2
     seen = stores.budgets.get(bob)
     assert seen is not None and seen.streaks == {"read": 2}
+
+
+def test_a_call_in_progress_keeps_its_life_when_later_calls_push_its_record_out(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Found by `make bench` (8 clients on one session, 32 writes, limit 15): while a
+    check waited on the wider budgets, more calls of its session than the last calls
+    keep were counted or refused, its record left the list, and the next count dropped
+    its life as gone. Its admission then found no life: the check failed after every
+    budget had counted the call. A life stays while its check may still be running."""
+    counters = stores.counters
+
+    def attempt(n: int) -> Attempt:
+        return Attempt(
+            S1, "delete_tag", "write", 15, clock(), IDLE_MS, f"k{n}", call_id=f"c{n}", wider=True
+        )
+
+    first = attempt(0)
+    counted = counters.consume(first)
+    assert isinstance(counted, Consumed)
+    life = counted.snapshot.lives[call_id_key("c0")]
+    for n in range(1, 13):  # more than the 10 last calls kept
+        clock.advance(0.01)
+        assert isinstance(counters.consume(attempt(n)), Consumed)
+
+    assert counters.admit(first, life)
+    stored = counters.get(S1)
+    assert stored is not None and stored.lives[call_id_key("c0")] == life.admitted()

@@ -95,7 +95,7 @@ class SessionTable(SessionItems):
                 shift = len(tail.ids) >= self._keep or tail.folds(record)
                 new = tail.adding(record, self._keep)
             if shift:
-                tidy = _tidied(change, tail, new.gone_lives())
+                tidy = _tidied(change, tail, new)
                 update = self._change(tidy, REWRITE_CALLS, tail.values(new))
                 try:
                     item = self._once(key, update, rule, form, doing, tail.condition())
@@ -125,7 +125,7 @@ class SessionTable(SessionItems):
         ids = None
         if change.calls is Calls.REPLACE:  # the counted record is read as taken back
             ids = {":cidl": {"L": [_s(taken_back_id(change.record))]}}
-        return self._change(_tidied(change, tail, ()), APPEND_CALL, ids)
+        return self._change(_tidied(change, tail, None), APPEND_CALL, ids)
 
     def _once(
         self,
@@ -184,12 +184,13 @@ def _form(rule: Condition | None, tail: Tail | None) -> Form:
     return Form(KNOWN, raised)
 
 
-def _tidied(change: Change, tail: Tail | None, gone: Iterable[str]) -> Change:
-    """What `change.tidy_at` drops, as the lists this container knows show it."""
+def _tidied(change: Change, tail: Tail | None, new: Tail | None) -> Change:
+    """What `change.tidy_at` drops, as the lists this container knows show it (`new`:
+    the lists this write leaves, when it writes them whole; None: it appends)."""
     if change.tidy_at is None:
         return change
     ended = ended_repeats(tail.repeats, change.tidy_at) if tail is not None else ()
-    return change.tidied(ended, tuple(gone))
+    return change.tidied(ended, new.gone_lives(change.tidy_at) if new is not None else ())
 
 
 class CounterStore(Sessions):

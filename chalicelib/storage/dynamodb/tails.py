@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chalicelib.quota.calls import CallLife, life_gone
 from chalicelib.quota.core import CallRecord
-from chalicelib.storage.dynamodb.codec import decode_call, encode_call, stored_id
+from chalicelib.storage.dynamodb.codec import decode_call, decode_life, encode_call, stored_id
 from chalicelib.storage.dynamodb.expressions import SAME_TAIL
 from chalicelib.storage.dynamodb.layout import (
     BLOCKED,
@@ -33,7 +34,8 @@ class Tail:
     ids: tuple[str, ...]
     raised: frozenset[str] = frozenset()  # categories with a per-session raise
     repeats: tuple[str, ...] = ()  # the loop breaker's keys: the next count drops ended ones
-    lives: tuple[str, ...] = ()  # call ids with a life: the next count drops those gone
+    # call ids with a life, and the life: the next count drops those gone
+    lives: Mapping[str, CallLife | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, item: Mapping[str, Any]) -> Tail | None:
@@ -45,13 +47,24 @@ class Tail:
         repeats = tuple(
             name[len(REPEAT_PREFIX) :] for name in item if name.startswith(REPEAT_PREFIX)
         )
-        lives = tuple(name[len(LIFE_PREFIX) :] for name in item if name.startswith(LIFE_PREFIX))
+        lives = {
+            name[len(LIFE_PREFIX) :]: decode_life(value.get("S", ""))
+            for name, value in item.items()
+            if name.startswith(LIFE_PREFIX)
+        }
         return cls(texts, ids, raised, repeats, lives) if len(texts) == len(ids) else None
 
-    def gone_lives(self) -> tuple[str, ...]:
-        """The call ids with a life that these lists no longer hold as counted."""
+    def gone_lives(self, now_ms: int) -> tuple[str, ...]:
+        """The call ids with a life that these lists no longer hold as counted, and that
+        may go (`quota.calls.life_gone`)."""
         held = {i[len(COUNTED_CALL_ID) :] for i in self.ids if i.startswith(COUNTED_CALL_ID)}
-        return tuple(sorted(key for key in self.lives if key not in held))
+        return tuple(
+            sorted(
+                key
+                for key, life in self.lives.items()
+                if key not in held and life_gone(life, now_ms)
+            )
+        )
 
     def same_lists(self, other: Tail | None) -> bool:
         return other is not None and (self.texts, self.ids) == (other.texts, other.ids)

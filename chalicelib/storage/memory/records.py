@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
-from chalicelib.quota.calls import without_counted
+from chalicelib.quota.calls import life_gone, without_counted
 from chalicelib.quota.changes import Calls, Change, Field, Slot
 from chalicelib.quota.core import (
     BudgetKey,
@@ -64,7 +64,8 @@ class MemoryRecords(Generic[K, R]):
             if row is None:
                 row = self._rows[key] = Row()
             if change.tidy_at is not None and isinstance(old, SessionSnapshot):
-                change = change.tidied(ended_repeats(old.repeats, change.tidy_at), _gone(old))
+                ended = ended_repeats(old.repeats, change.tidy_at)
+                change = change.tidied(ended, _gone(old, change.tidy_at))
             apply(row, change)
             if change.record is not None:
                 self._add_call(row, change.record, change.calls)
@@ -90,11 +91,15 @@ class MemoryRecords(Generic[K, R]):
             del self._rows[key]
 
 
-def _gone(seen: SessionSnapshot) -> tuple[str, ...]:
+def _gone(seen: SessionSnapshot, now_ms: int) -> tuple[str, ...]:
     """The call ids whose lives the session keeps though its last calls no longer hold
-    them (as on DynamoDB, where a write that knows the lists drops them)."""
+    them, and that may go (as on DynamoDB, where a write that knows the lists drops them)."""
     held = {r.call_id for r in seen.calls if not r.replay} | seen.held_call_ids
-    return tuple(sorted(key for key in seen.lives if key not in held))
+    return tuple(
+        sorted(
+            key for key, life in seen.lives.items() if key not in held and life_gone(life, now_ms)
+        )
+    )
 
 
 def session(row: Row) -> SessionSnapshot:
