@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chalicelib.quota.calls import life_gone
 from chalicelib.quota.core import (
     CallLife,
     CallRecord,
@@ -33,7 +34,11 @@ class CallIdFree:
     now_ms: int
 
     def holds(self, record: SessionSnapshot | None) -> bool:
-        return record is None or not record.holds_call_id(self.call_id)
+        # The id has no life either: a call still in progress may have left the last
+        # calls, and a copy of it must not be counted (a gone life is freed by `why`).
+        return record is None or (
+            not record.holds_call_id(self.call_id) and call_id_key(self.call_id) not in record.lives
+        )
 
     def why(self, record: SessionSnapshot) -> Verdict:
         """Our own write, a conflict, a call in progress, a duplicate, a used-up or a
@@ -43,6 +48,11 @@ class CallIdFree:
             return Verdict.ALREADY_COUNTED
         if not record.binds(self.call_id, self.binding, self.tool, self.category, self.units):
             return Verdict.CALL_ID_CONFLICT
+        if life is not None and not life_gone(life, self.now_ms):
+            # In progress, its record gone from the last calls: its id still binds it.
+            return (
+                Verdict.IN_PROGRESS if life.binding == self.binding else (Verdict.CALL_ID_CONFLICT)
+            )
         if record.find_call(self.call_id) is None:
             return Verdict.REUSED_CALL_ID  # counted before a reset: a new call now
         if record.in_progress(self.call_id, self.now_ms):

@@ -720,3 +720,28 @@ def test_a_call_in_progress_keeps_its_life_when_later_calls_push_its_record_out(
     assert counters.admit(first, life)
     stored = counters.get(S1)
     assert stored is not None and stored.lives[call_id_key("c0")] == life.admitted()
+
+
+def test_a_copy_of_a_call_in_progress_is_not_counted_once_its_record_left_the_list(
+    stores: Stores, clock: FixedClock
+) -> None:
+    """Found in review: as above, and the client sends the call again meanwhile (its own
+    retry, within the life's 10 s): the copy must not be counted."""
+    counters = stores.counters
+
+    def attempt(n: int, call_id: str) -> Attempt:
+        return Attempt(
+            S1, "delete_tag", "write", 50, clock(), IDLE_MS, f"k{n}", call_id=call_id, wider=True
+        )
+
+    first = attempt(0, "c0")
+    counted = counters.consume(first)
+    assert isinstance(counted, Consumed)
+    life = counted.snapshot.lives[call_id_key("c0")]
+    for n in range(1, 13):
+        clock.advance(0.01)
+        assert isinstance(counters.consume(attempt(n, f"c{n}")), Consumed)
+    clock.advance(0.5)
+
+    assert not isinstance(counters.consume(attempt(99, "c0")), Consumed)
+    assert counters.admit(first, life)

@@ -127,8 +127,8 @@ CASES = [
     pytest.param(
         facts.CallIdFree("c1", "chk1", "b1nd", "delete_tag", "write", 2, T0),
         None,
-        "NOT contains(#ids, :cid)",
-        {"#ids": "cids"},
+        "(NOT contains(#ids, :cid) AND attribute_not_exists(#vf))",
+        {"#ids": "cids", "#vf": "v_c1"},
         {":cid": {"S": "c:c1"}},
         id="call-id-free",
     ),
@@ -482,7 +482,7 @@ CASES = [
         (
             "(attribute_not_exists(#pk) OR (#started <= :now AND "
             "attribute_not_exists(#sus) AND #ls >= :cutoff AND "
-            "NOT contains(#ids, :cid) AND NOT #n >= :limit))"
+            "(NOT contains(#ids, :cid) AND attribute_not_exists(#vf)) AND NOT #n >= :limit))"
         ),
         {
             "#pk": "pk",
@@ -490,6 +490,7 @@ CASES = [
             "#sus": "suspended",
             "#ls": "ls",
             "#ids": "cids",
+            "#vf": "v_c1",
             "#n": "n_write",
         },
         {

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 # A take's rule says one of two cases (`rules.budget_take(fresh=...)`): the window the
 # item counts, or a later one, which starts the count again (only the units must fit).
-THIS_WINDOW = frozenset({CountsNoLaterWindow})  # the form that leaves out a new window
 NEW_WINDOW = frozenset({CountsWindow})
 
 

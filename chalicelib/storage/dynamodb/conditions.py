@@ -229,6 +229,7 @@ _LEASED_AT_LEAST = _Fragment[CountAtLeast](
     "#l >= :lleast", {"#l": layout.LEASED_PREFIX}, lambda f: {":lleast": n(f.least)}, _category
 )
 
+
 _FRAGMENTS: dict[type, _Fragment[Any]] = {
     SessionExists: _EXISTS,
     BudgetExists: _EXISTS,
@@ -259,9 +260,6 @@ _FRAGMENTS: dict[type, _Fragment[Any]] = {
     ),
     CheckNotCounted: _Fragment[CheckNotCounted](
         NOT_SEEN, _CALL_IDS, lambda f: {":cid": s(layout.COUNTED_CHECK + f.check_id)}
-    ),
-    CallIdFree: _Fragment[CallIdFree](
-        NOT_SEEN, _CALL_IDS, lambda f: {":cid": s(layout.COUNTED_CALL_ID + call_id_key(f.call_id))}
     ),
     Recorded: _Fragment[Recorded](
         "contains(#ids, :own)", _CALL_IDS, lambda f: {":own": s(stored_id(f.record))}
@@ -364,6 +362,14 @@ def _call_counted_by(fact: CallCountedBy, form: Form, out: Rendered) -> str:
     return "begins_with(#v, :vchk)"
 
 
+def _call_id_free(fact: CallIdFree, form: Form, out: Rendered) -> str:
+    """Not counted in the last calls, and no life (one in progress may have left them)."""
+    key = call_id_key(fact.call_id)
+    out.names.update({**_CALL_IDS, "#vf": layout.LIFE_PREFIX + key})
+    out.values[":cid"] = s(layout.COUNTED_CALL_ID + key)
+    return f"({NOT_SEEN} AND attribute_not_exists(#vf))"
+
+
 def _call_life_is(fact: CallLifeIs, form: Form, out: Rendered) -> str:
     out.names["#v"] = layout.LIFE_PREFIX + fact.key
     if fact.life is None:
@@ -387,6 +393,7 @@ def _written_by(fact: WrittenBy, form: Form, out: Rendered) -> str:
 _RENDERERS: dict[type, Callable[[Any, Form, Rendered], str]] = {
     **_FRAGMENTS,
     CallLifeIs: _call_life_is,
+    CallIdFree: _call_id_free,
     CallCountedBy: _call_counted_by,
     CountAtLeast: _count_at_least,
     Fits: _fits,
