@@ -94,7 +94,7 @@ class MemoryRecords(Generic[K, R]):
 def _gone(seen: SessionSnapshot, now_ms: int) -> tuple[str, ...]:
     """The call ids whose lives the session keeps though its last calls no longer hold
     them, and that may go (as on DynamoDB, where a write that knows the lists drops them)."""
-    held = {r.call_id for r in seen.calls if not r.replay} | seen.held_call_ids
+    held = {r.call_id for r in seen.calls if r.allowed and not r.replay} | seen.held_call_ids
     return tuple(
         sorted(
             key for key, life in seen.lives.items() if key not in held and life_gone(life, now_ms)
