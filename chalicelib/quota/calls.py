@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from chalicelib.clock import iso_utc
@@ -68,6 +69,16 @@ def life_gone(life: CallLife | None, now_ms: int) -> bool:
     never while it is in progress and its check may still be running (until `until_ms`),
     since that check's admission must find it."""
     return life is None or life.state is not CallState.IN_PROGRESS or life.until_ms <= now_ms
+
+
+def gone_lives(
+    lives: Mapping[str, CallLife | None], held: Collection[str], now_ms: int
+) -> tuple[str, ...]:
+    """The kept call ids whose lives a counted call's write drops (`Change.tidy_at`): no
+    counted call in the last calls holds them (`held`), and they may go (`life_gone`)."""
+    return tuple(
+        sorted(key for key, life in lives.items() if key not in held and life_gone(life, now_ms))
+    )
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chalicelib.quota.calls import CallLife, life_gone
+from chalicelib.quota.calls import CallLife, gone_lives
 from chalicelib.quota.core import CallRecord
 from chalicelib.storage.dynamodb.codec import decode_call, decode_life, encode_call, stored_id
 from chalicelib.storage.dynamodb.expressions import SAME_TAIL
@@ -55,16 +55,9 @@ class Tail:
         return cls(texts, ids, raised, repeats, lives) if len(texts) == len(ids) else None
 
     def gone_lives(self, now_ms: int) -> tuple[str, ...]:
-        """The call ids with a life that these lists no longer hold as counted, and that
-        may go (`quota.calls.life_gone`)."""
+        """The lives a counted call's write drops, as these lists show them."""
         held = {i[len(COUNTED_CALL_ID) :] for i in self.ids if i.startswith(COUNTED_CALL_ID)}
-        return tuple(
-            sorted(
-                key
-                for key, life in self.lives.items()
-                if key not in held and life_gone(life, now_ms)
-            )
-        )
+        return gone_lives(self.lives, held, now_ms)
 
     def same_lists(self, other: Tail | None) -> bool:
         return other is not None and (self.texts, self.ids) == (other.texts, other.ids)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
-from chalicelib.quota.calls import life_gone, without_counted
+from chalicelib.quota.calls import gone_lives, without_counted
 from chalicelib.quota.changes import Calls, Change, Field, Slot
 from chalicelib.quota.core import (
     BudgetKey,
@@ -92,14 +92,9 @@ class MemoryRecords(Generic[K, R]):
 
 
 def _gone(seen: SessionSnapshot, now_ms: int) -> tuple[str, ...]:
-    """The call ids whose lives the session keeps though its last calls no longer hold
-    them, and that may go (as on DynamoDB, where a write that knows the lists drops them)."""
+    """The lives a counted call's write drops, as the session's last calls show them."""
     held = {r.call_id for r in seen.calls if r.allowed and not r.replay} | seen.held_call_ids
-    return tuple(
-        sorted(
-            key for key, life in seen.lives.items() if key not in held and life_gone(life, now_ms)
-        )
-    )
+    return gone_lives(seen.lives, {key for key in held if key is not None}, now_ms)
 
 
 def session(row: Row) -> SessionSnapshot:
