@@ -14,6 +14,7 @@ import boto3
 
 from chalicelib.admin.grants import GrantLimits
 from chalicelib.aws import CLIENT_CONFIG, TOKEN_CLIENT_CONFIG
+from chalicelib.check.afterwards import Afterwards
 from chalicelib.check.escalation import PrincipalGate
 from chalicelib.check.service import CheckService
 from chalicelib.clock import Clock, system_clock
@@ -108,6 +109,7 @@ class Container:
     def __init__(self, settings: Settings | None = None, clock: Clock = system_clock) -> None:
         self._settings = settings
         self.clock = clock
+        self.afterwards = Afterwards()  # writes checks leave for after their answers
         # The API's own base URL as a request showed it, for links when no
         # QUOTA_PUBLIC_URL is set (chalicelib/api/context.py fills it in).
         self.seen_base_url = ""
@@ -191,9 +193,8 @@ class Container:
         """Exactly-once writes: results of allowed calls, read back for duplicates."""
         from chalicelib.check.results import ResultDesk
 
-        s = self.settings
-        results = self.stores.results
-        return ResultDesk(self.policy, self.counters, results, self.clock, s.idle_timeout_seconds)
+        results, idle_s = self.stores.results, self.settings.idle_timeout_seconds
+        return ResultDesk(self.policy, self.counters, results, self.clock, idle_s, self.afterwards)
 
     def mark_trouble(self, mark: TroubleMark) -> None:
         """Index a session in trouble (the index is built on the first refusal)."""
@@ -478,6 +479,7 @@ class Container:
             changes=self.admin_changes,
             refusal_cache_ms=REFUSAL_CACHE_MS,
             kept_answers=self.result_desk.answers_copy,
+            afterwards=self.afterwards,
         )
 
     @cached_property

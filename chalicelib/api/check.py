@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from chalice.app import Blueprint, Response
 
+from chalicelib.api import lambda_hold
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, request_body, server_caller
 from chalicelib.api.responses import decision_response, handled, json_response, policy_view
@@ -38,6 +39,7 @@ def warm() -> None:
     with collector_paused():
         preload(answers, binding, deadline, validation, aws)
         deps().dynamodb  # noqa: B018 (built for its side effect)
+    lambda_hold.start()  # admissions after the answers (`check.afterwards`)
 
 
 @checks.route("/health", methods=["GET"])

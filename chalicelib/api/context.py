@@ -15,12 +15,13 @@ from chalicelib.observability import logger
 if TYPE_CHECKING:
     from chalicelib import errors, wiring
     from chalicelib.admin import requests as admin_requests
-    from chalicelib.api import responses
+    from chalicelib.api import lambda_hold, responses
     from chalicelib.auth import roles, tokens
     from chalicelib.check import requests as validation
     from chalicelib.quota import core as quota
 else:
     admin_requests = lazy_module("chalicelib.admin.requests")
+    lambda_hold = lazy_module("chalicelib.api.lambda_hold")
     responses = lazy_module("chalicelib.api.responses")
     errors = lazy_module("chalicelib.errors")
     quota = lazy_module("chalicelib.quota.core")
@@ -56,12 +57,15 @@ def on_request(request: Request, get_response: Callable[[Request], Response]) ->
     first request, which imports what its route needs, runs with the garbage collector
     paused (`lazy.collector_paused`)."""
     global _first_request_done
-    if _first_request_done:
-        return answer(request, get_response)
-    with collector_paused():
-        response = answer(request, get_response)
-    _first_request_done = True
-    return response
+    try:
+        if _first_request_done:
+            return answer(request, get_response)
+        with collector_paused():
+            response = answer(request, get_response)
+        _first_request_done = True
+        return response
+    finally:
+        lambda_hold.answered()  # on Lambda, the hold may end the invocation
 
 
 def answer(request: Request, get_response: Callable[[Request], Response]) -> Response:

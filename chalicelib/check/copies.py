@@ -25,12 +25,14 @@ def answer_copy(
     store: SessionChecks,
     kept_answers: Callable[[Attempt], bool],
     answered: Callable[[Attempt, SessionSnapshot], Allowed],
+    admitted_here: Callable[[Attempt], bool] = lambda attempt: False,
 ) -> Allowed | None:
     """The answer to a check whose call id names a call its session already admitted
     (`approvals.answered_as_copy`), as to any copy: a duplicate, with nothing counted
     (`answered` shapes it). None when it is no such copy: nothing was written, and the
     check goes on to its approval. Read first, never a count: a call that needs an
-    approval is counted only on one.
+    approval is counted only on one. `admitted_here` waits for the call's admission if
+    this container is making it (`CheckService._admitted_here`).
 
     Raises:
         CallIdConflict: the id names another call, or is used up with no result kept.
@@ -47,6 +49,8 @@ def answer_copy(
         verdict = explain_refusal(snapshot, attempt)
         if not answered_as_copy(verdict):
             return None
+        if verdict is Verdict.IN_PROGRESS and admitted_here(attempt):
+            continue  # admitted after its answer, here: read again
         # As `_count_session` answers these verdicts, without its count before them.
         kept = verdict is Verdict.CALL_ID_USED and kept_answers(attempt)
         fault = call_id_fault(attempt, snapshot, verdict)

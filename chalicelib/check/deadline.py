@@ -106,3 +106,9 @@ def allows_step() -> bool:
     without one)."""
     deadline = current()
     return deadline is None or deadline.allows_step()
+
+
+def left_s() -> float:
+    """Seconds left before the current deadline (the service's budget without one)."""
+    deadline = current()
+    return SERVICE_BUDGET_S if deadline is None else max(0.0, deadline.left_s())

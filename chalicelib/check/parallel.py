@@ -50,6 +50,15 @@ class _Workers:
 _WORKERS = _Workers()
 
 
+def _nothing() -> None:
+    return None
+
+
+def submit(task: Callable[[], None]) -> None:
+    """Run `task` on the container's workers, answering nothing (`check.afterwards`)."""
+    _WORKERS.submit(task, _nothing)
+
+
 def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
     """Run independent store requests at once (one round trip for all); the first
     exception is raised once every call has finished, so none is left half-seen."""

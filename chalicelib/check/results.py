@@ -4,11 +4,14 @@ of it in a replaying category with that result."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from chalicelib.auth.roles import Role
 from chalicelib.auth.tokens import Identity, effective_principal
+from chalicelib.check.afterwards import Afterwards
+from chalicelib.check.life import copies_key
 from chalicelib.check.requests import (
     MAX_SESSION_ID,
     TOOL_NAME,
@@ -18,7 +21,7 @@ from chalicelib.check.requests import (
 )
 from chalicelib.clock import Clock
 from chalicelib.errors import CallNotAllowed, Forbidden, InvalidRequest, ResultConflict
-from chalicelib.quota.core import Attempt, CallState, SessionKey
+from chalicelib.quota.core import Attempt, CallState, SessionKey, SessionSnapshot
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.results import (
     CallResult,
@@ -68,6 +71,11 @@ def parse_result(call_id: str, body: dict[str, Any]) -> ResultToStore:
     return ResultToStore(session_id, call_id, tool, result)
 
 
+# Pauses before reading a call in progress again when its result comes: its admission
+# lands one store round trip after its check's answer, from whichever container made it.
+ADMISSION_PAUSES_S = (0.02, 0.05, 0.1, 0.2)
+
+
 class ResultDesk:
     """Keeps results of allowed calls and reads them back for duplicates."""
 
@@ -78,7 +86,9 @@ class ResultDesk:
         results: CallResults,
         clock: Clock,
         idle_timeout_seconds: int,
+        after: Afterwards | None = None,
     ) -> None:
+        self._after = after or Afterwards()  # the checks' admissions in this container
         self._policy = policy
         self._sessions = sessions
         self._results = results
@@ -98,7 +108,7 @@ class ResultDesk:
         """
         if identity.role != Role.SERVER:
             raise Forbidden("Only an MCP server's token keeps call results.")
-        snapshot = self._sessions.get(SessionKey(identity.tenant, put.session_id))
+        snapshot = self._admitted(SessionKey(identity.tenant, put.session_id), put.call_id)
         record = None if snapshot is None else snapshot.find_call(put.call_id)
         life = None if snapshot is None else snapshot.life_of(put.call_id)
         if record is None or life is None or life.state is not CallState.ADMITTED:
@@ -117,6 +127,22 @@ class ResultDesk:
                 f"Another result is already kept for call id {put.call_id!r}; it stays."
             )
         return done, mine
+
+    def _admitted(self, session: SessionKey, call_id: str) -> SessionSnapshot | None:
+        """The session, read once the call's admission has landed if it is on its way:
+        made after the check's answer (`check.afterwards`), a result may come first.
+        Waits for it here, or reads again after a pause, while the call is in progress.
+
+        Raises:
+            StorageError: the store failed.
+        """
+        for pause in ADMISSION_PAUSES_S:
+            snapshot = self._sessions.get(session)
+            if snapshot is None or not snapshot.in_progress(call_id, self._clock()):
+                return snapshot
+            if not self._after.wait_for(copies_key(session, call_id), pause):
+                time.sleep(pause)
+        return self._sessions.get(session)
 
     def replays(self, category: str) -> bool:
         """Whether a duplicate in this category is answered with the stored result."""

@@ -3,13 +3,12 @@ principal, tenant), all or nothing, and explain a refusal.
 
 Counting order: the session and the wider budgets at once when the session has room
 (`check/at_once.py`), else the session first (a runaway session is refused there and
-never touches the wider budgets); then, for a call with a call id, its admission (only
-then is a copy of it a duplicate). When a wider budget refuses, what the others took is
-given back and the session's count is taken back; when one fails (throttled, down), the
-same happens before the 503 is answered, so a retry with the same call id is counted
-anew at every scope. Every step is a conditional increment that can never pass its
-limit, so no budget is over-admitted; a crash between steps leaves a call counted that
-did not run (under-admission, never over)."""
+never touches the wider budgets); after the answer, a call id's admission (`check.life`:
+only then is a copy of it a duplicate). When a wider budget refuses or fails (throttled,
+down), what the others took is given back and the session's count is taken back before
+the answer, so a retry with the same call id is counted anew at every scope. Every step
+is a conditional increment that can never pass its limit, so no budget is over-admitted;
+a crash between steps leaves a call counted that did not run (under-admission)."""
 
 from __future__ import annotations
 
@@ -19,13 +18,14 @@ from functools import partial
 from typing import TypeAlias
 
 from chalicelib.check import deadline
+from chalicelib.check.afterwards import Afterwards
 from chalicelib.check.at_once import AtOnce
 from chalicelib.check.attempts import attempt_of
 from chalicelib.check.copies import MAX_ROUNDS, answer_copy
 from chalicelib.check.escalation import DeferredStreaks, Escalation, PrincipalGate
 from chalicelib.check.hooks import DecisionListener, LimitResolver, PolicyLimits, QuietListener
 from chalicelib.check.lease_returns import return_lease
-from chalicelib.check.life import admit
+from chalicelib.check.life import Admissions
 from chalicelib.check.repairs import Repairs
 from chalicelib.check.repeats import repeated
 from chalicelib.check.requests import CheckRequest, HeldReport, LeaseReturn
@@ -48,7 +48,7 @@ from chalicelib.check.steps import (
     use_of,
 )
 from chalicelib.check.tickets import HoldTickets
-from chalicelib.check.verdicts import call_id_fault, try_again_as
+from chalicelib.check.verdicts import copy_of_used_id, try_again_as
 from chalicelib.clock import Clock
 from chalicelib.quota.answers import Allowed, Decision, Refused
 from chalicelib.quota.core import (
@@ -99,8 +99,11 @@ class CheckService:
         refusal_cache_ms: int = 0,
         streaks: DeferredStreaks | None = None,
         kept_answers: Callable[[Attempt], bool] = lambda attempt: False,
+        afterwards: Afterwards | None = None,
     ) -> None:
         self._policy = policy
+        self._admissions = Admissions(store, afterwards or Afterwards())
+        self._admitted = self._admissions.made_here  # a copy waits for its call's
         self._kept_answers = kept_answers  # a copy past its duplicates, from its result
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
         self._store = store
@@ -214,14 +217,13 @@ class CheckService:
         if refusal is None:
             try:
                 retried(partial(wider.end_streaks, attempt, taken))
-                # Last: once admitted, a copy of the call may be answered as a duplicate.
-                retried(partial(admit, self._store, attempt, snapshot))
             except StorageError:
-                # Counted everywhere, but the principal's streak still stands or the call
-                # is not admitted: answered 503, so nothing may stay counted (a retry
-                # counts it anew).
+                # Counted everywhere, but the principal's streak still stands: answered
+                # 503, so nothing may stay counted (a retry counts it anew).
                 self._undo(attempt, snapshot, taken)
                 raise
+            # Counted at every scope: the admission does not hold up the answer.
+            self._admissions.after_answer(attempt, snapshot)
             if any(s.window.scope is Scope.PRINCIPAL for s, _ in taken):
                 self._escalation.allowed(attempt)
             self._counted(attempt, allowed)
@@ -280,11 +282,9 @@ class CheckService:
             if snapshot is None:
                 continue
             verdict = explain_refusal(snapshot, attempt)
-            fault = call_id_fault(attempt, snapshot, verdict)
-            # A copy past its duplicates, answered from its call's kept result: no write.
-            kept = verdict is Verdict.CALL_ID_USED and self._kept_answers(attempt)
-            if fault is not None and not kept:
-                raise fault
+            kept = copy_of_used_id(attempt, snapshot, verdict, self._kept_answers, self._admitted)
+            if kept is None:
+                continue
             if kept or verdict is Verdict.ALREADY_COUNTED:
                 return self._allowed(attempt, snapshot, duplicate=kept), snapshot, attempt
             if verdict is Verdict.EXPIRED:
@@ -491,7 +491,8 @@ class CheckService:
             CallIdConflict, CallInProgress, StorageError: as `copies.answer_copy`.
         """
         attempt = self.attempt_for(tenant, request)
-        return answer_copy(attempt, self._store, self._kept_answers, self._copy_answered)
+        answered = self._copy_answered
+        return answer_copy(attempt, self._store, self._kept_answers, answered, self._admitted)
 
     def _copy_answered(self, attempt: Attempt, snapshot: SessionSnapshot) -> Allowed:
         allowed = self._allowed(attempt, snapshot, duplicate=True)

@@ -3,6 +3,7 @@ a call id reused for another call, or the attempt to make next."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from chalicelib.errors import CallIdConflict, CallInProgress, Conflict
@@ -58,6 +59,29 @@ def call_id_fault(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict)
     if verdict is Verdict.CALL_ID_USED:
         return used_up(attempt)
     return None
+
+
+def copy_of_used_id(
+    attempt: Attempt,
+    snapshot: SessionSnapshot,
+    verdict: Verdict,
+    kept_answers: Callable[[Attempt], bool],
+    admitted_here: Callable[[Attempt], bool],
+) -> bool | None:
+    """For a verdict about the call id: whether the call is a copy past its duplicates
+    answered from its kept result (`kept_answers`: no write); None to ask the store again
+    (`admitted_here`: the call was being admitted here, after its answer).
+
+    Raises:
+        Conflict: the 409 the verdict answers (`call_id_fault`).
+    """
+    if verdict is Verdict.IN_PROGRESS and admitted_here(attempt):
+        return None
+    fault = call_id_fault(attempt, snapshot, verdict)
+    kept = verdict is Verdict.CALL_ID_USED and kept_answers(attempt)
+    if fault is not None and not kept:
+        raise fault
+    return kept
 
 
 def try_again_as(attempt: Attempt, snapshot: SessionSnapshot, verdict: Verdict) -> Attempt | None:

@@ -1,0 +1,143 @@
+"""On Lambda, each invocation is held open after its response until the writes its check
+left for after the answer are done (`check.afterwards`: an allowed call's admission).
+
+Lambda freezes the environment once an invocation ends, with any thread still running in
+it, until the next one. An internal extension (a thread of this process registered with
+the Lambda Extensions API for INVOKE events) changes when an invocation ends: Lambda sends
+the handler's response as soon as the handler returns, and ends the invocation only when
+every extension has asked for its next event. The hold asks for it once the handler has
+returned (`answered`, from the HTTP middleware) and the writes are done, or at the
+invocation's deadline less a margin, whichever comes first.
+
+If the extension cannot register (not on Lambda, an API that refuses it), the writes are
+made before each answer instead (`afterwards.inline`): slower, never lost to a freeze.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from chalicelib.lazy import lazy_module
+from chalicelib.observability import logger
+
+if TYPE_CHECKING:
+    from chalicelib.check import afterwards
+else:  # loaded by the first check, not at start-up
+    afterwards = lazy_module("chalicelib.check.afterwards")
+
+VERSION = "2020-01-01"
+NAME = "mcp-quota-after-answer"
+MARGIN_S = 0.2  # kept back from the invocation's deadline
+
+
+class LambdaHold:
+    """The internal extension; `answered` is called when a handler returns."""
+
+    def __init__(
+        self,
+        runtime_api: str,
+        settle: Callable[[float], bool] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api = runtime_api
+        self._settle = settle or afterwards.settle_all
+        self._clock = clock
+        self._turns = threading.Condition()
+        self._invoked = 0
+        self._answered = 0
+        self._id = ""
+
+    def start(self) -> bool:
+        """Register and start the extension's thread; whether it runs."""
+        try:
+            status, headers, _ = self._call("POST", "register", {"events": ["INVOKE"]}, NAME)
+            self._id = headers.get("Lambda-Extension-Identifier", "")
+            if status != 200 or not self._id:
+                raise OSError(f"register answered {status}")
+        except OSError as exc:
+            extra = {"error": str(exc)}
+            logger.warning("no after-answer hold: writes are made before answers", extra=extra)
+            return False
+        threading.Thread(target=self._loop, daemon=True, name="quota-hold").start()
+        return True
+
+    def answered(self) -> None:
+        """A handler returned (its response is on its way)."""
+        with self._turns:
+            self._answered += 1
+            self._turns.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                _, _, event = self._call("GET", "event/next", None)
+            except OSError as exc:
+                logger.warning("the after-answer hold stopped", extra={"error": str(exc)})
+                afterwards.inline(True)
+                return
+            if event.get("eventType") != "INVOKE":
+                continue
+            deadline_ms = event.get("deadlineMs")
+            if not isinstance(deadline_ms, int | float):
+                deadline_ms = (self._clock() + 3) * 1000  # not said: a short hold
+            self._hold(deadline_ms / 1000 - MARGIN_S)
+
+    def _hold(self, until_s: float) -> None:
+        """Until the handler of this invocation returned and the writes are done, or
+        `until_s` (epoch seconds)."""
+        with self._turns:
+            self._invoked += 1
+            self._turns.wait_for(
+                lambda: self._answered >= self._invoked, max(0.0, until_s - self._clock())
+            )
+            self._answered = self._invoked  # one missed never holds the next
+        self._settle(max(0.0, until_s - self._clock()))
+
+    def _call(
+        self, method: str, path: str, body: dict[str, object] | None, name: str = ""
+    ) -> tuple[int, dict[str, str], dict[str, object]]:
+        connection = http.client.HTTPConnection(self._api)  # no timeout: `next` waits
+        headers = {"Content-Type": "application/json"}
+        if name:
+            headers["Lambda-Extension-Name"] = name
+        if self._id:
+            headers["Lambda-Extension-Identifier"] = self._id
+        try:
+            payload = json.dumps(body).encode() if body is not None else None
+            connection.request(method, f"/{VERSION}/extension/{path}", payload, headers)
+            response = connection.getresponse()
+            data = response.read()
+            answer = json.loads(data) if data else {}
+            return response.status, dict(response.getheaders()), answer
+        except ValueError as exc:
+            raise OSError(f"the Extensions API answered no JSON: {exc}") from exc
+        finally:
+            connection.close()
+
+
+_HOLD: list[LambdaHold] = []
+
+
+def start() -> None:
+    """On Lambda: start the hold (once); if it cannot run, writes after answers are made
+    before them instead."""
+    api = os.environ.get("AWS_LAMBDA_RUNTIME_API")
+    if _HOLD or not api:
+        return
+    hold = LambdaHold(api)
+    if hold.start():
+        _HOLD.append(hold)
+    else:
+        afterwards.inline(True)
+
+
+def answered() -> None:
+    """A handler returned (the HTTP middleware calls this; nothing off Lambda)."""
+    if _HOLD:
+        _HOLD[0].answered()

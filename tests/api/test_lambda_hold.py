@@ -1,0 +1,118 @@
+"""The after-answer hold on Lambda (`api.lambda_hold`), against a local server speaking the
+Lambda Extensions API (register, event/next): the invocation is held open after the
+handler returned until the writes left for after the answer are done, never past its
+deadline; without the API, those writes are made before the answers."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from chalicelib.api.lambda_hold import LambdaHold
+from chalicelib.check import afterwards
+from chalicelib.check.afterwards import Afterwards
+
+
+class ExtensionsApi:
+    """Lambda's side of the Extensions API: `invoke` sends the INVOKE event to the
+    extension's waiting `next`; `nexts` records when each `next` was asked."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.events: queue.Queue[dict[str, object]] = queue.Queue()
+        self.nexts: queue.Queue[float] = queue.Queue()
+        self.registered: list[dict[str, object]] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.registered.append({"name": self.headers["Lambda-Extension-Name"], **body})
+                self.send_response(403 if refuse else 200)
+                self.send_header("Lambda-Extension-Identifier", "ext-1")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_GET(self) -> None:
+                assert self.headers["Lambda-Extension-Identifier"] == "ext-1"
+                api.nexts.put(time.monotonic())
+                data = json.dumps(api.events.get()).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def invoke(self, deadline_in_s: float = 10.0) -> None:
+        deadline_ms = (time.time() + deadline_in_s) * 1000
+        self.events.put({"eventType": "INVOKE", "deadlineMs": deadline_ms, "requestId": "r"})
+
+
+@pytest.fixture
+def api() -> Iterator[ExtensionsApi]:
+    server = ExtensionsApi()
+    yield server
+    server.server.shutdown()
+
+
+def test_the_invocation_ends_once_the_writes_after_the_answer_are_done(
+    api: ExtensionsApi,
+) -> None:
+    hold = LambdaHold(api.address)
+    assert hold.start()
+    assert api.registered == [{"name": "mcp-quota-after-answer", "events": ["INVOKE"]}]
+    api.nexts.get(timeout=5)  # waiting for the first invocation
+    writes, release = Afterwards(), threading.Event()
+    api.invoke()
+    writes.later("k", lambda: release.wait(10), "a held write")
+    hold.answered()  # the handler returned: its response is on its way
+    with pytest.raises(queue.Empty):
+        api.nexts.get(timeout=0.5)  # held: the write is not done
+    release.set()
+    api.nexts.get(timeout=5)  # the invocation ends
+    api.invoke()
+    hold.answered()  # nothing left to write: ends at once
+    api.nexts.get(timeout=5)
+
+
+def test_a_hold_never_outlasts_the_invocations_deadline(api: ExtensionsApi) -> None:
+    hold = LambdaHold(api.address)
+    assert hold.start()
+    api.nexts.get(timeout=5)
+    never = threading.Event()
+    Afterwards().later("k", lambda: never.wait(30), "a write that hangs")
+    started = time.monotonic()
+    api.invoke(deadline_in_s=3.0)  # the handler never says it returned either
+    ended = api.nexts.get(timeout=10)
+    assert 2.0 < ended - started < 3.0  # held until the deadline less its margin
+    never.set()
+    assert afterwards.settle_all(10)
+
+
+def test_without_the_extensions_api_writes_are_made_before_the_answers() -> None:
+    refusing = ExtensionsApi(refuse=True)
+    try:
+        assert not LambdaHold(refusing.address).start()
+        afterwards.inline(True)
+        done: list[str] = []
+        Afterwards().later("k", lambda: done.append("written"), "a write")
+        assert done == ["written"]  # before `later` returned
+    finally:
+        afterwards.inline(False)
+        refusing.server.shutdown()
