@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
+else:
+    SNSClient = Any  # the stubs are a development dependency
 
 MAX_SUBJECT = 99  # SNS: "less than 100 characters"
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -104,18 +107,28 @@ PUBLISH_TRIES = 2
 PUBLISH_WORST_MS = 8_000
 
 
-class Notifier:
-    """Publishes to one topic; retries once; optionally echoes to the console (local)."""
+@dataclass(eq=False)
+class _Sender(Generic[C]):
+    """What both senders hold: the client, built on first use (most checks never
+    notify); where they send (none configured: ""); whether they echo to the console."""
 
-    def __init__(self, client: Callable[[], SNSClient], topic_arn: str, echo: bool = False) -> None:
-        self._client = client  # built on first publish: most checks never notify
-        self._topic = topic_arn
-        self._echo = echo
+    client: Callable[[], C]
+    target: str
+    echo: bool = False
 
     @property
     def enabled(self) -> bool:
-        """Whether a topic is configured."""
-        return bool(self._topic)
+        """Whether a destination is configured."""
+        return bool(self.target)
+
+    def _show(self, how: str, note: Notification) -> None:
+        if self.echo:
+            print(f"\n=== notification ({how}) ===\nSubject: {note.subject}\n\n{note.body}\n")
+
+
+class Notifier(_Sender[SNSClient]):
+    """Publishes to one topic (the target: its ARN); retries once; optionally echoes to the
+    console (local)."""
 
     def publish(self, note: Notification) -> str:
         """Publish; returns the SNS message id.
@@ -123,8 +136,7 @@ class Notifier:
         Raises:
             NotificationFailed: no topic is configured, or both tries failed.
         """
-        if self._echo:
-            print(f"\n=== notification (email) ===\nSubject: {note.subject}\n\n{note.body}\n")
+        self._show("email", note)
         if not self.enabled:
             raise NotificationFailed("no notification topic is configured (QUOTA_TOPIC_ARN)")
         attributes = {
@@ -134,8 +146,8 @@ class Notifier:
         last: Exception | None = None
         for _ in range(PUBLISH_TRIES):
             try:
-                response = self._client().publish(
-                    TopicArn=self._topic,
+                response = self.client().publish(
+                    TopicArn=self.target,
                     Subject=clean_subject(note.subject),
                     Message=note.body,
                     MessageAttributes=attributes,  # type: ignore[arg-type]
@@ -147,20 +159,9 @@ class Notifier:
         raise NotificationFailed(f"SNS publish failed: {_describe(last)}") from last
 
 
-class QueuedNotifier:
-    """Enqueues notifications for the notifier function: a refusal never waits on SNS."""
-
-    def __init__(
-        self, client: Callable[[], QueueClient], queue_url: str, echo: bool = False
-    ) -> None:
-        self._client = client  # built on first enqueue: most checks never notify
-        self._queue_url = queue_url
-        self._echo = echo
-
-    @property
-    def enabled(self) -> bool:
-        """Whether a queue is configured."""
-        return bool(self._queue_url)
+class QueuedNotifier(_Sender[QueueClient]):
+    """Enqueues notifications for the notifier function (the target: the queue's URL): a
+    refusal never waits on SNS."""
 
     def publish(self, note: Notification) -> str:
         """Enqueue; returns the SQS message id (botocore retries once, CLIENT_CONFIG).
@@ -168,14 +169,11 @@ class QueuedNotifier:
         Raises:
             NotificationFailed: no queue is configured, or SQS refused or did not answer.
         """
-        if self._echo:
-            print(f"\n=== notification (queued) ===\nSubject: {note.subject}\n\n{note.body}\n")
+        self._show("queued", note)
         if not self.enabled:
             raise NotificationFailed("no notification queue is configured")
         try:
-            response = self._client().send_message(
-                QueueUrl=self._queue_url, MessageBody=encode(note)
-            )
+            response = self.client().send_message(QueueUrl=self.target, MessageBody=encode(note))
         except (ClientError, BotoCoreError) as exc:
             raise NotificationFailed(f"SQS send failed: {_describe(exc)}") from exc
         return str(response["MessageId"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.admin import listing
@@ -64,43 +65,36 @@ def raised_after(category: str, limit: int, until_ms: int | None) -> dict[str, A
     return after
 
 
+@dataclass(frozen=True, eq=False)
 class AdminService:
     """Backs the admin endpoints; tenant-scoped: the tenant always comes from the token."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        counters: SessionCounters,
-        grants: GrantRepository,
-        limits: GrantLimits,
-        audit_log: AuditLog,
-        auditor: Auditor,
-        views: SessionViews,
-        clock: Clock,
-        idle_timeout_seconds: int,
-        trouble: TroubleIndex | None = None,
-    ) -> None:
-        self._policy = policy
-        self._counters = counters
-        self._grants = grants
-        self._limits = limits
-        self._audit_log = audit_log
-        self._auditor = auditor
-        self._views = views
-        self._clock = clock
-        self._idle_ms = idle_timeout_seconds * 1000
-        self._trouble = trouble
+    policy: Policy
+    counters: SessionCounters
+    grants: GrantRepository
+    limits: GrantLimits
+    audit_log: AuditLog
+    auditor: Auditor
+    views: SessionViews
+    clock: Clock
+    idle_timeout_seconds: int
+    trouble: TroubleIndex | None = None
+
+    @property
+    def idle_ms(self) -> int:
+        """How long a session may go unseen before it is idle-expired."""
+        return self.idle_timeout_seconds * 1000
 
     # -- sessions ------------------------------------------------------------------
 
     def _get(self, session: SessionKey) -> SessionSnapshot:
-        snapshot = self._counters.get(session)
+        snapshot = self.counters.get(session)
         if snapshot is None:
             raise NotFound(f"Session {session.session_id!r} has made no checks in this tenant.")
         return snapshot
 
     def _view(self, session: SessionKey, snapshot: SessionSnapshot) -> SessionView:
-        return self._views.session(session.tenant, session.session_id, snapshot)
+        return self.views.session(session.tenant, session.session_id, snapshot)
 
     def show(self, session: SessionKey) -> SessionView:
         """The session's counters, limits, state and last calls.
@@ -125,11 +119,11 @@ class AdminService:
             principal, server = seen.principal, seen.server
         else:
             server = None
-        at = self._clock()
+        at = self.clock()
         event = admin_event(
             who, at, event_type, session_id, reason, before, after, principal, server
         )
-        return self._auditor.record(event)
+        return self.auditor.record(event)
 
     def raise_limit(
         self, who: Identity, session_id: str, request: RaiseRequest
@@ -142,11 +136,11 @@ class AdminService:
             RecordChanged: the session kept changing.
         """
         category = request.category
-        maximum = self._policy.categories[category].max_limit
+        maximum = self.policy.categories[category].max_limit
         session = SessionKey(who.tenant, session_id)
         for _ in range(ROUNDS):
-            seen = self._counters.get(session)
-            current = self._views.current_limit(who.tenant, category, seen)
+            seen = self.counters.get(session)
+            current = self.views.current_limit(who.tenant, category, seen)
             new = request.new_limit(current)
             if new < current:
                 raise Conflict(
@@ -162,12 +156,12 @@ class AdminService:
                     f"{new} is above that.",
                     "limit",
                 )
-            now = self._clock()
+            now = self.clock()
             seconds = request.expires_in_seconds
             until = None if seconds is None else now + seconds * 1000
-            change = LimitChange(category, new, now, self._idle_ms, until)
+            change = LimitChange(category, new, now, self.idle_ms, until)
             try:
-                after = self._counters.raise_limit(session, change, seen)
+                after = self.counters.raise_limit(session, change, seen)
             except RecordChanged:
                 continue
             self._audit(
@@ -193,16 +187,16 @@ class AdminService:
         session = SessionKey(who.tenant, session_id)
         category = request.category
         seen = self._get(session)
-        current = self._views.current_limit(who.tenant, category, seen)
-        if seen.raise_for(category, self._clock()) is None:
+        current = self.views.current_limit(who.tenant, category, seen)
+        if seen.raise_for(category, self.clock()) is None:
             raise Conflict(
                 f"'{category}' has no raise in force for this session: its limit is the "
                 f"base, {current}. Nothing to lower."
             )
         _, after = self._change(
-            session, lambda key, _now, _idle: self._counters.lower(key, category)
+            session, lambda key, _now, _idle: self.counters.lower(key, category)
         )
-        new = self._views.current_limit(who.tenant, category, after)
+        new = self.views.current_limit(who.tenant, category, after)
         self._audit(
             who,
             EventType.SESSION_LOWERED,
@@ -222,9 +216,9 @@ class AdminService:
     def suspend(self, who: Identity, session_id: str, reason: str) -> SessionChanged:
         """Kill switch: refuse every check of the session until resumed."""
         session = SessionKey(who.tenant, session_id)
-        before = self._counters.get(session)
-        now = self._clock()
-        after = self._counters.suspend(session, reason, now)
+        before = self.counters.get(session)
+        now = self.clock()
+        after = self.counters.suspend(session, reason, now)
         self.note_trouble(
             TroubleMark(
                 who.tenant, session_id, TroubleKind.SUSPENDED, now, principal=after.principal
@@ -235,7 +229,7 @@ class AdminService:
             EventType.SESSION_SUSPENDED,
             session_id,
             reason,
-            before={"state": str(self._views.state(session.tenant, before))},
+            before={"state": str(self.views.state(session.tenant, before))},
             after={"state": str(SessionState.SUSPENDED)},
             seen=after,
         )
@@ -248,9 +242,9 @@ class AdminService:
             NotFound: the session was never seen.
         """
         session = SessionKey(who.tenant, session_id)
-        before, after = self._change(session, self._counters.resume)
+        before, after = self._change(session, self.counters.resume)
         view = self._view(session, after)
-        before_state = {"state": str(self._views.state(session.tenant, before))}
+        before_state = {"state": str(self.views.state(session.tenant, before))}
         after_state = {"state": view["state"]}
         self._audit(
             who, EventType.SESSION_RESUMED, session_id, reason, before_state, after_state, after
@@ -264,7 +258,7 @@ class AdminService:
             NotFound: the session was never seen.
         """
         session = SessionKey(who.tenant, session_id)
-        before, after = self._change(session, self._counters.reset)
+        before, after = self._change(session, self.counters.reset)
         used_before, used_after = {"used": dict(before.counts)}, {"used": dict(after.counts)}
         self._audit(
             who, EventType.SESSION_RESET, session_id, reason, used_before, used_after, after
@@ -281,7 +275,7 @@ class AdminService:
         """
         before = self._get(session)
         try:
-            return before, action(session, self._clock(), self._idle_ms)
+            return before, action(session, self.clock(), self.idle_ms)
         except RecordNotFound as exc:
             raise NotFound(
                 f"Session {session.session_id!r} has made no checks in this tenant."
@@ -290,20 +284,20 @@ class AdminService:
     def note_trouble(self, mark: TroubleMark) -> None:
         """Index a session in trouble; a failure is logged, never raised: the listing
         may miss it, the action it follows stands."""
-        if self._trouble is None:
+        if self.trouble is None:
             return
         try:
-            self._trouble.mark(mark)
+            self.trouble.mark(mark)
         except StorageError as exc:
             logger.warning("trouble index write failed", extra={"error": exc.doing})
 
     def list_sessions(self, who: Identity, query: SessionsQuery) -> SessionListing:
         """A page of the sessions blocked or suspended since `query.since_ms`, newest
         first, each with its counters as the next check would see them."""
-        if self._trouble is None:
+        if self.trouble is None:
             return {"sessions": [], "next": None}
         return listing.list_sessions(
-            who.tenant, query, self._trouble, self._counters, self._view, self._clock()
+            who.tenant, query, self.trouble, self.counters, self._view, self.clock()
         )
 
     # -- grants ----------------------------------------------------------------------
@@ -320,11 +314,11 @@ class AdminService:
             ends_at_ms=request.ends_at_ms,
             reason=request.reason,
             created_by=who.token_id,
-            created_at_ms=self._clock(),
+            created_at_ms=self.clock(),
         )
         shown = grant_view(grant)
-        self._grants.put(grant)
-        self._limits.forget(who.tenant)
+        self.grants.put(grant)
+        self.limits.forget(who.tenant)
         self._audit(
             who,
             EventType.GRANT_CREATED,
@@ -337,7 +331,7 @@ class AdminService:
 
     def list_grants(self, who: Identity) -> GrantList:
         """The tenant's grants."""
-        return {"grants": [grant_view(g) for g in self._grants.list(who.tenant)]}
+        return {"grants": [grant_view(g) for g in self.grants.list(who.tenant)]}
 
     def delete_grant(self, who: Identity, grant_id: str) -> GrantAnswer:
         """Delete a grant.
@@ -346,10 +340,10 @@ class AdminService:
             NotFound: no such grant in this tenant.
         """
         try:
-            grant = self._grants.delete(who.tenant, grant_id)
+            grant = self.grants.delete(who.tenant, grant_id)
         except RecordNotFound as exc:
             raise NotFound(f"No grant {grant_id!r} in this tenant.") from exc
-        self._limits.forget(who.tenant)
+        self.limits.forget(who.tenant)
         self._audit(
             who,
             EventType.GRANT_DELETED,
@@ -367,23 +361,23 @@ class AdminService:
     ) -> tuple[SessionSnapshot | None, int, SessionState]:
         """The session as stored, the category's limit the next check would apply, and
         the state every view derives."""
-        seen = self._counters.get(SessionKey(tenant, session_id))
-        limit = self._views.current_limit(tenant, category, seen)
-        return seen, limit, self._views.state(tenant, seen)
+        seen = self.counters.get(SessionKey(tenant, session_id))
+        limit = self.views.current_limit(tenant, category, seen)
+        return seen, limit, self.views.state(tenant, seen)
 
     def session_events(self, tenant: str, session_id: str, since_ms: int) -> list[AuditEvent]:
         """The session's audit events from `since_ms` (the first page: a link needs the
         few since its email)."""
-        return self._audit_log.page(tenant, session_id, since_ms, limit=100).events
+        return self.audit_log.page(tenant, session_id, since_ms, limit=100).events
 
     def latest_event(self, tenant: str, where: AuditFilter) -> AuditEvent | None:
         """The tenant's newest event that `where` holds."""
-        events = self._audit_log.feed(tenant, where, limit=1).events
+        events = self.audit_log.feed(tenant, where, limit=1).events
         return events[0] if events else None
 
     def record(self, event: AuditEvent) -> None:
         """Audit an event that is no administrator's change (a declined link)."""
-        self._auditor.record(event)
+        self.auditor.record(event)
 
     # -- audit -----------------------------------------------------------------------
 
@@ -391,9 +385,9 @@ class AdminService:
         """A page of the audit trail of one session (oldest first), or of every event of
         the tenant (newest first)."""
         if query.session_id is None:
-            page = self._audit_log.feed(who.tenant, query.where, query.limit, query.next_token)
+            page = self.audit_log.feed(who.tenant, query.where, query.limit, query.next_token)
         else:
-            page = self._audit_log.page(
+            page = self.audit_log.page(
                 who.tenant, query.session_id, query.since_ms, query.limit, query.next_token
             )
         return {"events": [e.to_json() for e in page.events], "next": page.next_token}
@@ -402,4 +396,4 @@ class AdminService:
         """What shadow mode would have refused, by server, principal and tool."""
         from chalicelib.admin.shadow_view import shadow_view  # noqa: PLC0415 - rarely used
 
-        return shadow_view(self._audit_log, who.tenant, since_ms)
+        return shadow_view(self.audit_log, who.tenant, since_ms)

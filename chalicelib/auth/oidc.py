@@ -75,9 +75,9 @@ class IssuerKeys:
     def __init__(self, issuer: str, fetch: Fetch, clock: Clock) -> None:
         self._issuer = issuer
         self._fetch = fetch
-        self._clock = clock
+        self.clock = clock
         self._discovery: dict[str, Any] | None = None
-        self._keys: dict[str, jwt.RsaKey] = {}
+        self.keys: dict[str, jwt.RsaKey] = {}
         self._fetched_at: int | None = None
 
     def discovery(self) -> dict[str, Any]:
@@ -112,20 +112,20 @@ class IssuerKeys:
         Raises:
             IssuerUnavailable: the keys could not be fetched and none are kept.
         """
-        now = self._clock()
+        now = self.clock()
         stale = self._fetched_at is None or now - self._fetched_at >= KEYS_MAX_AGE_MS
-        unknown = kid not in self._keys and (
+        unknown = kid not in self.keys and (
             self._fetched_at is None or now - self._fetched_at >= UNKNOWN_KID_REFETCH_MS
         )
         if stale or unknown:
             try:
-                self._keys = jwt.key_set(self._fetch(self.discovery()["jwks_uri"]))
+                self.keys = jwt.key_set(self._fetch(self.discovery()["jwks_uri"]))
             except IssuerUnavailable:
-                if not self._keys:
+                if not self.keys:
                     raise
                 # Keep the keys we have: an issuer's outage must not sign everyone out.
             self._fetched_at = now
-        return self._keys.get(kid)
+        return self.keys.get(kid)
 
 
 @dataclass(frozen=True)
@@ -146,31 +146,24 @@ class SignInRefused(Exception):
         self.signed = signed
 
 
+@dataclass(frozen=True, eq=False)
 class OidcVerifier:
     """Turns an issuer's ID token (or a Cognito access token) into an `Identity`."""
 
-    def __init__(
-        self, keys: IssuerKeys, expected: jwt.Expected, groups_claim: str, clock: Clock
-    ) -> None:
-        self._keys = keys
-        self._expected = expected
-        self._groups_claim = groups_claim
-        self._clock = clock
+    keys: IssuerKeys  # the issuer's documents and keys
+    expected: jwt.Expected
+    groups_claim: str
+    clock: Clock
 
     @property
     def issuer(self) -> str:
         """The issuer this verifier trusts."""
-        return self._expected.issuer
+        return self.expected.issuer
 
     @property
     def client_id(self) -> str:
         """The audience: the console's app client id at the issuer."""
-        return self._expected.audience
-
-    @property
-    def keys(self) -> IssuerKeys:
-        """The issuer's documents and keys."""
-        return self._keys
+        return self.expected.audience
 
     def verify(self, token: str) -> Verified:
         """The identity a token names: its signature, issuer, audience, expiry and groups.
@@ -181,13 +174,13 @@ class OidcVerifier:
         """
         try:
             parsed = jwt.parse(token)
-            key = self._keys.key(parsed.kid)
+            key = self.keys.key(parsed.kid)
             keys = {parsed.kid: key} if key else {}
-            claims = jwt.verify(parsed, keys, self._expected, self._clock())
+            claims = jwt.verify(parsed, keys, self.expected, self.clock())
         except jwt.TokenRefused as exc:
             raise SignInRefused(exc.refusal.value, exc.signed) from exc
         try:
-            member = membership(claims, self._groups_claim)
+            member = membership(claims, self.groups_claim)
         except NoMembership as exc:
             raise SignInRefused(f"signed in, but {exc}", signed=True) from exc
         name = person_name(claims)

@@ -11,7 +11,7 @@ never runs twice on one approval.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from chalicelib.auth.tokens import Identity, effective_principal
 from chalicelib.check.auditing import Auditor
@@ -78,32 +78,24 @@ class ApprovalDenied(Forbidden):
         )
 
 
+@dataclass(frozen=True, eq=False)
 class Approvals:
     """Asks for, decides and uses approvals."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        store: ApprovalStore,
-        clock: Clock,
-        auditor: Callable[[], Auditor],
-        base_url: Callable[[], str],
-        notify: Callable[[Approval, str], None] | None = None,
-    ) -> None:
-        self._notify = notify
-        self._policy = policy
-        self._store = store
-        self._clock = clock
-        self._auditor = auditor
-        self._base_url = base_url
+    policy: Policy
+    store: ApprovalStore
+    clock: Clock
+    auditor: Callable[[], Auditor]
+    base_url: Callable[[], str]
+    notify: Callable[[Approval, str], None] | None = None
 
     def needs(self, tool: str) -> bool:
         """Whether calls of this tool need an approval."""
-        return self._policy.needs_approval(tool)
+        return self.policy.needs_approval(tool)
 
     def console_url(self, approval_id: str) -> str:
         """Where an administrator approves it."""
-        return f"{self._base_url()}/console#/approvals/{approval_id}"
+        return f"{self.base_url()}/console#/approvals/{approval_id}"
 
     def guarded(
         self,
@@ -118,17 +110,17 @@ class Approvals:
             ApprovalDenied: the newest approval for the call was denied.
             StorageError: a store failed (a consumed approval was given back first).
         """
-        now = self._clock()
-        latest = self._store.latest(key)
+        now = self.clock()
+        latest = self.store.latest(key)
         outcome = gate(latest, now)
         if outcome is Gate.DENIED and latest is not None:
             raise ApprovalDenied(latest)
         if outcome is Gate.USE and latest is not None:
             used = replace(latest, state=ApprovalState.USED)
-            done, _ = self._store.change(used, ApprovalState.APPROVED, now)
+            done, _ = self.store.change(used, ApprovalState.APPROVED, now)
             if done:
                 return self._run(latest, context, check)
-            latest = self._store.latest(key)  # another copy used it: ask anew
+            latest = self.store.latest(key)  # another copy used it: ask anew
         if outcome is Gate.WAIT and latest is not None:
             raise ApprovalRequired(latest, self.console_url(latest.approval_id))
         if latest is not None and latest.state_at(now) is ApprovalState.EXPIRED:
@@ -161,7 +153,7 @@ class Approvals:
         return decision
 
     def _give_back(self, approval: Approval) -> None:
-        self._store.change(approval, ApprovalState.USED, self._clock())
+        self.store.change(approval, ApprovalState.USED, self.clock())
 
     def _ask(
         self,
@@ -176,17 +168,17 @@ class Approvals:
             key,
             ApprovalState.PENDING,
             now,
-            now + self._policy.approval_seconds * 1000,
+            now + self.policy.approval_seconds * 1000,
             session_id,
             server,
             shorten(preview),
         )
-        stored = self._store.put_new(fresh, latest.approval_id if latest else None)
+        stored = self.store.put_new(fresh, latest.approval_id if latest else None)
         url = self.console_url(stored.approval_id)
         if stored.approval_id == fresh.approval_id:
             self._audit(EventType.APPROVAL_REQUESTED, stored, "mcp-quota", None)
-            if self._notify is not None:
-                self._notify(stored, url)
+            if self.notify is not None:
+                self.notify(stored, url)
         return ApprovalRequired(stored, url)
 
     def decide(
@@ -206,8 +198,8 @@ class Approvals:
             Conflict: it is no longer pending (decided, used or expired).
         """
         current = self.get(tenant, approval_id)
-        now = self._clock()
-        done, old = self._store.change(
+        now = self.clock()
+        done, old = self.store.change(
             decided(current, approve, actor, reason), ApprovalState.PENDING, now
         )
         if not done:
@@ -225,14 +217,14 @@ class Approvals:
             NotFound: no such approval in this tenant.
         """
         try:
-            return self._store.get(tenant, approval_id)
+            return self.store.get(tenant, approval_id)
         except RecordNotFound as exc:
             raise NotFound(f"No approval {approval_id} in this tenant.") from exc
 
     def listed(self, tenant: str, state: ApprovalState | None) -> list[Approval]:
         """The tenant's approvals in one state (all without one), newest first."""
-        now = self._clock()
-        return [a for a in self._store.list(tenant) if state is None or a.state_at(now) is state]
+        now = self.clock()
+        return [a for a in self.store.list(tenant) if state is None or a.state_at(now) is state]
 
     def _audit(
         self,
@@ -242,9 +234,9 @@ class Approvals:
         reason: str | None,
         detail: Mapping[str, str] | None = None,
     ) -> None:
-        self._auditor().record(
+        self.auditor().record(
             AuditEvent(
-                at_ms=self._clock(),
+                at_ms=self.clock(),
                 type=kind,
                 tenant=approval.key.tenant,
                 session_id=approval.session_id or TENANT_SCOPE,

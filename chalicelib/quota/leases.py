@@ -43,8 +43,8 @@ class Lease:
             self.category,
             self.check_id,
             str(self.granted),
-            _base36(self.granted_ms),
-            _base36(self.started_ms),
+            base36(self.granted_ms),
+            base36(self.started_ms),
         ]
         if self.principal is not None:
             parts.append(base64.urlsafe_b64encode(self.principal.encode()).decode().rstrip("="))
@@ -112,7 +112,9 @@ def _principal(encoded: str) -> str | None:
     return text or None
 
 
-def _base36(value: int) -> str:
+def base36(value: int) -> str:
+    """A non-negative integer in base 36, lower case: the compact form of the times in a
+    lease id and in a stored call (`int(text, 36)` reads it back)."""
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""
     while True:

@@ -276,7 +276,7 @@ def test_audit_pages(api: Api) -> None:
 
 
 def test_sns_outage_never_changes_a_decision_and_is_audited(api: Api) -> None:
-    api.container.sns_notifier._topic = api.container.settings.topic_arn + "-missing"
+    api.container.sns_notifier.target = api.container.settings.topic_arn + "-missing"
     assert statuses(api, 17, **DELETE) == [200] * 15 + [429, 429]
     types = [e["type"] for e in audit(api)]
     assert types == ["quota_exceeded", "notification_failed"]

@@ -11,16 +11,13 @@ an approval's expiry is enforced by `ex` inside every condition.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.quota.approvals import Approval, ApprovalKey, ApprovalState
-from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, all_items, call, conditional
 from chalicelib.storage.ports import RecordChanged, RecordNotFound
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 _NEW = "attribute_not_exists(#pk)"
 _STILL = "#st = :expected"
@@ -80,22 +77,18 @@ def _approval(item: dict[str, Any]) -> Approval:
     )
 
 
-class ApprovalTable:
+class ApprovalTable(Table):
     """Approvals, each change one conditional write."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
-
     def _read(self, tenant: str, sk: str, doing: str) -> dict[str, Any] | None:
-        try:
-            answer = self._client.get_item(
+        answer = call(
+            lambda: self._client.get_item(
                 TableName=self._table,
                 Key={"pk": {"S": _pk(tenant)}, "sk": {"S": sk}},
                 ConsistentRead=True,
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, doing) from exc
+            ),
+            doing,
+        )
         item = answer.get("Item")
         return dict(item) if item else None
 
@@ -152,19 +145,18 @@ class ApprovalTable:
         """One conditional PutItem; whether its condition held."""
         extra: dict[str, Any] = {"ExpressionAttributeValues": values} if values else {}
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                **extra,
+            conditional(
+                lambda: self._client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    **extra,
+                ),
+                doing,
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise translate(exc, doing) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, doing) from exc
+        except ConditionFailed:
+            return False
         return True
 
     def _delete(self, approval: Approval) -> None:
@@ -193,27 +185,16 @@ class ApprovalTable:
         Raises:
             StorageError: the store failed.
         """
-        items: list[dict[str, Any]] = []
-        start: dict[str, Any] | None = None
-        while True:
-            page: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            try:
-                answer = self._client.query(
-                    TableName=self._table,
-                    KeyConditionExpression=_OF_TENANT,
-                    ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
-                    ExpressionAttributeValues={
-                        ":pk": {"S": _pk(tenant)},
-                        ":approvals": {"S": "a#"},
-                    },
-                    **page,
-                )
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc, "listing approvals") from exc
-            items += [dict(i) for i in answer.get("Items", [])]
-            start = answer.get("LastEvaluatedKey")
-            if not start:
-                break
+        items = all_items(
+            lambda start: self._client.query(
+                TableName=self._table,
+                KeyConditionExpression=_OF_TENANT,
+                ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+                ExpressionAttributeValues={":pk": {"S": _pk(tenant)}, ":approvals": {"S": "a#"}},
+                **start,
+            ),
+            "listing approvals",
+        )
         found = [_approval(i) for i in items]
         return sorted(found, key=lambda a: (a.created_ms, a.approval_id), reverse=True)
 
@@ -236,19 +217,18 @@ class ApprovalTable:
             values[":now"] = {"N": str(now_ms)}
         doing = "changing an approval"
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=_item(new),
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            conditional(
+                lambda: self._client.put_item(
+                    TableName=self._table,
+                    Item=_item(new),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+                doing,
             )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise translate(exc, doing) from exc
-            old: Any = exc.response.get("Item")
+        except ConditionFailed as failed:
+            old = failed.old_item
             return False, _approval(dict(old)) if old else None
-        except BotoCoreError as exc:
-            raise translate(exc, doing) from exc
         return True, None

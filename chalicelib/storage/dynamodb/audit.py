@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from chalicelib.quota.events import AuditEvent, EventType
 from chalicelib.schema import (
     AUDIT_BY_PRINCIPAL,
@@ -27,7 +25,7 @@ from chalicelib.schema import (
     IndexSpec,
 )
 from chalicelib.storage import page_tokens
-from chalicelib.storage.faults import translate
+from chalicelib.storage.dynamodb.updates import Table, call
 from chalicelib.storage.ports import AuditFilter, AuditPage
 from chalicelib.storage.records import event_key
 
@@ -114,12 +112,11 @@ def _feed_query(tenant: str, where: AuditFilter) -> tuple[IndexSpec, str, dict[s
     return AUDIT_BY_TENANT, tenant, named
 
 
-class AuditStore:
+class AuditStore(Table):
     """Append and page through audit events."""
 
     def __init__(self, client: DynamoDBClient, table_name: str, ttl_days: int = 90) -> None:
-        self._client = client
-        self._table = table_name
+        super().__init__(client, table_name)
         self._ttl_seconds = ttl_days * 86_400
 
     def put(self, event: AuditEvent) -> None:
@@ -128,15 +125,15 @@ class AuditStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            self._client.put_item(
+        call(
+            lambda: self._client.put_item(
                 TableName=self._table,
                 Item=_item(event, self._ttl_seconds),
                 ConditionExpression=_NEW_EVENT,
                 ExpressionAttributeNames={"#pk": "pk"},
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "writing the audit trail") from exc
+            ),
+            "writing the audit trail",
+        )
 
     def page(
         self,
@@ -167,10 +164,7 @@ class AuditStore:
         # (ValidationException): the page then starts at `since`, as it would anyway.
         if after is not None and after >= since:
             kwargs["ExclusiveStartKey"] = {"pk": {"S": pk}, "sk": {"S": after}}
-        try:
-            response = self._client.query(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "reading the audit trail") from exc
+        response = call(lambda: self._client.query(**kwargs), "reading the audit trail")
         items = response.get("Items", [])
         kept = items[:limit]
         more = len(items) > limit or "LastEvaluatedKey" in response
@@ -217,10 +211,9 @@ class AuditStore:
         }
         if rest:
             kwargs["FilterExpression"] = " AND ".join(_FILTERS[name] for name in rest)
-        try:
-            response = self._client.query(IndexName=index.name, **kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "reading the audit trail") from exc
+        response = call(
+            lambda: self._client.query(IndexName=index.name, **kwargs), "reading the audit trail"
+        )
         items = [i for i in response.get("Items", []) if i["sk"]["S"] != before]
         kept = items[:limit]
         token = None

@@ -27,7 +27,7 @@ from chalicelib.storage.dynamodb.budget_items import (
 )
 from chalicelib.storage.dynamodb.changes import merged, render_change
 from chalicelib.storage.dynamodb.conditions import Form, Rendered, raise_form, render
-from chalicelib.storage.dynamodb.updates import ConditionFailed
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table
 from chalicelib.storage.record_port import Applied, Failed
 
 if TYPE_CHECKING:
@@ -38,12 +38,8 @@ if TYPE_CHECKING:
 NEW_WINDOW = frozenset({CountsWindow})
 
 
-class BudgetItems:
+class BudgetItems(Table):
     """Budget items: read one, or apply one change under one condition."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def _get(self, key: BudgetKey, doing: str) -> dict[str, Any] | None:
         return updates.get(self._client, self._table, item_key(key), doing)

@@ -16,6 +16,7 @@ from chalicelib.quota.core import (
     SessionSnapshot,
     fold_repeats,
 )
+from chalicelib.quota.leases import base36
 from chalicelib.storage.dynamodb.layout import (
     ALLOWED_BEFORE_PREFIX,
     BLOCKED,
@@ -44,7 +45,6 @@ from chalicelib.storage.dynamodb.layout import (
 )
 
 SEP = "|"
-_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def key_of(session: SessionKey) -> str:
@@ -56,22 +56,13 @@ def ttl(until_ms: int) -> int:
     return until_ms // 1000 + 1
 
 
-def _base36(value: int) -> str:
-    out = ""
-    while True:
-        value, digit = divmod(value, 36)
-        out = _DIGITS36[digit] + out
-        if value == 0:
-            return out
-
-
 def encode_call(record: CallRecord) -> str:
     """A call as kept in `calls`, about 30 bytes: time in base 36, category, tool, allowed,
     how many refusals in a row it stands for (if more than one) and how many of them the
     MCP side held, then the legacy transport session it came over, if any. Its ids are
     kept in `cids`; the principal is the session's, stored once."""
     allowed = "1" if record.allowed else "0"
-    fields = [_base36(record.at_ms), record.category, record.tool, allowed]
+    fields = [base36(record.at_ms), record.category, record.tool, allowed]
     if record.repeats > 1:
         fields.append(str(record.repeats))
     if record.units > 1:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import Any
 
 from chalicelib.quota.grants import Grant
-from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, all_items, call, conditional
 from chalicelib.storage.ports import RecordNotFound
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 _NEW = "attribute_not_exists(#id)"
 _EXISTS = "attribute_exists(#id)"
@@ -53,12 +48,8 @@ def _grant(item: dict[str, Any]) -> Grant:
     )
 
 
-class GrantStore:
+class GrantStore(Table):
     """Create, list and delete grants."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def put(self, grant: Grant) -> None:
         """Store a new grant.
@@ -66,15 +57,15 @@ class GrantStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            self._client.put_item(
+        call(
+            lambda: self._client.put_item(
                 TableName=self._table,
                 Item=_item(grant),
                 ConditionExpression=_NEW,
                 ExpressionAttributeNames=_NAMES,
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "storing a grant") from exc
+            ),
+            "storing a grant",
+        )
 
     def list(self, tenant: str) -> list[Grant]:
         """All grants of a tenant, in id order.
@@ -82,23 +73,18 @@ class GrantStore:
         Raises:
             StorageError: the store failed.
         """
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": _OF_TENANT,
-            "ExpressionAttributeNames": {"#tenant": "tenant"},
-            "ExpressionAttributeValues": {":tenant": {"S": tenant}},
-            "ConsistentRead": True,
-        }
-        grants: list[Grant] = []
-        try:
-            while True:
-                page = self._client.query(**kwargs)
-                grants.extend(_grant(item) for item in page.get("Items", []))
-                if "LastEvaluatedKey" not in page:
-                    return grants
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "listing grants") from exc
+        items = all_items(
+            lambda start: self._client.query(
+                TableName=self._table,
+                KeyConditionExpression=_OF_TENANT,
+                ExpressionAttributeNames={"#tenant": "tenant"},
+                ExpressionAttributeValues={":tenant": {"S": tenant}},
+                ConsistentRead=True,
+                **start,
+            ),
+            "listing grants",
+        )
+        return [_grant(item) for item in items]
 
     def delete(self, tenant: str, grant_id: str) -> Grant:
         """Delete a grant; returns it.
@@ -108,17 +94,16 @@ class GrantStore:
             StorageError: the store failed.
         """
         try:
-            response = self._client.delete_item(
-                TableName=self._table,
-                Key={"tenant": {"S": tenant}, "grant_id": {"S": grant_id}},
-                ConditionExpression=_EXISTS,
-                ExpressionAttributeNames=_NAMES,
-                ReturnValues="ALL_OLD",
+            response = conditional(
+                lambda: self._client.delete_item(
+                    TableName=self._table,
+                    Key={"tenant": {"S": tenant}, "grant_id": {"S": grant_id}},
+                    ConditionExpression=_EXISTS,
+                    ExpressionAttributeNames=_NAMES,
+                    ReturnValues="ALL_OLD",
+                ),
+                "deleting a grant",
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise RecordNotFound("deleting a grant") from exc
-            raise translate(exc, "deleting a grant") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "deleting a grant") from exc
+        except ConditionFailed as failed:
+            raise RecordNotFound("deleting a grant") from failed
         return _grant(dict(response["Attributes"]))

@@ -9,16 +9,11 @@ the link may be used again).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from chalicelib.storage.dynamodb.updates import n, s
-from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, n, s
 from chalicelib.storage.ports import LinkUse
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 _NAMES = {"#pk": "pk", "#at": "used_at", "#did": "did", "#exp": "expires_at", "#free": "released"}
 _UNUSED = "attribute_not_exists(#pk) OR attribute_exists(#free)"
@@ -42,12 +37,8 @@ def _use(tenant: str, link_id: str, item: dict[str, Any]) -> LinkUse:
     )
 
 
-class LinkUseStore:
+class LinkUseStore(Table):
     """Claims and releases action links."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def claim(self, use: LinkUse) -> LinkUse | None:
         """Take the link: None if it is now ours, else the use that took it first.
@@ -61,36 +52,29 @@ class LinkUseStore:
             ":did": s(use.did),
             ":exp": n(use.expires_ms // 1000 + KEEP_AFTER_EXPIRY_S),
         }
+        key = _key(use.tenant, use.link_id)
         try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=_key(use.tenant, use.link_id),
-                UpdateExpression=CLAIM_UPDATE,
-                ConditionExpression=_UNUSED,
-                ExpressionAttributeNames=_NAMES,
-                ExpressionAttributeValues=values,
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            updates.update(
+                self._client,
+                self._table,
+                key,
+                CLAIM_UPDATE,
+                _UNUSED,
+                _NAMES,
+                values,
+                doing,
+                returns="NONE",
+                old_on_failure=True,
             )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise translate(exc, doing) from exc
-            old: Any = exc.response.get("Item") or self._read(use.tenant, use.link_id, doing)
+        except ConditionFailed as failed:
+            old = failed.old_item or self._read(use.tenant, use.link_id, doing)
             if not old:  # released and gone meanwhile: a rare race, try once more
                 return self.claim(use)
             return _use(use.tenant, use.link_id, dict(old))
-        except BotoCoreError as exc:
-            raise translate(exc, doing) from exc
         return None
 
     def _read(self, tenant: str, link_id: str, doing: str) -> dict[str, Any] | None:
-        try:
-            response = self._client.get_item(
-                TableName=self._table, Key=_key(tenant, link_id), ConsistentRead=True
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, doing) from exc
-        item = response.get("Item")
-        return dict(item) if item else None
+        return updates.get(self._client, self._table, _key(tenant, link_id), doing)
 
     def find(self, tenant: str, link_id: str) -> LinkUse | None:
         """The use that took the link, if any (a released link counts as unused).
@@ -110,17 +94,16 @@ class LinkUseStore:
             StorageError: the store failed.
         """
         try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=_key(tenant, link_id),
-                UpdateExpression=RELEASE_UPDATE,
-                ConditionExpression=RELEASE_CONDITION,
-                ExpressionAttributeNames={"#pk": "pk", "#free": "released"},
-                ExpressionAttributeValues={":yes": {"BOOL": True}},
+            updates.update(
+                self._client,
+                self._table,
+                _key(tenant, link_id),
+                RELEASE_UPDATE,
+                RELEASE_CONDITION,
+                {"#pk": "pk", "#free": "released"},
+                {":yes": {"BOOL": True}},
+                "releasing an action link",
+                returns="NONE",
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return
-            raise translate(exc, "releasing an action link") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "releasing an action link") from exc
+        except ConditionFailed:
+            return

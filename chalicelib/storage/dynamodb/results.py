@@ -10,17 +10,12 @@ at (stored, epoch ms), exp (expiry, epoch ms), expires_at (TTL, epoch s).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import Any
 
 from chalicelib.quota.core import call_id_key
 from chalicelib.quota.results import CallResult, ResultKey, canonical
-from chalicelib.storage.dynamodb.updates import n, only_used, s
-from chalicelib.storage.faults import error_code, translate
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+from chalicelib.storage.dynamodb import updates
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, n, s
 
 _NAMES = {
     "#pk": "pk",
@@ -72,12 +67,8 @@ def _result(key: ResultKey, item: dict[str, Any]) -> CallResult:
     )
 
 
-class ResultStore:
+class ResultStore(Table):
     """Keeps call results once and reads them back (`quota.results.CallResults`)."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def put_first(self, result: CallResult) -> CallResult | None:
         """Keep `result` unless a live one is kept: None if now kept, else the first.
@@ -85,28 +76,27 @@ class ResultStore:
         Raises:
             StorageError: the store failed.
         """
-        doing = "keeping a call result"
+        update = DIGEST_UPDATE if result.truncated else KEEP_UPDATE
         try:
-            update = DIGEST_UPDATE if result.truncated else KEEP_UPDATE
-            self._client.update_item(
-                TableName=self._table,
-                Key=_key(result.key),
-                UpdateExpression=update,
-                ConditionExpression=PUT_CONDITION,
-                **only_used((update, PUT_CONDITION), _NAMES, _values(result)),
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            updates.update(
+                self._client,
+                self._table,
+                _key(result.key),
+                update,
+                PUT_CONDITION,
+                _NAMES,
+                _values(result),
+                "keeping a call result",
+                returns="NONE",
+                old_on_failure=True,
             )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise translate(exc, doing) from exc
+        except ConditionFailed as failed:
             # dynalite ignores ReturnValuesOnConditionCheckFailure: read the winner then.
-            old: Any = exc.response.get("Item")
+            old = failed.old_item
             first = _result(result.key, dict(old)) if old else self.get(result.key)
             if first is None:  # the winner expired and was deleted meanwhile: try again
                 return self.put_first(result)
             return first
-        except BotoCoreError as exc:
-            raise translate(exc, doing) from exc
         return None
 
     def get(self, key: ResultKey) -> CallResult | None:
@@ -115,11 +105,5 @@ class ResultStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            response = self._client.get_item(
-                TableName=self._table, Key=_key(key), ConsistentRead=True
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "reading a call result") from exc
-        item = response.get("Item")
-        return _result(key, dict(item)) if item else None
+        item = updates.get(self._client, self._table, _key(key), "reading a call result")
+        return _result(key, item) if item else None

@@ -26,6 +26,7 @@ from chalicelib.storage.dynamodb.expressions import (
 from chalicelib.storage.dynamodb.layout import CALL_IDS, PK
 from chalicelib.storage.dynamodb.tails import Tails
 from chalicelib.storage.dynamodb.updates import ConditionFailed as _ConditionFailed
+from chalicelib.storage.dynamodb.updates import Table
 from chalicelib.storage.dynamodb.updates import n as _n
 from chalicelib.storage.dynamodb.updates import s as _s
 from chalicelib.storage.ports import (
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-class SessionItems:
+class SessionItems(Table):
     """One session's item: the requests every write to it makes; decides nothing."""
 
     def __init__(
@@ -49,42 +50,11 @@ class SessionItems:
         categories: Iterable[str],
         keep_calls: int = 10,
     ) -> None:
-        self._client = client
-        self._table = table_name
+        super().__init__(client, table_name)
         self._categories = tuple(categories)
         self._keep = max(1, keep_calls)
         self._batch = max(1, keep_calls // 2)
         self._tails = Tails()
-
-    def _update(
-        self,
-        key: str,
-        update: str,
-        condition: str,
-        names: Mapping[str, str],
-        values: Mapping[str, Any],
-        doing: str,
-        returns: str = "ALL_NEW",
-        old_on_failure: bool = False,
-    ) -> dict[str, Any]:
-        """One UpdateItem on a session's item.
-
-        Raises:
-            _ConditionFailed: the condition failed.
-            StorageError: the store failed.
-        """
-        return updates.update(
-            self._client,
-            self._table,
-            {PK: _s(key)},
-            update,
-            condition,
-            names,
-            values,
-            doing,
-            returns,
-            old_on_failure,
-        )
 
     def _write(
         self,
@@ -106,8 +76,17 @@ class SessionItems:
         condition = " AND ".join(part for part in (rule.expression, also) if part)
         names = merged(update.names, rule.names)
         values = merged(update.values, rule.values)
-        return self._update(
-            key, update.expression, condition, names, values, doing, returns, old_on_failure
+        return updates.update(
+            self._client,
+            self._table,
+            {PK: _s(key)},
+            update.expression,
+            condition,
+            names,
+            values,
+            doing,
+            returns,
+            old_on_failure,
         )
 
     def _item(self, key: str, doing: str) -> dict[str, Any] | None:
@@ -160,12 +139,10 @@ class SessionItems:
         positions = range(over)
         removals = [f"#calls[{i}]" for i in positions] + [f"#ids[{i}]" for i in positions]
         try:
-            self._update(
+            self._write(
                 key,
-                "REMOVE " + ", ".join(removals),
-                TRIM_CONDITION,
-                BASE_NAMES,
-                {":min": _n(length)},
+                Rendered("REMOVE " + ", ".join(removals), dict(BASE_NAMES), {":min": _n(length)}),
+                Rendered(TRIM_CONDITION),
                 "trimming the last calls",
                 returns="NONE",
             )

@@ -3,16 +3,11 @@ secret."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from chalicelib.storage.faults import error_code, translate
+from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, all_items, call, conditional
 from chalicelib.storage.ports import RecordNotFound
 from chalicelib.storage.records import TokenRecord
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 TOKEN_ID = "token_id"
 PRINCIPALS = "principals"  # a list (a string set would lose the order it was given in)
@@ -40,12 +35,8 @@ def _record(item: dict[str, Any]) -> TokenRecord:
     )
 
 
-class TokenStore:
+class TokenStore(Table):
     """Create, look up, list and revoke tokens."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def put(self, record: TokenRecord) -> None:
         """Store a new token record.
@@ -65,15 +56,15 @@ class TokenStore:
             item[PRINCIPALS] = {"L": [{"S": p} for p in record.principals]}
         if record.expires_at_ms is not None:
             item[EXPIRES_AT] = {"N": str(record.expires_at_ms)}
-        try:
-            self._client.put_item(
+        call(
+            lambda: self._client.put_item(
                 TableName=self._table,
                 Item=item,
                 ConditionExpression=_NEW_TOKEN,
                 ExpressionAttributeNames={"#id": TOKEN_ID},
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "storing a token") from exc
+            ),
+            "storing a token",
+        )
 
     def get(self, token_id: str) -> TokenRecord | None:
         """Look a token up by its public id.
@@ -81,10 +72,10 @@ class TokenStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            response = self._client.get_item(TableName=self._table, Key={TOKEN_ID: {"S": token_id}})
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "looking up a token") from exc
+        response = call(
+            lambda: self._client.get_item(TableName=self._table, Key={TOKEN_ID: {"S": token_id}}),
+            "looking up a token",
+        )
         item = response.get("Item")
         return _record(item) if item else None
 
@@ -96,21 +87,20 @@ class TokenStore:
             StorageError: the store failed.
         """
         try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key={TOKEN_ID: {"S": token_id}},
-                UpdateExpression=_REVOKE,
-                ConditionExpression=_EXISTS,
-                ExpressionAttributeNames={"#revoked": "revoked_at", "#id": TOKEN_ID},
-                ExpressionAttributeValues={":now": {"N": str(now_ms)}},
-                ReturnValues="ALL_NEW",
+            response = conditional(
+                lambda: self._client.update_item(
+                    TableName=self._table,
+                    Key={TOKEN_ID: {"S": token_id}},
+                    UpdateExpression=_REVOKE,
+                    ConditionExpression=_EXISTS,
+                    ExpressionAttributeNames={"#revoked": "revoked_at", "#id": TOKEN_ID},
+                    ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                    ReturnValues="ALL_NEW",
+                ),
+                "revoking a token",
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise RecordNotFound("revoking a token") from exc
-            raise translate(exc, "revoking a token") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, "revoking a token") from exc
+        except ConditionFailed as failed:
+            raise RecordNotFound("revoking a token") from failed
         return _record(response["Attributes"])
 
     def list(self, tenant: str | None = None) -> list[TokenRecord]:
@@ -119,17 +109,10 @@ class TokenStore:
         Raises:
             StorageError: the store failed.
         """
-        records: list[TokenRecord] = []
-        kwargs: dict[str, Any] = {"TableName": self._table}
-        try:
-            while True:
-                page = self._client.scan(**kwargs)
-                records.extend(_record(item) for item in page.get("Items", []))
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "listing tokens") from exc
+        items = all_items(
+            lambda start: self._client.scan(TableName=self._table, **start), "listing tokens"
+        )
+        records = [_record(item) for item in items]
         if tenant is not None:
             records = [r for r in records if r.tenant == tenant]
         return sorted(records, key=lambda r: r.created_at_ms)

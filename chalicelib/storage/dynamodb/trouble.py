@@ -18,17 +18,10 @@ from __future__ import annotations
 import time
 import zlib
 from functools import partial
-from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from chalicelib.storage.dynamodb.updates import n, s
-from chalicelib.storage.faults import translate
+from chalicelib.storage.dynamodb.updates import Table, all_items, call, n, s
 from chalicelib.storage.ports import TroubleKind, TroubleMark, TroublePage
 from chalicelib.storage.trouble_pages import day_page
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 _MARK = "SET #entry = :entry, #exp = :exp"
 _DAY = "#pk = :pk"
@@ -58,12 +51,8 @@ def _mark(tenant: str, session_id: str, entry: str) -> TroubleMark:
     )
 
 
-class TroubleStore:
+class TroubleStore(Table):
     """Marks and lists the sessions in trouble."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
 
     def mark(self, mark: TroubleMark) -> None:
         """Record a session's latest trouble (overwrites its entry of that day).
@@ -71,8 +60,8 @@ class TroubleStore:
         Raises:
             StorageError: the store failed.
         """
-        try:
-            self._client.update_item(
+        call(
+            lambda: self._client.update_item(
                 TableName=self._table,
                 Key={"pk": s(_pk(mark.tenant, mark.at_ms)), "sk": s(_shard(mark.session_id))},
                 UpdateExpression=_MARK,
@@ -81,34 +70,28 @@ class TroubleStore:
                     ":entry": s(_entry(mark)),
                     ":exp": n(mark.at_ms // 1000 + KEEP_DAYS * 86_400),
                 },
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, "indexing a blocked session") from exc
+            ),
+            "indexing a blocked session",
+        )
 
     def _day(self, tenant: str, day_ms: int) -> list[TroubleMark]:
         """Every entry of one day: one Query (more only past 1 MB of entries)."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": _DAY,
-            "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":pk": s(_pk(tenant, day_ms))},
-        }
-        found: list[TroubleMark] = []
-        while True:
-            try:
-                response = self._client.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc, "listing blocked sessions") from exc
-            for item in response.get("Items", []):
-                found += [
-                    _mark(tenant, name.removeprefix(_ENTRY), value["S"])
-                    for name, value in item.items()
-                    if name.startswith(_ENTRY)
-                ]
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return found
-            kwargs["ExclusiveStartKey"] = last
+        items = all_items(
+            lambda start: self._client.query(
+                TableName=self._table,
+                KeyConditionExpression=_DAY,
+                ExpressionAttributeNames={"#pk": "pk"},
+                ExpressionAttributeValues={":pk": s(_pk(tenant, day_ms))},
+                **start,
+            ),
+            "listing blocked sessions",
+        )
+        return [
+            _mark(tenant, name.removeprefix(_ENTRY), value["S"])
+            for item in items
+            for name, value in item.items()
+            if name.startswith(_ENTRY)
+        ]
 
     def page(
         self, tenant: str, since_ms: int, until_ms: int, limit: int, next_token: str | None = None

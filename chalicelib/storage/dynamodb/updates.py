@@ -1,12 +1,15 @@
-"""One conditional UpdateItem, as the counters-table adapters (session counters and the
-wider budgets) issue it: only the names and values its expressions use, the old item on a
-failed condition, every other error translated in one place."""
+"""How the DynamoDB adapters make their requests: each request is a thunk their own module
+calls (so the scan of the code still sees which table each call acts on), made here with
+its errors translated (`storage.faults`), a failed condition raised as `ConditionFailed`
+with the old item, and a listing's pages followed. The counters-table adapters (session
+counters, budgets, links, results) share one conditional UpdateItem and one GetItem."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -16,6 +19,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+R = TypeVar("R")
 
 
 class ConditionFailed(Exception):
@@ -24,6 +28,64 @@ class ConditionFailed(Exception):
     def __init__(self, old_item: Mapping[str, Any] | None) -> None:
         super().__init__("conditional check failed")
         self.old_item = old_item
+
+
+class Table:
+    """An adapter of one DynamoDB table: the client it speaks through and the table's name."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+
+def call(request: Callable[[], R], doing: str) -> R:
+    """Make one request (a failed condition, if it has one, is a fault like any other).
+
+    Raises:
+        StorageError: the store failed.
+    """
+    try:
+        return request()
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, doing) from exc
+
+
+def conditional(request: Callable[[], R], doing: str) -> R:
+    """Make one conditional request.
+
+    Raises:
+        ConditionFailed: the condition failed (with the old item if the store returned it).
+        StorageError: the store failed.
+    """
+    try:
+        return request()
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            item: Any = exc.response.get("Item")
+            raise ConditionFailed(item) from exc
+        raise translate(exc, doing) from exc
+    except BotoCoreError as exc:
+        raise translate(exc, doing) from exc
+
+
+def all_items(
+    request: Callable[[dict[str, Any]], Mapping[str, Any]], doing: str
+) -> list[dict[str, Any]]:
+    """Every item of a Query or a Scan, page after page: `request` makes one page from the
+    start key it is given (none for the first).
+
+    Raises:
+        StorageError: the store failed.
+    """
+    items: list[dict[str, Any]] = []
+    start: dict[str, Any] = {}
+    while True:
+        page = call(partial(request, start), doing)
+        items += [dict(item) for item in page.get("Items", [])]
+        last = page.get("LastEvaluatedKey")
+        if not last:
+            return items
+        start = {"ExclusiveStartKey": last}
 
 
 def only_used(
@@ -73,21 +135,16 @@ def update(
         kwargs["ConditionExpression"] = condition
     if old_on_failure:
         kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-    try:
-        response = client.update_item(
+    response = conditional(
+        lambda: client.update_item(
             TableName=table,
             Key=dict(key),
             UpdateExpression=expression,
             ReturnValues=returns,  # type: ignore[arg-type]
             **kwargs,
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            item: Any = exc.response.get("Item")
-            raise ConditionFailed(item) from exc
-        raise translate(exc, doing) from exc
-    except BotoCoreError as exc:
-        raise translate(exc, doing) from exc
+        ),
+        doing,
+    )
     return dict(response.get("Attributes", {}))
 
 
@@ -99,9 +156,8 @@ def get(
     Raises:
         StorageError: the store failed.
     """
-    try:
-        response = client.get_item(TableName=table, Key=dict(key), ConsistentRead=True)
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, doing) from exc
+    response = call(
+        lambda: client.get_item(TableName=table, Key=dict(key), ConsistentRead=True), doing
+    )
     item = response.get("Item")
     return dict(item) if item else None
