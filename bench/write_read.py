@@ -84,9 +84,10 @@ def table(r: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "Target (issue 29): an allowed write's p50 at most 1.3x an allowed read's. The "
-        "session and the wider budgets are counted in one round trip; a call id is then "
-        "admitted in a second, after the wider budgets took the call (a copy is answered "
-        "as a duplicate only of an admitted call).",
+        "session and the wider budgets are counted in one round trip; a call id is "
+        "admitted after the answer, which does not wait for it (a copy is answered as a "
+        "duplicate only of an admitted call). Its request is in requests / check; the "
+        "next check may overlap it.",
     ]
     return lines
 
