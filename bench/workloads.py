@@ -40,6 +40,7 @@ READ_TOOLS = ("search_articles", "get_article", "list_tags")
 WRITE_TOOLS = ("delete_tag", "update_article", "publish_article")
 READ_LIMIT = 200
 WRITE_LIMIT = 15
+PRINCIPAL_WRITES = 90  # writes per principal in the allowed-write workload (budget: 100)
 
 
 @dataclass
@@ -81,13 +82,15 @@ def session_id() -> str:
     return f"mcp-session-{uuid.uuid4()}"
 
 
-def write_request(session: str, i: int = 0, call_id: bool = True) -> CheckRequest:
-    # One principal per session: the bench measures the session counter, and a shared
-    # principal would meet its own budget (100 writes a day) across the bench's sessions.
+def write_request(
+    session: str, i: int = 0, call_id: bool = True, principal: str | None = None
+) -> CheckRequest:
+    # One principal per session unless given: a principal shared by all the bench's
+    # sessions would meet its own budget (100 writes a day).
     return CheckRequest(
         session_id=session,
         tool=WRITE_TOOLS[i % len(WRITE_TOOLS)],
-        principal=f"{PRINCIPAL}/{session}",
+        principal=principal or f"{PRINCIPAL}/{session}",
         call_id=str(uuid.uuid4()) if call_id else None,
     )
 
@@ -360,16 +363,19 @@ def ours_checker(b: Backend, calls_per_session: int = 150) -> Callable[[int, int
 
 def ours_write_checker(b: Backend, call_ids: bool = True) -> Callable[[int, int], bool]:
     """Allowed writes, counted at the session, the principal and the tenant: a new session
-    (and principal) every WRITE_LIMIT calls; each with a call id unless `call_ids` is
-    false (a call id is admitted once the wider budgets took it: one more request)."""
+    every WRITE_LIMIT calls, a new principal (an agent's identity, which outlives its
+    sessions) every PRINCIPAL_WRITES, under its budget of 100 a day; each with a call id
+    unless `call_ids` is false (a call id is admitted after the answer: one more request)."""
     checks = b.container.checks
     run = uuid.uuid4().hex[:8]
     made: Counter[int] = Counter()
 
     def check(client: int, i: int) -> bool:
         session = f"w-{run}-{client}-{made[client] // WRITE_LIMIT}"
+        principal = f"{PRINCIPAL}/{run}-{client}-{made[client] // PRINCIPAL_WRITES}"
         made[client] += 1
-        return checks.check(TENANT, write_request(session, i, call_ids)).allowed
+        request = write_request(session, i, call_ids, principal)
+        return checks.check(TENANT, request).allowed
 
     return check
 

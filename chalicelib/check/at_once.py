@@ -15,13 +15,15 @@ Taken at once only when it pays and the session is not at stake: the call has wi
 budgets, is not a lease (whose units the session may cut), no budget is known to be
 refusing in this container (a loop against a spent budget then counts one scope at a
 time and touches nothing else), and the session's last count here left it room for two
-more calls (`SessionRoom`): a session's first call, or one near its limit, counts its
-session first, so that attempts its session refuses do not hold the wider budgets' last
-calls while many sessions race for them. When a wider budget refuses a call taken at
-once, what the others took goes back and the wider budgets are asked once more after
-the session's count, one after the other, as before: a refusal is never answered from a
-moment when another attempt held what it then gave back. A runaway session is refused
-before any of this, from what the container saw (`check/runaway.py`).
+more calls (`SessionRoom`; a session not counted here yet has room for its first check
+alone: a host may open a session per call). A call near its session's limit, or one of a
+burst on a session new here, counts its session first, so that attempts its session
+refuses do not hold the wider budgets' last calls while many sessions race for them.
+When a wider budget refuses a call taken at once, what the others took goes back and
+the wider budgets are asked once more after the session's count, one after the other, as
+before: a refusal is never answered from a moment when another attempt held what it then
+gave back. A runaway session is refused before any of this, from what the container saw
+(`check/runaway.py`).
 """
 
 from __future__ import annotations
@@ -201,11 +203,15 @@ class SessionRoom:
     @contextmanager
     def going(self, attempt: Attempt) -> Iterator[bool]:
         """While a check of the session is under way here: whether the session had room,
-        at its last count, for this call, every other under way here, and one more."""
+        at its last count, for this call, every other under way here, and one more (one
+        not counted here yet: whether this is its only check under way)."""
         key = (attempt.session, attempt.category)
         with self._lock:
             going = self._going[key] = self._going.get(key, 0) + 1
-            ample = self._left.get(key, (0, 0))[1] - going >= 1
+            left = self._left.get(key)
+            # A session not counted here yet: its first check alone (a session is new far
+            # more often than spent elsewhere, and a host may open one per call).
+            ample = going == 1 if left is None else left[1] - going >= 1
         try:
             yield ample
         finally:

@@ -119,8 +119,7 @@ class CheckService:
         self._wider = WiderBudgets(budgets, self._limits, self._repairs) if budgets else None
         self._at_once = AtOnce(self._wider, self._repairs)
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals, streaks)
-        # Sessions this container last saw spent, per category: a runaway loop's next
-        # call is refused in one guarded write. A hint, never a decision.
+        # Sessions seen spent here: a runaway loop's next call is refused in one write.
         self._spent = RunawayLoops(keep_calls, changes, refusal_cache_ms)
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
@@ -385,8 +384,7 @@ class CheckService:
         return decision
 
     def _counted(self, attempt: Attempt, allowed: Allowed) -> None:
-        """A call counted at every scope: the listener hears of it (it marks a session
-        that the call spent). Never raises: the answer is given."""
+        """A call counted at every scope: the listener hears of it. Never raises."""
         self._listener.on_counted(attempt.tenant, attempt, allowed)
 
     def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:

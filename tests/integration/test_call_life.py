@@ -8,7 +8,9 @@ item like DynamoDB."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -46,6 +48,20 @@ def delete(session: str = "s1", **kw: Any) -> CheckRequest:
 
 def service_on(stores: Stores, clock: Any, budgets: BudgetCounters | None = None) -> CheckService:
     return CheckService(POLICY, stores.counters, clock, 3600, budgets=budgets or stores.budgets)
+
+
+def counted_in_session(stores: Stores, call_id: str) -> bool:
+    session = stores.counters.get(SessionKey("demo", "s1"))
+    return session is not None and session.life_of(call_id) is not None
+
+
+def _eventually(holds: Callable[[], bool], within_s: float = 10.0) -> bool:
+    until = time.monotonic() + within_s
+    while not holds():
+        if time.monotonic() > until:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def principal_count(budgets: BudgetCounters, who: str) -> int:
@@ -122,6 +138,8 @@ def test_a_copy_is_not_allowed_while_its_original_is_in_progress(
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(original.check, "demo", request)
         assert paused.reached.wait(30)
+        # The session's count goes at once with the takes (a session new here): landed.
+        assert _eventually(lambda: counted_in_session(stores, "c-9"))
         with pytest.raises(CallInProgress):
             plain.check("demo", request)
         paused.go.set()
