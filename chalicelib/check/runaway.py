@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.check.shaping import session_refusal
@@ -33,10 +35,14 @@ if TYPE_CHECKING:
     from chalicelib.check.hooks import DecisionListener
     from chalicelib.storage.ports import SessionChecks
 
+LOOP_AFTER = 2  # refusals in a row from the store that make a loop
 SPENT_SESSIONS = 4096  # spent sessions a container remembers (least recently used go)
 # How long a refusal the store gave answers repeats from the container: a raise or reset
 # made in another container is seen after at most this long (one made here, at once).
 REFUSAL_CACHE_MS = 1000
+# ... and, once the store refused a session twice in a row here (a loop), this long: a
+# loop of one call a second then costs a request every other call.
+LOOP_CACHE_MS = 2 * REFUSAL_CACHE_MS
 
 
 class AdminChanges:
@@ -96,6 +102,7 @@ class Spent:
     answered: int = 0  # repeats refused from memory since, recorded with the next sent
     last: Attempt | None = None  # the last of them (a flush records them as it)
     refusal: Attempt | None = None  # the store's last refusal (a flush counts its streak)
+    in_a_row: int = 1  # refusals the store gave here in a row (a loop from the second)
 
 
 class SpentSessions:
@@ -147,14 +154,22 @@ class SpentSessions:
                 answered = spent.answered + taken.answered
                 self._spent[session] = replace(spent, answered=answered, last=taken.last)
 
+    def window_ms(self, spent: Spent) -> int:
+        """How long after the store's refusal a repeat may be refused from memory:
+        `REFUSAL_CACHE_MS`, or `LOOP_CACHE_MS` once the store refused the session twice
+        in a row here (none with the cache off)."""
+        if not self._cache_ms or spent.in_a_row < LOOP_AFTER:
+            return self._cache_ms
+        return max(self._cache_ms, LOOP_CACHE_MS)
+
     def fresh(self, spent: Spent, attempt: Attempt) -> bool:
-        """Whether a repeat may be refused from memory: within `REFUSAL_CACHE_MS` of the
-        store's refusal, at the same base limit, with no administrator's change here
-        since, reporting no refusals the client held."""
+        """Whether a repeat may be refused from memory: within the window (`window_ms`)
+        of the store's refusal, at the same base limit, with no administrator's change
+        here since, reporting no refusals the client held."""
         age = attempt.real_ms - spent.refused_ms
         return (
             attempt.held == 0  # refusals a client held are folded into the record
-            and 0 <= age < self._cache_ms
+            and 0 <= age < self.window_ms(spent)
             and spent.base_limit == attempt.base_limit
             and spent.epoch == self.changes.epoch
         )
@@ -168,8 +183,12 @@ class SpentSessions:
         calls = with_call(seen.calls, attempt.record(allowed=False))[-self._keep :]
         after = replace(seen, calls=calls, refused=refused, last_seen_ms=attempt.now_ms)
         spent = Spent(attempt.category, after, attempt.real_ms, attempt.base_limit, epoch)
-        spent = replace(spent, refusal=attempt)
         with self._lock:
+            before = self._spent.get(key)
+            in_a_row = 1
+            if before is not None and before.category == attempt.category:
+                in_a_row = before.in_a_row + 1  # the session stayed spent between them
+            spent = replace(spent, refusal=attempt, in_a_row=in_a_row)
             self._spent[key] = spent
             self._spent.move_to_end(key)
             if len(self._spent) > SPENT_SESSIONS:
@@ -206,7 +225,7 @@ class RunawayLoops(SpentSessions):
         if self.fresh(spent, attempt) and escalation.defer(attempt):
             decision = session_refusal(attempt, known, limit, reason, self._keep)
             if self._answered(attempt.session, spent, attempt):
-                self._due_by(attempt.session, spent.refused_ms + self._cache_ms)
+                self._due_by(attempt.session, spent.refused_ms + self.window_ms(spent))
             listener.on_block(attempt.tenant, attempt, decision)
             return decision
         epoch = self.changes.epoch
@@ -241,23 +260,37 @@ class RunawayLoops(SpentSessions):
             with self._lock:
                 self._due[session] = min(at, self._due.get(session, at))
 
-    def flush_due(self, attempt: Attempt, store: SessionChecks, escalation: Escalation) -> None:
+    def flush_due(
+        self,
+        attempt: Attempt,
+        store: SessionChecks,
+        escalation: Escalation,
+        later: Callable[[Callable[[], None]], None],
+    ) -> None:
         """Record what runaway loops held back (repeats answered from memory, streaks)
-        that fell due by the attempt's time and that no refusal sent since carried: run
-        at the start of each check here, so the views lag by at most the cache window
-        (two, for a session that keeps checking) and the streaks by `STREAK_BATCH_MS`
-        while the container serves (on Lambda a frozen container does so at its next
-        request). The attempt's own session is left one more window to its own refusal,
-        which carries them at no extra request."""
+        that fell due by the attempt's time and that no refusal sent since carried:
+        looked for at the start of each check here and recorded after its answer
+        (`later`), never on its way (a check paid for other sessions' records, one round
+        trip each), so the views lag by at most the loop's window (two, for a session
+        that keeps checking) and the streaks by `STREAK_BATCH_MS` while the container
+        serves (on Lambda a frozen container does so at its next request). The attempt's
+        own session is left one more window to its own refusal, which carries them at no
+        extra request."""
         now_ms, own = attempt.real_ms, attempt.session
         with self._lock:
             due = [
                 k
                 for k, at in self._due.items()
-                if at <= now_ms and not (k == own and now_ms < at + self._cache_ms)
+                if at <= now_ms and not (k == own and now_ms < at + LOOP_CACHE_MS)
             ]
             for key in due:
                 del self._due[key]
+        if due:
+            later(partial(self._flush_all, due, store, escalation))
+
+    def _flush_all(
+        self, due: list[SessionKey], store: SessionChecks, escalation: Escalation
+    ) -> None:
         for key in due:
             self.flush(key, store, escalation)
 

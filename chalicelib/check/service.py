@@ -102,7 +102,8 @@ class CheckService:
         afterwards: Afterwards | None = None,
     ) -> None:
         self._policy = policy
-        self._admissions = Admissions(store, afterwards or Afterwards())
+        self._after = afterwards or Afterwards()  # writes no answer waits for
+        self._admissions = Admissions(store, self._after)
         self._admitted = self._admissions.made_here  # a copy waits for its call's
         self._kept_answers = kept_answers  # a copy past its duplicates, from its result
         self._tickets = tickets or HoldTickets(lambda: None, None, policy.suspend_after_refusals)
@@ -114,13 +115,11 @@ class CheckService:
         self._keep = keep_calls
         self._budgets = budgets
         self._gate = gate or (PrincipalGate(budgets, clock) if budgets else None)
-        # Give-backs owed to a session's next check (a deadline came, the store was down).
-        self._repairs = Repairs()
+        self._repairs = Repairs()  # give-backs owed to a session's next check here
         self._wider = WiderBudgets(budgets, self._limits, self._repairs) if budgets else None
         self._at_once = AtOnce(self._wider, self._repairs)
         self._escalation = Escalation(budgets, self._gate, policy.suspend_after_refusals, streaks)
-        # Sessions seen spent here: a runaway loop's next call is refused in one write.
-        self._spent = RunawayLoops(keep_calls, changes, refusal_cache_ms)
+        self._spent = RunawayLoops(keep_calls, changes, refusal_cache_ms)  # seen spent here
 
     def attempt_for(self, tenant: str, request: CheckRequest) -> Attempt:
         """Classify the call and resolve its limit: everything decided before any write."""
@@ -143,7 +142,7 @@ class CheckService:
     def _decide(self, tenant: str, request: CheckRequest) -> Decision:
         """The check's decision, before a refusal is vouched for (raises as `check`)."""
         attempt = self.attempt_for(tenant, request)
-        self._spent.flush_due(attempt, self._store, self._escalation)
+        self._spent.flush_due(attempt, self._store, self._escalation, self._after_answer)
         if self._repairs.pending(attempt.session):
             self._repairs.run(attempt.session)
         category = self._policy.categories[attempt.category]
@@ -491,6 +490,9 @@ class CheckService:
         attempt = self.attempt_for(tenant, request)
         answered = self._copy_answered
         return answer_copy(attempt, self._store, self._kept_answers, answered, self._admitted)
+
+    def _after_answer(self, flush: Callable[[], None]) -> None:
+        self._after.later("held back", flush, "recording refusals held back")
 
     def _copy_answered(self, attempt: Attempt, snapshot: SessionSnapshot) -> Allowed:
         allowed = self._allowed(attempt, snapshot, duplicate=True)
