@@ -34,6 +34,7 @@ else:  # loaded by the first check, not at start-up
 VERSION = "2020-01-01"
 NAME = "mcp-quota-after-answer"
 MARGIN_S = 0.2  # kept back from the invocation's deadline
+RETRY_S = 0.05  # the first pause before asking the Extensions API again
 
 
 class LambdaHold:
@@ -74,13 +75,21 @@ class LambdaHold:
             self._turns.notify_all()
 
     def _loop(self) -> None:
+        pause = RETRY_S
         while True:
             try:
-                _, _, event = self._call("GET", "event/next", None)
+                status, _, event = self._call("GET", "event/next", None)
+                if status != 200:
+                    raise OSError(f"next answered {status}")
             except OSError as exc:
-                logger.warning("the after-answer hold stopped", extra={"error": str(exc)})
+                # Lambda waits for this extension's `next`: never stop asking. Meanwhile
+                # the writes are made before the answers (a freeze cannot delay them).
+                logger.warning("the after-answer hold failed", extra={"error": str(exc)})
                 afterwards.inline(True)
-                return
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            pause = RETRY_S
             if event.get("eventType") != "INVOKE":
                 continue
             deadline_ms = event.get("deadlineMs")

@@ -23,7 +23,8 @@ class ExtensionsApi:
     """Lambda's side of the Extensions API: `invoke` sends the INVOKE event to the
     extension's waiting `next`; `nexts` records when each `next` was asked."""
 
-    def __init__(self, refuse: bool = False) -> None:
+    def __init__(self, refuse: bool = False, fail_next: int = 0) -> None:
+        self.fail_next = fail_next  # `next` answers 500 this many times first
         self.events: queue.Queue[dict[str, object]] = queue.Queue()
         self.nexts: queue.Queue[float] = queue.Queue()
         self.registered: list[dict[str, object]] = []
@@ -44,6 +45,13 @@ class ExtensionsApi:
 
             def do_GET(self) -> None:
                 assert self.headers["Lambda-Extension-Identifier"] == "ext-1"
+                if api.fail_next:
+                    api.fail_next -= 1
+                    self.send_response(500)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
                 api.nexts.put(time.monotonic())
                 data = json.dumps(api.events.get()).encode()
                 self.send_response(200)
@@ -116,3 +124,19 @@ def test_without_the_extensions_api_writes_are_made_before_the_answers() -> None
     finally:
         afterwards.inline(False)
         refusing.server.shutdown()
+
+
+def test_a_failing_next_is_asked_again_and_writes_go_before_the_answers() -> None:
+    """Lambda ends no invocation until the extension asks for its next event: a hold that
+    stopped asking after an error would hang every invocation to its timeout."""
+    flaky = ExtensionsApi(fail_next=2)
+    try:
+        hold = LambdaHold(flaky.address)
+        assert hold.start()
+        flaky.nexts.get(timeout=5)  # asked again after two 500s
+        done: list[str] = []
+        Afterwards().later("k", lambda: done.append("written"), "a write")
+        assert done == ["written"]  # meanwhile made before the answers
+    finally:
+        afterwards.inline(False)
+        flaky.server.shutdown()
