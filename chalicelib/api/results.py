@@ -9,12 +9,12 @@ from urllib.parse import unquote
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import deps, server_caller
+from chalicelib.api.context import deps, query, server_caller
 from chalicelib.api.responses import handled, json_response
 from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
-    from chalicelib.api.schemas import ResultKept
+    from chalicelib.api.schemas import ResultKept, ResultRead
     from chalicelib.check import requests as validation
     from chalicelib.check import results as desk
 else:
@@ -47,3 +47,18 @@ def put_result(call_id: str) -> Response:
         "size": kept.size,
     }
     return json_response(answer, 201 if outcome.value == "stored" else 200)
+
+
+@results.route("/v1/results/{call_id}", methods=["GET"], authorizer=bearer)
+@handled
+def read_result(call_id: str) -> Response:
+    """What a copy of an allowed call would be answered with now: its kept result, or
+    that it is still running (the MCP side's wait reads this; a check would use up the
+    call's duplicates)."""
+    request = results.current_request
+    identity = server_caller(request)
+    session_id = desk.session_param(query(request))
+    call_id = desk.call_id_param(unquote(call_id))
+    replay = deps().result_desk.read(identity, session_id, call_id)
+    answer: ResultRead = {"call_id": call_id, "session_id": session_id, "replay": replay.to_json()}
+    return json_response(answer)

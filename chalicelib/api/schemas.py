@@ -75,6 +75,14 @@ class ResultKept(TypedDict):
     size: int
 
 
+class ResultRead(TypedDict):
+    """`ResultRead`: what `GET /v1/results/{call_id}` found for a copy of the call."""
+
+    call_id: str
+    session_id: str
+    replay: dict[str, object]  # `Replay`: stored (with the result), running, not_kept
+
+
 class RuleView(TypedDict, total=False):
     """One policy rule as the MCP side reads it (`GET /v1/policy`)."""
 
@@ -309,6 +317,7 @@ Body = (
     | LeaseReturned
     | PolicyView
     | ResultKept
+    | ResultRead
     | SessionView
     | SessionListing
     | SessionChanged

@@ -43,6 +43,7 @@ SERVER_ROUTES = (
     "GET /v1/policy",
     "POST /v1/leases/return",
     "PUT /v1/results/{call_id}",
+    "GET /v1/results/{call_id}",
 )
 SERVER_ONLY = f"A server token may only call the check routes: {', '.join(SERVER_ROUTES)}."
 # The roles a person (the console, an identity provider's group) may hold, weakest first.

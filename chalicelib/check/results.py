@@ -21,7 +21,7 @@ from chalicelib.check.requests import (
 )
 from chalicelib.clock import Clock
 from chalicelib.errors import CallNotAllowed, Forbidden, InvalidRequest, ResultConflict
-from chalicelib.quota.core import Attempt, CallState, SessionKey, SessionSnapshot
+from chalicelib.quota.core import Attempt, CallRecord, CallState, SessionKey, SessionSnapshot
 from chalicelib.quota.policy import Policy
 from chalicelib.quota.results import (
     CallResult,
@@ -53,6 +53,28 @@ class ResultToStore:
     result: dict[str, Any]
 
 
+def call_id_param(call_id: str) -> str:
+    """The path's call id, validated.
+
+    Raises:
+        InvalidRequest: not 1 to 128 visible ASCII characters.
+    """
+    if not 1 <= len(call_id) <= 128 or not VISIBLE_ASCII.fullmatch(call_id):
+        raise InvalidRequest("The call id must be 1 to 128 visible ASCII characters.", "call_id")
+    return call_id
+
+
+def session_param(params: dict[str, str]) -> str:
+    """`GET /v1/results/{call_id}`'s `session_id` query parameter, validated.
+
+    Raises:
+        InvalidRequest: missing or malformed.
+    """
+    session_id = text_field(params, "session_id", MAX_SESSION_ID)
+    assert session_id is not None  # required=True guarantees it
+    return session_id
+
+
 def parse_result(call_id: str, body: dict[str, Any]) -> ResultToStore:
     """Validate a `PUT /v1/results/{call_id}` request.
 
@@ -60,8 +82,7 @@ def parse_result(call_id: str, body: dict[str, Any]) -> ResultToStore:
         InvalidRequest: a field is missing, malformed or unknown.
     """
     reject_unknown(body, RESULT_FIELDS)
-    if not 1 <= len(call_id) <= 128 or not VISIBLE_ASCII.fullmatch(call_id):
-        raise InvalidRequest("The call id must be 1 to 128 visible ASCII characters.", "call_id")
+    call_id = call_id_param(call_id)
     session_id = text_field(body, "session_id", MAX_SESSION_ID)
     tool = text_field(body, "tool", 128, TOOL_NAME, rule="letters, digits and _ . : / -")
     result = body.get("result")
@@ -106,19 +127,9 @@ class ResultDesk:
             ResultConflict: another result was kept first.
             StorageError: a store failed.
         """
-        if identity.role != Role.SERVER:
-            raise Forbidden("Only an MCP server's token keeps call results.")
-        snapshot = self._admitted(SessionKey(identity.tenant, put.session_id), put.call_id)
-        record = None if snapshot is None else snapshot.find_call(put.call_id)
-        life = None if snapshot is None else snapshot.life_of(put.call_id)
-        if record is None or life is None or life.state is not CallState.ADMITTED:
-            raise CallNotAllowed(
-                f"No call with id {put.call_id!r} was allowed and counted in session "
-                f"{put.session_id!r}: keep a result only after its check was allowed."
-            )
+        record = self._allowed_call(identity, put.session_id, put.call_id, "keeps")
         if record.tool != put.tool:
             raise CallNotAllowed(f"Call id {put.call_id!r} was allowed for another tool.")
-        effective_principal(identity, record.principal)
         key = ResultKey(identity.tenant, put.session_id, put.call_id)
         mine = kept(key, put.tool, put.result, self._clock(), self._keep_ms)
         done = outcome(mine, self._results.put_first(mine))
@@ -127,6 +138,43 @@ class ResultDesk:
                 f"Another result is already kept for call id {put.call_id!r}; it stays."
             )
         return done, mine
+
+    def read(self, identity: Identity, session_id: str, call_id: str) -> Replay:
+        """What a copy of this call would be answered with now (`replay`), for the MCP side
+        waiting for the result of a call still running: a read, where asking the check
+        again would use up the call's duplicates.
+
+        Raises:
+            Forbidden, CallNotAllowed, PrincipalNotAllowed: as `store`.
+            StorageError: a store failed.
+        """
+        self._allowed_call(identity, session_id, call_id, "reads")
+        return self.replay(identity.tenant, session_id, call_id)
+
+    def _allowed_call(
+        self, identity: Identity, session_id: str, call_id: str, doing: str
+    ) -> CallRecord:
+        """The session's record of a call it allowed and admitted, whose principal the
+        token may act for.
+
+        Raises:
+            Forbidden: not an MCP server's token.
+            CallNotAllowed: no such admitted call in the session.
+            PrincipalNotAllowed: the call's principal is not one the token may act for.
+            StorageError: a store failed.
+        """
+        if identity.role != Role.SERVER:
+            raise Forbidden(f"Only an MCP server's token {doing} call results.")
+        snapshot = self._admitted(SessionKey(identity.tenant, session_id), call_id)
+        record = None if snapshot is None else snapshot.find_call(call_id)
+        life = None if snapshot is None else snapshot.life_of(call_id)
+        if record is None or life is None or life.state is not CallState.ADMITTED:
+            raise CallNotAllowed(
+                f"No call with id {call_id!r} was allowed and counted in session "
+                f"{session_id!r}: keep or read a result only after its check was allowed."
+            )
+        effective_principal(identity, record.principal)
+        return record
 
     def _admitted(self, session: SessionKey, call_id: str) -> SessionSnapshot | None:
         """The session, read once the call's admission has landed if it is on its way:

@@ -248,7 +248,12 @@ def walk_results(r: Recorder) -> None:
     big = {**kept, "result": {"content": [{"type": "text", "text": "x" * 70_000}]}}
     r.send("POST", "/v1/check", write, SERVER)
     r.send("POST", "/v1/check", write, SERVER)  # replay: running
+    r.send("GET", "/v1/results/w-1?session_id=s-r", None, SERVER)  # running
+    r.send("GET", "/v1/results/w-1", None, SERVER)  # 400: no session_id
+    r.send("GET", "/v1/results/w-1?session_id=s-r")  # 403: an admin token
+    r.send("GET", "/v1/results/nope?session_id=s-r", None, SERVER)  # 403: no such call
     r.send("PUT", "/v1/results/w-1", kept, SERVER)  # 201
+    r.send("GET", "/v1/results/w-1?session_id=s-r", None, SERVER)  # stored
     r.send("PUT", "/v1/results/w-1", kept, SERVER)  # 200 same
     r.send("PUT", "/v1/results/w-1", {**kept, "result": {"isError": True}}, SERVER)  # 409
     r.send("PUT", "/v1/results/w-1", kept)  # 403: an admin token

@@ -18,6 +18,7 @@ from mcp_quota_client.approval_answer import (
 from mcp_quota_client.decision import CheckRequest, Decision, Outcome
 from mcp_quota_client.exactly_once import (
     ExactlyOnce,
+    replay_in,
     replay_wait_from_env,
     replayed_result,
 )
@@ -103,13 +104,16 @@ class Clock:
         self.now += seconds
 
 
-def scripted(*answers: GuardedCall) -> Any:
-    pending: Iterator[GuardedCall] = iter(answers)
+def scripted(*answers: GuardedCall | None) -> Any:
+    """Reads of the kept result answering, in turn, as these checks would (None: the
+    read failed)."""
+    pending: Iterator[GuardedCall | None] = iter(answers)
 
-    async def recheck() -> GuardedCall:
-        return next(pending)
+    async def poll() -> Replay | None:
+        answer = next(pending)
+        return None if answer is None else replay_in(answer)
 
-    return recheck
+    return poll
 
 
 async def test_a_copy_asks_again_with_longer_pauses_until_the_result_is_kept() -> None:
@@ -117,7 +121,7 @@ async def test_a_copy_asks_again_with_longer_pauses_until_the_result_is_kept() -
     once = ExactlyOnce(guard(), wait_seconds=10, sleep=clock.sleep, clock=clock)
     running = guarded(replay={"state": "running"})
     stored = guarded(replay={"state": "stored", "result": KEPT})
-    answer = await once.answer(running, scripted(running, running, stored))
+    answer = await once.answer(running, poll=scripted(running, running, stored))
     assert answer is not None and not answer.is_error
     assert clock.pauses == [0.2, 0.4, 0.8]
 
@@ -127,20 +131,19 @@ async def test_a_copy_stops_asking_at_its_wait_or_at_any_other_answer() -> None:
     clock = Clock()
     once = ExactlyOnce(guard(), wait_seconds=3, sleep=clock.sleep, clock=clock)
     running = guarded(replay={"state": "running"})
-    answer = await once.answer(running, scripted(*[running] * 10))
+    answer = await once.answer(running, poll=scripted(*[running] * 10))
     assert answer is not None and (answer.structured_content or {})["kind"] == "call_in_progress"
     assert sum(clock.pauses) <= 3
     clock.pauses.clear()
-    used_up = guarded(allowed=False, code="call_id_conflict")
-    answer = await once.answer(running, scripted(used_up))
+    answer = await once.answer(running, poll=scripted(None))  # the read failed
     assert answer is not None and (answer.structured_content or {})["kind"] == "call_in_progress"
     assert clock.pauses == [0.2]
 
 
 async def test_a_first_call_or_a_read_duplicate_runs_the_tool() -> None:
     once = ExactlyOnce(guard(), wait_seconds=0)
-    assert await once.answer(guarded(duplicate=False), scripted()) is None
-    assert await once.answer(guarded(), scripted()) is None  # no replay: a read
+    assert await once.answer(guarded(duplicate=False), poll=scripted()) is None
+    assert await once.answer(guarded(), poll=scripted()) is None  # no replay: a read
 
 
 def test_the_wait_is_read_from_the_environment() -> None:
@@ -245,6 +248,6 @@ async def test_a_replay_carries_the_duplicates_decision_like_any_allowed_call() 
     stored = guarded(replay={"state": "stored", "result": KEPT})
     entry = {"io.mcp-quota/decision": {"duplicate": True}, "io.mcp-quota/session": "tok"}
     with_meta = GuardedCall(stored.decision, stored.identity, entry, "c-1", "alice", "d")
-    answer = await once.answer(with_meta, scripted())
+    answer = await once.answer(with_meta, poll=scripted())
     assert answer is not None
     assert answer.meta == {"x": 1, REPLAYED_META: True, **entry}

@@ -23,7 +23,14 @@ from pydantic import ValidationError
 
 from mcp_quota_client.decision import Outcome
 from mcp_quota_client.guard import GuardedCall, ToolCallGuard
-from mcp_quota_client.results import REPLAYED_META, Replay, ReplayState, keep_result, replay_of
+from mcp_quota_client.results import (
+    REPLAYED_META,
+    Replay,
+    ReplayState,
+    keep_result,
+    read_replay,
+    replay_of,
+)
 from mcp_quota_client.service_policy import ServicePolicy
 
 logger = logging.getLogger("mcp_quota_client")
@@ -35,7 +42,8 @@ FIRST_PAUSE = 0.2
 MAX_PAUSE = 2.0
 """Pauses between asking again: each ask is a duplicate's check, so they double."""
 
-Recheck = Callable[[], Awaitable[GuardedCall]]
+# Reads what a copy of the call would be answered with now (None: no answer to wait on).
+Poll = Callable[[], Awaitable[Replay | None]]
 """The same call's check again (same call id, session and arguments)."""
 
 
@@ -128,13 +136,14 @@ class ExactlyOnce:
     clock: Callable[[], float] = time.monotonic
 
     async def answer(
-        self, guarded: GuardedCall, recheck: Recheck, continuing: bool = False
+        self, guarded: GuardedCall, continuing: bool = False, poll: Poll | None = None
     ) -> mt.CallToolResult | None:
         """The answer to a retry of a call that already ran, or None: run the tool.
 
-        A copy that finds no result yet asks again, pausing longer each time, until the
-        result is kept or `wait_seconds` would pass; any answer but a replay ends the
-        wait (the id used up meanwhile, the service unreachable): it is in progress.
+        A copy that finds no result yet reads it again (`poll`; by default
+        `GET /v1/results/{call_id}`, which, unlike checking again, uses none of the call's
+        duplicates), pausing longer each time, until the result is kept or `wait_seconds`
+        would pass; a failed read ends the wait: it is in progress.
         `continuing`: the request carried our sealed `requestState` back (an MRTR
         retry): with no result kept, its tool answered `input_required` last time and
         now goes on, so it runs.
@@ -142,22 +151,33 @@ class ExactlyOnce:
         replay = replay_in(guarded)
         if replay is None or (continuing and replay.state is ReplayState.RUNNING):
             return None
+        poll = poll or self._reader(guarded)
         until = self.clock() + self.wait_seconds
         pause = FIRST_PAUSE
-        latest = guarded
         while replay.state is ReplayState.RUNNING and self.clock() + pause <= until:
             await self.sleep(pause)
             pause = min(pause * 2, MAX_PAUSE)
-            checked = await recheck()
-            again = replay_in(checked)
+            again = await poll()
             if again is None:
                 break
-            replay, latest = again, checked
+            replay = again
         result = replayed_result(replay, guarded.decision.tool, guarded.call_id)
-        if latest.meta is None:
+        if guarded.meta is None:
             return result
         # As on any allowed call: the decision (a duplicate) and a minted session.
-        return result.model_copy(update={"meta": {**(result.meta or {}), **latest.meta}})
+        return result.model_copy(update={"meta": {**(result.meta or {}), **guarded.meta}})
+
+    def _reader(self, guarded: GuardedCall) -> Poll:
+        """Reads the replay of this very call (its session and the call id it was
+        checked with) from the service."""
+        session_id, call_id = guarded.decision.session_id, guarded.call_id
+
+        async def read() -> Replay | None:
+            if call_id is None:
+                return None
+            return await read_replay(self.guard.client._client(), session_id, call_id)
+
+        return read
 
     async def keep(
         self,

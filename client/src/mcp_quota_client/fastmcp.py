@@ -178,9 +178,7 @@ class QuotaMiddleware(ContentQuotaHooks):
             )
         # A retry of a call that already ran: its kept result, and the tool does not run.
         continuing = opened is not None
-        replayed = await self.once.answer(
-            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
-        )
+        replayed = await self.once.answer(guarded, continuing)
         if replayed is not None:
             return ToolResult.from_mcp_result(replayed)
         result = await call_next(context)

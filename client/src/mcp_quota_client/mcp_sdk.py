@@ -139,9 +139,7 @@ class QuotaGuard:
                 _meta=dict(guarded.meta) if guarded.meta is not None else None,
             )
         continuing = opened is not None
-        replayed = await self.once.answer(
-            guarded, lambda: self.guard.decide(name, annotations, caller, arguments), continuing
-        )
+        replayed = await self.once.answer(guarded, continuing)
         if replayed is not None:
             return replayed  # a retry of a call that already ran: the tool does not run
         result = await call_next(ctx)

@@ -177,11 +177,7 @@ def pass_calls_through(proxy: FastMCPProxy, upstream: Upstream, quota: QuotaMidd
                     # The decision and the session the service minted, as on an allowed call.
                     _meta=dict(guarded.meta) if guarded.meta is not None else None,
                 )
-            replayed = await quota.once.answer(
-                guarded,
-                lambda: quota.guard.decide(params.name, annotations, caller, params.arguments),
-                opened is not None,
-            )
+            replayed = await quota.once.answer(guarded, opened is not None)
             if replayed is not None:
                 return replayed  # a retry of a call that already ran: not sent upstream
             meta = {k: v for k, v in (ctx.meta or {}).items() if k not in _CONNECTION_META_KEYS}

@@ -1,5 +1,6 @@
 """Exactly-once writes, the client's part: keep a tool's result in the service after it
-ran (`PUT /v1/results/{call_id}`), and read the `replay` of a duplicate's check answer.
+ran (`PUT /v1/results/{call_id}`), read the `replay` of a duplicate's check answer, and
+read it again while the first run goes on (`GET /v1/results/{call_id}`).
 What to do with a replay (hand back the result marked `_meta["io.mcp-quota/replayed"]`,
 wait, or tell the agent) is the middleware's and the proxy's: docs/exactly-once.md."""
 
@@ -90,3 +91,21 @@ async def keep_result(
         return Kept(response.status_code)
     answer = response.json()
     return Kept(response.status_code, str(answer.get("stored")), bool(answer.get("truncated")))
+
+
+async def read_replay(http: httpx2.AsyncClient, session_id: str, call_id: str) -> Replay | None:
+    """What a copy of the call would be answered with now (`GET /v1/results/{call_id}`):
+    a read that uses none of the call's duplicates, as checking again would. None when the
+    service could not say (the caller stops waiting: the call is in progress)."""
+    try:
+        response = await http.get(
+            f"/v1/results/{quote(call_id, safe='')}", params={"session_id": session_id}
+        )
+    except Exception as exc:  # best effort: the wait ends, the agent hears "in progress"
+        logger.info("mcp-quota: reading a kept result failed (%s)", exc)
+        return None
+    if response.status_code != 200:
+        logger.info("mcp-quota: reading a kept result answered %s", response.status_code)
+        return None
+    answer = response.json()
+    return replay_of(answer) if isinstance(answer, Mapping) else None
