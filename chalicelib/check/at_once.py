@@ -90,6 +90,8 @@ class AtOnce:
                 counted = count()
             if not isinstance(counted, Refused):
                 room.note(counted[2], counted[0], counted[1])  # before it is not going
+            else:
+                room.refused(attempt)  # no room: its next check counts its session first
         if isinstance(counted, Refused):
             return counted, [], Went(None, since)
         if wider is not None and went is None:
@@ -199,6 +201,13 @@ class SessionRoom:
             elif snapshot.started_ms > started:
                 left = allowed.remaining
             self._left[key] = (max(started, snapshot.started_ms), left)
+
+    def refused(self, attempt: Attempt) -> None:
+        """The session refused a call here: it has no room until a count says otherwise."""
+        key = (attempt.session, attempt.category)
+        with self._lock:
+            started = self._left.get(key, (-1, 0))[0]
+            self._left[key] = (started, 0)
 
     @contextmanager
     def going(self, attempt: Attempt) -> Iterator[bool]:
