@@ -65,7 +65,14 @@ def on_request(request: Request, get_response: Callable[[Request], Response]) ->
         _first_request_done = True
         return response
     finally:
-        lambda_hold.answered()  # on Lambda, the hold may end the invocation
+        lambda_hold.answered(_request_id(request))  # on Lambda, the hold may end it
+
+
+def _request_id(request: Request) -> str | None:
+    """The Lambda invocation's request id (None off Lambda)."""
+    context = getattr(request, "lambda_context", None)
+    request_id = getattr(context, "aws_request_id", None)
+    return request_id if isinstance(request_id, str) else None
 
 
 def answer(request: Request, get_response: Callable[[Request], Response]) -> Response:

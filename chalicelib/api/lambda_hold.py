@@ -34,6 +34,7 @@ else:  # loaded by the first check, not at start-up
 VERSION = "2020-01-01"
 NAME = "mcp-quota-after-answer"
 MARGIN_S = 0.2  # kept back from the invocation's deadline
+ANSWERED_HINTS = 1000  # request ids kept whose INVOKE event has not come (then cleared)
 RETRY_S = 0.05  # the first pause before asking the Extensions API again
 
 
@@ -50,8 +51,7 @@ class LambdaHold:
         self._settle = settle or afterwards.settle_all
         self._clock = clock
         self._turns = threading.Condition()
-        self._invoked = 0
-        self._answered = 0
+        self._answered: set[str] = set()  # request ids whose handler returned
         self._id = ""
 
     def start(self) -> bool:
@@ -68,10 +68,14 @@ class LambdaHold:
         threading.Thread(target=self._loop, daemon=True, name="quota-hold").start()
         return True
 
-    def answered(self) -> None:
-        """A handler returned (its response is on its way)."""
+    def answered(self, request_id: str) -> None:
+        """The handler of invocation `request_id` returned (its response is on its way).
+        By request id, not by count: a handler that returns after its hold gave up at the
+        deadline can never be taken for the next invocation's."""
         with self._turns:
-            self._answered += 1
+            if len(self._answered) >= ANSWERED_HINTS:
+                self._answered.clear()
+            self._answered.add(request_id)
             self._turns.notify_all()
 
     def _loop(self) -> None:
@@ -95,17 +99,16 @@ class LambdaHold:
             deadline_ms = event.get("deadlineMs")
             if not isinstance(deadline_ms, int | float):
                 deadline_ms = (self._clock() + 3) * 1000  # not said: a short hold
-            self._hold(deadline_ms / 1000 - MARGIN_S)
+            self._hold(str(event.get("requestId", "")), deadline_ms / 1000 - MARGIN_S)
 
-    def _hold(self, until_s: float) -> None:
+    def _hold(self, request_id: str, until_s: float) -> None:
         """Until the handler of this invocation returned and the writes are done, or
         `until_s` (epoch seconds)."""
         with self._turns:
-            self._invoked += 1
             self._turns.wait_for(
-                lambda: self._answered >= self._invoked, max(0.0, until_s - self._clock())
+                lambda: request_id in self._answered, max(0.0, until_s - self._clock())
             )
-            self._answered = self._invoked  # one missed never holds the next
+            self._answered.discard(request_id)
         self._settle(max(0.0, until_s - self._clock()))
 
     def _call(
@@ -146,7 +149,8 @@ def start() -> None:
         afterwards.inline(True)
 
 
-def answered() -> None:
-    """A handler returned (the HTTP middleware calls this; nothing off Lambda)."""
-    if _HOLD:
-        _HOLD[0].answered()
+def answered(request_id: str | None) -> None:
+    """The handler of invocation `request_id` returned (the HTTP middleware calls this;
+    nothing off Lambda)."""
+    if _HOLD and request_id:
+        _HOLD[0].answered(request_id)

@@ -67,9 +67,9 @@ class ExtensionsApi:
     def address(self) -> str:
         return f"127.0.0.1:{self.server.server_address[1]}"
 
-    def invoke(self, deadline_in_s: float = 10.0) -> None:
+    def invoke(self, deadline_in_s: float = 10.0, request_id: str = "r") -> None:
         deadline_ms = (time.time() + deadline_in_s) * 1000
-        self.events.put({"eventType": "INVOKE", "deadlineMs": deadline_ms, "requestId": "r"})
+        self.events.put({"eventType": "INVOKE", "deadlineMs": deadline_ms, "requestId": request_id})
 
 
 @pytest.fixture
@@ -87,15 +87,15 @@ def test_the_invocation_ends_once_the_writes_after_the_answer_are_done(
     assert api.registered == [{"name": "mcp-quota-after-answer", "events": ["INVOKE"]}]
     api.nexts.get(timeout=5)  # waiting for the first invocation
     writes, release = Afterwards(), threading.Event()
-    api.invoke()
+    api.invoke(request_id="r1")
     writes.later("k", lambda: release.wait(10), "a held write")
-    hold.answered()  # the handler returned: its response is on its way
+    hold.answered("r1")  # the handler returned: its response is on its way
     with pytest.raises(queue.Empty):
         api.nexts.get(timeout=0.5)  # held: the write is not done
     release.set()
     api.nexts.get(timeout=5)  # the invocation ends
-    api.invoke()
-    hold.answered()  # nothing left to write: ends at once
+    api.invoke(request_id="r2")
+    hold.answered("r2")  # nothing left to write: ends at once
     api.nexts.get(timeout=5)
 
 
@@ -140,3 +140,25 @@ def test_a_failing_next_is_asked_again_and_writes_go_before_the_answers() -> Non
     finally:
         afterwards.inline(False)
         flaky.server.shutdown()
+
+
+def test_a_handler_answering_after_its_hold_gave_up_never_ends_the_next_one(
+    api: ExtensionsApi,
+) -> None:
+    """Defect class (review): the hold counted answers; a handler that returned after its
+    hold gave up at the deadline left the count one ahead for good, and every later
+    invocation ended before its writes landed (frozen with the environment)."""
+    hold = LambdaHold(api.address)
+    assert hold.start()
+    api.nexts.get(timeout=5)
+    api.invoke(deadline_in_s=0.5, request_id="late")
+    api.nexts.get(timeout=5)  # gave up at the deadline
+    hold.answered("late")  # ... and then its handler returned
+    release = threading.Event()
+    api.invoke(request_id="next")
+    Afterwards().later("k", lambda: release.wait(10), "the next one's write")
+    hold.answered("next")
+    with pytest.raises(queue.Empty):
+        api.nexts.get(timeout=0.5)  # held for its own write
+    release.set()
+    api.nexts.get(timeout=5)
