@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from chalicelib.check.afterwards import settle_all
 from chalicelib.check.escalation import STREAK_BATCH_MS
 from tests.api.conftest import Api, body, running_api
 from tests.api.test_escalation import escalation_emails, principal_state
@@ -83,9 +84,11 @@ def streak(api: Api, principal: str = "bot") -> int:
 
 def recorded_streak(api: Api, principal: str = "bot") -> int:
     """The principal's streak once the refusals a runaway loop's container held back
-    (issue 29: sent within `STREAK_BATCH_MS`) are recorded: by its next check."""
+    (issue 29: sent within `STREAK_BATCH_MS`) are recorded: right after its next check's
+    answer (`check.afterwards`)."""
     api.clock.advance(STREAK_BATCH_MS // 1000 + 1)
     assert api.check(session_id="elsewhere", tool="search_x").status_code == 200
+    assert settle_all(10)
     return streak(api, principal)
 
 
