@@ -93,7 +93,9 @@ class LambdaHold:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
-            pause = RETRY_S
+            if pause != RETRY_S:  # it failed before: held again, writes after answers
+                afterwards.inline(False)
+                pause = RETRY_S
             if event.get("eventType") != "INVOKE":
                 continue
             deadline_ms = event.get("deadlineMs")

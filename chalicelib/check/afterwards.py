@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from functools import partial
 
+from chalicelib.check.deadline import SERVICE_BUDGET_S
 from chalicelib.check.parallel import submit
 from chalicelib.observability import count, logger
 from chalicelib.storage.ports import RecordChanged, StorageError
@@ -29,7 +32,9 @@ from chalicelib.storage.ports import RecordChanged, StorageError
 _SETTLED = threading.Condition()
 _IN_FLIGHT = [0]
 _INLINE = [False]
-DONE_HINTS = 10_000  # writes made that no check asked about yet, kept at most
+DONE_HINTS = 10_000  # writes made in the last `DONE_FRESH_S`, kept at most
+# A check that read the store before a write landed asks about it within its own budget.
+DONE_FRESH_S = SERVICE_BUDGET_S
 
 
 def inline(on: bool) -> None:
@@ -41,20 +46,24 @@ class Afterwards:
     """The writes checks of one service left for after their answers, by key (a session
     and call id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._pending: dict[Hashable, int] = {}
-        self._done: set[Hashable] = set()  # made since a check last asked (`wait_for`)
+        self._done: OrderedDict[Hashable, float] = OrderedDict()  # when made, oldest first
+        self._clock = clock
 
     def later(self, key: Hashable, work: Callable[[], object], doing: str) -> None:
         """Run `work` after the answer (`doing` names it in a log line if it fails)."""
         with _SETTLED:
             self._pending[key] = self._pending.get(key, 0) + 1
             _IN_FLIGHT[0] += 1
-        if _INLINE[0]:
-            self._run(key, work, doing)
-            return
-        run = contextvars.copy_context().run
-        submit(partial(run, self._run, key, work, doing))
+        if not _INLINE[0]:
+            run = contextvars.copy_context().run
+            try:
+                submit(partial(run, self._run, key, work, doing))
+                return
+            except RuntimeError:  # no worker could start (threads exhausted, shutdown)
+                logger.warning("no worker for a write after the answer: made before it")
+        self._run(key, work, doing)
 
     def _run(self, key: Hashable, work: Callable[[], object], doing: str) -> None:
         made = False
@@ -76,23 +85,23 @@ class Afterwards:
                 else:
                     del self._pending[key]
                 if made:
-                    if len(self._done) >= DONE_HINTS:
-                        self._done.clear()
-                    self._done.add(key)
+                    self._done.pop(key, None)
+                    self._done[key] = self._clock()
+                    if len(self._done) > DONE_HINTS:
+                        self._done.popitem(last=False)
                 _IN_FLIGHT[0] -= 1
                 _SETTLED.notify_all()
 
     def wait_for(self, key: Hashable, timeout_s: float) -> bool:
-        """Whether writes for `key` were pending here, or made since a check last asked
-        (it may have read the store just before they landed): read it again. If pending,
-        wait (at most `timeout_s`) until they are done."""
+        """Whether writes for `key` were pending here, or made within `DONE_FRESH_S` (the
+        asking check may have read the store just before they landed; every check that
+        asks in that time is told, not only the first): read it again. If pending, wait
+        (at most `timeout_s`) until they are done."""
         with _SETTLED:
             if key not in self._pending:
-                made = key in self._done
-                self._done.discard(key)
-                return made
+                made = self._done.get(key)
+                return made is not None and self._clock() - made <= DONE_FRESH_S
             _SETTLED.wait_for(lambda: key not in self._pending, timeout_s)
-            self._done.discard(key)
             return True
 
 

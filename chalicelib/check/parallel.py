@@ -27,24 +27,33 @@ class _Workers:
     def submit(self, task: Callable[[], None], then: Callable[[], None]) -> None:
         """Run `task` on an idle worker, or on a new one (never waits for a busy one,
         so a step that runs steps of its own cannot deadlock); `then` once the worker
-        is idle again (so the next check finds it so)."""
+        is idle again (so the next check finds it so).
+
+        Raises:
+            RuntimeError: no worker was idle and none could start (the task is not run).
+        """
         with self._lock:
             start = self._idle == 0
             if not start:
                 self._idle -= 1
-        self._tasks.put((task, then))
-        if start:
-            threading.Thread(target=self._work, daemon=True, name="quota-step").start()
+        if start:  # the new worker's first task is this one: none is left queued
+            thread = threading.Thread(
+                target=self._work, args=((task, then),), daemon=True, name="quota-step"
+            )
+            thread.start()
+        else:
+            self._tasks.put((task, then))
 
-    def _work(self) -> None:
+    def _work(self, first: tuple[Callable[[], None], Callable[[], None]]) -> None:
+        task, then = first
         while True:
-            task, then = self._tasks.get()
             try:
                 task()
             finally:
                 with self._lock:
                     self._idle += 1
                 then()
+            task, then = self._tasks.get()
 
 
 _WORKERS = _Workers()

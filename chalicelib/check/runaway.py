@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from chalicelib.check import deadline
 from chalicelib.check.shaping import session_refusal
 from chalicelib.observability import logger
 from chalicelib.quota.answers import Refused
@@ -291,7 +292,14 @@ class RunawayLoops(SpentSessions):
     def _flush_all(
         self, due: list[SessionKey], store: SessionChecks, escalation: Escalation
     ) -> None:
-        for key in due:
+        """Flush each due session while the check's deadline allows one more request
+        (the Lambda hold waits for this); what is left is due again at the next check."""
+        for at, key in enumerate(due):
+            if not deadline.allows_step():
+                with self._lock:
+                    for rest in due[at:]:
+                        self._due[rest] = 0  # due at once
+                return
             self.flush(key, store, escalation)
 
     def flush(self, session: SessionKey, store: SessionChecks, escalation: Escalation) -> None:

@@ -126,7 +126,7 @@ def test_without_the_extensions_api_writes_are_made_before_the_answers() -> None
         refusing.server.shutdown()
 
 
-def test_a_failing_next_is_asked_again_and_writes_go_before_the_answers() -> None:
+def test_a_failing_next_is_asked_again_and_writes_go_before_the_answers_meanwhile() -> None:
     """Lambda ends no invocation until the extension asks for its next event: a hold that
     stopped asking after an error would hang every invocation to its timeout."""
     flaky = ExtensionsApi(fail_next=2)
@@ -137,6 +137,20 @@ def test_a_failing_next_is_asked_again_and_writes_go_before_the_answers() -> Non
         done: list[str] = []
         Afterwards().later("k", lambda: done.append("written"), "a write")
         assert done == ["written"]  # meanwhile made before the answers
+        flaky.invoke(request_id="r1")  # `next` answers again: the hold is back
+        hold.answered("r1")
+        flaky.nexts.get(timeout=5)
+        release, after = threading.Event(), []
+
+        def held_write() -> None:
+            release.wait(2)
+            after.append("written")
+
+        Afterwards().later("k", held_write, "a write after the answer")
+        assert after == []  # `later` returned before its write was made
+        release.set()
+        assert afterwards.settle_all(5)
+        assert after == ["written"]
     finally:
         afterwards.inline(False)
         flaky.server.shutdown()
