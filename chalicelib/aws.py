@@ -3,7 +3,15 @@ may take, and how often botocore tries it."""
 
 from __future__ import annotations
 
+import threading
+from typing import TYPE_CHECKING, Any, Literal, overload
+
 from botocore.config import Config
+from botocore.session import Session, get_session
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
 
 # The store budget: the service answers 503 within it, inside the client's deadline
 # (5 s by default) and the Lambda timeout (5 s). One store call takes at most two
@@ -34,3 +42,25 @@ CLIENT_CONFIG = Config(
 TOKEN_CLIENT_CONFIG = CLIENT_CONFIG.merge(
     Config(retries={"total_max_attempts": 1, "mode": "standard"})
 )
+
+
+_SESSION: list[Session] = []
+_SESSION_LOCK = threading.Lock()
+
+
+@overload
+def client(service: Literal["dynamodb"], config: Config = CLIENT_CONFIG) -> DynamoDBClient: ...
+@overload
+def client(service: Literal["sns"], config: Config = CLIENT_CONFIG) -> SNSClient: ...
+@overload
+def client(service: str, config: Config = CLIENT_CONFIG) -> Any: ...
+def client(service: str, config: Config = CLIENT_CONFIG) -> Any:
+    """A client for `service` from the container's one botocore session: the client
+    `boto3.client` builds (boto3 adds nothing to these services' clients), without
+    importing boto3, whose s3transfer and multiprocessing cost a cold start about 12 ms
+    (bench/cold_start.py). Region, credentials and endpoint (`AWS_ENDPOINT_URL_*`) come
+    from the environment as for boto3."""
+    with _SESSION_LOCK:  # a botocore session is not safe to share while it builds
+        if not _SESSION:
+            _SESSION.append(get_session())
+        return _SESSION[0].create_client(service, config=config)

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
+from chalicelib import aws
 from chalicelib.admin.grants import GrantLimits
 from chalicelib.aws import CLIENT_CONFIG, TOKEN_CLIENT_CONFIG
 from chalicelib.check.afterwards import Afterwards
@@ -141,12 +140,12 @@ class Container:
 
     @cached_property
     def dynamodb(self) -> DynamoDBClient:
-        return boto3.client("dynamodb", config=CLIENT_CONFIG)
+        return aws.client("dynamodb", config=CLIENT_CONFIG)
 
     @cached_property
     def token_dynamodb(self) -> DynamoDBClient:
         """The tokens table's client: one attempt per look-up (TOKEN_CLIENT_CONFIG)."""
-        return boto3.client("dynamodb", config=TOKEN_CLIENT_CONFIG)
+        return aws.client("dynamodb", config=TOKEN_CLIENT_CONFIG)
 
     @cached_property
     def stores(self) -> Stores:
@@ -208,7 +207,7 @@ class Container:
             return [secret] if secret else []
         from chalicelib.links.secret import read_link_keys
 
-        client = boto3.client("secretsmanager", config=CLIENT_CONFIG)
+        client = aws.client("secretsmanager", config=CLIENT_CONFIG)
         return read_link_keys(client, self.settings.link_secret_arn)
 
     @property
@@ -298,7 +297,7 @@ class Container:
 
     @cached_property
     def sns(self) -> SNSClient:
-        return boto3.client("sns", config=CLIENT_CONFIG)
+        return aws.client("sns", config=CLIENT_CONFIG)
 
     # The refusal side (audit, email) and the admin side are imported on first use: a
     # container that only answers allowed checks never loads them (a shorter cold start).
@@ -322,7 +321,7 @@ class Container:
             from chalicelib.notify import QueuedNotifier
 
             return QueuedNotifier(
-                lambda: boto3.client("sqs", config=CLIENT_CONFIG),
+                lambda: aws.client("sqs", config=CLIENT_CONFIG),
                 self.settings.notify_queue_url,
                 echo=self.settings.is_local,
             )
@@ -437,7 +436,7 @@ class Container:
         name = self.settings.oidc_cognito_client_name
         doing = "looking up the sign-in app client"
         try:
-            cognito = boto3.client("cognito-idp", config=CLIENT_CONFIG)
+            cognito = aws.client("cognito-idp", config=CLIENT_CONFIG)
             pages = cognito.get_paginator("list_user_pool_clients").paginate(UserPoolId=pool)
             for page in pages:
                 for client in page.get("UserPoolClients", []):

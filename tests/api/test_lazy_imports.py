@@ -104,6 +104,7 @@ def test_init_loads_the_routes_and_nothing_else_of_ours() -> None:
         *API_MODULES,
         "chalicelib.lazy",
         "chalicelib.observability",
+        "chalicelib.precompiled",
     }
 
 
@@ -212,4 +213,5 @@ def test_the_authorizer_function_loads_its_own_module_not_the_routes() -> None:
         "chalicelib.api.context",
         "chalicelib.lazy",
         "chalicelib.observability",
+        "chalicelib.precompiled",
     ]

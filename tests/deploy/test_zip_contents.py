@@ -3,8 +3,11 @@ besides: the operator tools (`admin_cli/`), tests and benchmarks never ship in t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import zipfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -97,3 +100,48 @@ def test_every_module_has_bytecode_checked_against_its_source(packaged: Packaged
         # PEP 552: flags 0b11 = checked hash (unzipping need not keep modification times).
         headers = {archive.read(str(pyc))[4:8] for pyc in compiled.values()}
     assert headers == {(3).to_bytes(4, "little")}
+
+
+FIRST_CHECK_PATH = """
+import json, sys
+import app
+from chalicelib import precompiled
+from chalicelib.api import check
+check.warm()  # the check path, as the init phase loads it on Lambda
+print(json.dumps(precompiled.USED))
+"""
+
+
+def test_the_check_paths_dataclass_methods_ship_compiled(
+    packaged: Packaged, tmp_path: Path
+) -> None:
+    """A cold start compiles none of its dataclass methods (`chalicelib.precompiled`):
+    every one its init loads is in the zip, compiled by the runtime's Python."""
+    interpreter = runtime_python(load_config()["lambda_python_version"])
+    if interpreter is None:
+        pytest.skip("the runtime's Python is not on this machine: the zip ships source only")
+    with zipfile.ZipFile(packaged.zip) as archive:
+        assert f"chalicelib/__pycache__/dataclasses.{runtime_tag()}.bin" in archive.namelist()
+        archive.extractall(tmp_path)
+    import boto3  # noqa: PLC0415
+    import botocore  # noqa: PLC0415
+
+    provided = {str(Path(m.__file__ or "").parent.parent) for m in (boto3, botocore)}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), *sorted(provided)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "QUOTA_STAGE": "prod",
+    }
+    done = subprocess.run(
+        [interpreter, "-c", FIRST_CHECK_PATH],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    used = json.loads(done.stdout.strip().splitlines()[-1])
+    assert used["compiled"] == 0
+    assert used["found"] >= 50
