@@ -9,19 +9,13 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, operator_and_body, reader, reader_and_query
+from chalicelib.api.deferred import approval_rules, clock, errors
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
-    from chalicelib import clock, errors
     from chalicelib.api.schemas import ApprovalView
     from chalicelib.auth.tokens import Identity
-    from chalicelib.check import approvals as approval_rules
     from chalicelib.quota.approvals import Approval
-else:
-    clock = lazy_module("chalicelib.clock")
-    errors = lazy_module("chalicelib.errors")
-    approval_rules = lazy_module("chalicelib.check.approvals")
 
 approvals = Blueprint(__name__)
 MAX_REASON = 1000

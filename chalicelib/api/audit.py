@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, reader_and_query
+from chalicelib.api.deferred import admin_requests
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
-
-if TYPE_CHECKING:
-    from chalicelib.admin import requests as admin_requests
-else:
-    admin_requests = lazy_module("chalicelib.admin.requests")
 
 audit = Blueprint(__name__)
 

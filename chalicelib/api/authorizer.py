@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalice.app import AuthRequest, AuthResponse, AuthRoute, Blueprint
 
 from chalicelib.api.context import deps
-from chalicelib.lazy import lazy_module
+from chalicelib.api.deferred import auth, ports, roles, tokens
 from chalicelib.observability import logger
-
-if TYPE_CHECKING:
-    from chalicelib.auth import authorizer as auth
-    from chalicelib.auth import roles, tokens
-    from chalicelib.storage import ports
-else:
-    auth = lazy_module("chalicelib.auth.authorizer")
-    roles = lazy_module("chalicelib.auth.roles")
-    ports = lazy_module("chalicelib.storage.ports")
-    tokens = lazy_module("chalicelib.auth.tokens")
 
 authorizers = Blueprint(__name__)
 

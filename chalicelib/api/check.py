@@ -11,22 +11,12 @@ from chalice.app import Blueprint, Response
 from chalicelib.api import lambda_hold
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, request_body, server_caller
+from chalicelib.api.deferred import answers, approval_rules, aws, binding, deadline, validation
 from chalicelib.api.responses import decision_response, handled, json_response, policy_view
-from chalicelib.lazy import collector_paused, lazy_module, preload
+from chalicelib.lazy import collector_paused, preload
 
 if TYPE_CHECKING:
-    from chalicelib import aws
-    from chalicelib.check import approvals, binding, deadline
-    from chalicelib.check import requests as validation
     from chalicelib.check.minted import Sealing
-    from chalicelib.quota import answers
-else:
-    answers = lazy_module("chalicelib.quota.answers")
-    approvals = lazy_module("chalicelib.check.approvals")
-    binding = lazy_module("chalicelib.check.binding")
-    deadline = lazy_module("chalicelib.check.deadline")
-    validation = lazy_module("chalicelib.check.requests")
-    aws = lazy_module("chalicelib.aws")
 
 checks = Blueprint(__name__)
 
@@ -57,7 +47,7 @@ def check() -> Response:
     identity = server_caller(request)
     container = deps()
     body = request_body(request)
-    preview = approvals.preview_param(body) if "arguments_preview" in body else None
+    preview = approval_rules.preview_param(body) if "arguments_preview" in body else None
     parsed = validation.parse_check(body, container.policy)
     sealing: Sealing | None = None
     if parsed.session_token is not None or parsed.mint_session:
@@ -72,7 +62,7 @@ def check() -> Response:
         else:
             # A call that needs a human's approval runs on one, used once (issue 32); a
             # copy of one that ran is answered as any copy is, before any approval.
-            key = approvals.approval_key(identity, parsed)
+            key = approval_rules.approval_key(identity, parsed)
             context = (parsed.session_id, parsed.server, preview)
             copy = binding.copy_as(identity, parsed, container.checks)
             decision = container.approvals.guarded(key, context, run) if copy is None else copy

@@ -11,20 +11,12 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, reader
+from chalicelib.api.deferred import console_files, errors, ports, roles
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
 from chalicelib.observability import logger
 
 if TYPE_CHECKING:
-    from chalicelib import console_files, errors
     from chalicelib.api.schemas import Caller, ConsoleConfig
-    from chalicelib.auth import roles
-    from chalicelib.storage import ports
-else:
-    console_files = lazy_module("chalicelib.console_files")
-    errors = lazy_module("chalicelib.errors")
-    roles = lazy_module("chalicelib.auth.roles")
-    ports = lazy_module("chalicelib.storage.ports")
 
 console = Blueprint(__name__)
 

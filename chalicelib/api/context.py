@@ -4,31 +4,24 @@ body and the path parameters, each validated."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 from chalice.app import Request, Response
 
-from chalicelib.lazy import collector_paused, lazy_module
+from chalicelib.api.deferred import (
+    admin_requests,
+    errors,
+    lambda_hold,
+    quota,
+    responses,
+    roles,
+    tokens,
+    validation,
+    wiring,
+)
+from chalicelib.lazy import collector_paused
 from chalicelib.observability import logger
-
-if TYPE_CHECKING:
-    from chalicelib import errors, wiring
-    from chalicelib.admin import requests as admin_requests
-    from chalicelib.api import lambda_hold, responses
-    from chalicelib.auth import roles, tokens
-    from chalicelib.check import requests as validation
-    from chalicelib.quota import core as quota
-else:
-    admin_requests = lazy_module("chalicelib.admin.requests")
-    lambda_hold = lazy_module("chalicelib.api.lambda_hold")
-    responses = lazy_module("chalicelib.api.responses")
-    errors = lazy_module("chalicelib.errors")
-    quota = lazy_module("chalicelib.quota.core")
-    roles = lazy_module("chalicelib.auth.roles")
-    tokens = lazy_module("chalicelib.auth.tokens")
-    validation = lazy_module("chalicelib.check.requests")
-    wiring = lazy_module("chalicelib.wiring")
 
 METHOD_NOT_ALLOWED = 405
 
@@ -151,7 +144,9 @@ def caller(request: Request) -> tokens.Identity:
 
 def caller_may(request: Request, permission: roles.Permission) -> tokens.Identity:
     """The caller (`caller`, read afresh), whose role must hold `permission`
-    (chalicelib/auth/roles.py says which role holds which).
+    (chalicelib/auth/roles.py says which role holds which). The role gates below
+    (`server_caller` to `manager_and_body`) raise what this raises, and those that read
+    a body what `caller_and_body` raises.
 
     Raises:
         errors.Unauthorized: the token is revoked or expired.
@@ -162,16 +157,6 @@ def caller_may(request: Request, permission: roles.Permission) -> tokens.Identit
     if not roles.may(identity.role, permission):
         raise errors.Forbidden(roles.refusal(identity.role, permission))
     return identity
-
-
-def server_caller(request: Request) -> tokens.Identity:
-    """The identity of a caller that may check: a server or an admin token.
-
-    Raises:
-        errors.Unauthorized: an admin token that is revoked or expired.
-        errors.Forbidden: the caller's role may not check.
-    """
-    return caller_may(request, roles.Permission.CHECK)
 
 
 def request_body(request: Request) -> dict[str, Any]:
@@ -202,62 +187,34 @@ def caller_and_body(
     return who, request_body(request)
 
 
-def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]:
-    """A reading route's caller (`caller_may`, READ) and its query parameters.
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the role may not read, or the token is not valid.
-        ports.StorageError: the token store is still unavailable.
-    """
-    return caller_may(request, roles.Permission.READ), query(request)
+def server_caller(request: Request) -> tokens.Identity:
+    """A caller that may check: a server or an admin token (CHECK)."""
+    return caller_may(request, roles.Permission.CHECK)
 
 
 def reader(request: Request) -> tokens.Identity:
-    """A reading route's caller: any role but a server's (`caller_may`, READ).
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the role may not read.
-        ports.StorageError: the token store is unavailable.
-    """
+    """A reading route's caller: any role but a server's (READ)."""
     return caller_may(request, roles.Permission.READ)
 
 
-def operator_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
-    """A route acting on a session or a principal: an operator or an admin, and the body.
+def reader_and_query(request: Request) -> tuple[tokens.Identity, dict[str, str]]:
+    """A reading route's caller (READ) and its query parameters."""
+    return caller_may(request, roles.Permission.READ), query(request)
 
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the role may not act (a viewer).
-        ports.StorageError: the token store is unavailable.
-        errors.PayloadTooLarge: the body is over the size limit.
-        errors.InvalidRequest: the body is missing, not JSON, or not an object.
-    """
+
+def operator_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
+    """A route acting on a session or a principal: an operator or an admin (ACT), and
+    the body."""
     return caller_and_body(request, roles.Permission.ACT)
 
 
 def manager(request: Request) -> tokens.Identity:
-    """A route managing tokens or grants: an admin (`caller_may`, MANAGE).
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the role is not admin.
-        ports.StorageError: the token store is unavailable.
-    """
+    """A route managing tokens or grants: an admin (MANAGE)."""
     return caller_may(request, roles.Permission.MANAGE)
 
 
 def manager_and_body(request: Request) -> tuple[tokens.Identity, dict[str, Any]]:
-    """A route changing tokens or grants: an admin, and the body.
-
-    Raises:
-        errors.Unauthorized: the token is revoked or expired.
-        errors.Forbidden: the role is not admin.
-        ports.StorageError: the token store is unavailable.
-        errors.PayloadTooLarge: the body is over the size limit.
-        errors.InvalidRequest: the body is missing, not JSON, or not an object.
-    """
+    """A route changing tokens or grants: an admin (MANAGE), and the body."""
     return caller_and_body(request, roles.Permission.MANAGE)
 
 

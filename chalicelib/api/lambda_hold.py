@@ -21,15 +21,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from chalicelib.lazy import lazy_module
+from chalicelib.api.deferred import afterwards
 from chalicelib.observability import logger
-
-if TYPE_CHECKING:
-    from chalicelib.check import afterwards
-else:  # loaded by the first check, not at start-up
-    afterwards = lazy_module("chalicelib.check.afterwards")
 
 VERSION = "2020-01-01"
 NAME = "mcp-quota-after-answer"

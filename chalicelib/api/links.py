@@ -9,14 +9,11 @@ from urllib.parse import unquote
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.context import deps
+from chalicelib.api.deferred import errors
 from chalicelib.api.responses import handled, html_response
-from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
-    from chalicelib import errors
     from chalicelib.links.actions import LinkDesk
-else:
-    errors = lazy_module("chalicelib.errors")
 
 links = Blueprint(__name__)
 

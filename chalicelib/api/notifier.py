@@ -3,18 +3,13 @@ function imports this module alone (handler `chalicelib.api.notifier.notifier`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalice.app import Blueprint, SQSEvent
 
 from chalicelib.api.context import deps
-from chalicelib.lazy import lazy_module
+from chalicelib.api.deferred import notify
 from chalicelib.observability import count
-
-if TYPE_CHECKING:
-    from chalicelib import notify
-else:
-    notify = lazy_module("chalicelib.notify")
 
 notifications = Blueprint(__name__)
 

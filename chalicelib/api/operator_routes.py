@@ -12,16 +12,13 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, operator_and_body
+from chalicelib.api.deferred import admin_requests
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib import wiring
-    from chalicelib.admin import requests as admin_requests
     from chalicelib.api.schemas import Body
     from chalicelib.auth.tokens import Identity
-else:
-    admin_requests = lazy_module("chalicelib.admin.requests")
 
 S = TypeVar("S")  # the admin service the routes call
 K = TypeVar("K")  # the key their path names

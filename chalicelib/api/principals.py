@@ -3,22 +3,13 @@ and the tenant's ceiling (show)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, path_principal, reader
+from chalicelib.api.deferred import quota
 from chalicelib.api.operator_routes import Change, operator_routes, raise_request, reason
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
-
-if TYPE_CHECKING:
-    from chalicelib.admin import requests as admin_requests
-    from chalicelib.quota import core as quota
-else:
-    admin_requests = lazy_module("chalicelib.admin.requests")
-    quota = lazy_module("chalicelib.quota.core")
 
 principals = Blueprint(__name__)
 

@@ -10,26 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from chalice.app import Response
 
-from chalicelib.lazy import lazy_module
+from chalicelib.api.deferred import answers, clock, errors, pages, ports, quota, shadow
 from chalicelib.observability import count_fault, logger
 
 if TYPE_CHECKING:
-    from chalicelib import clock, errors
     from chalicelib.api.schemas import Body, Decision, PolicyView, RefusalError, RuleView
-    from chalicelib.check import shadow
-    from chalicelib.links import pages
-    from chalicelib.quota import answers
-    from chalicelib.quota import core as quota
     from chalicelib.quota.policy import Policy
-    from chalicelib.storage import ports
-else:
-    clock = lazy_module("chalicelib.clock")
-    errors = lazy_module("chalicelib.errors")
-    pages = lazy_module("chalicelib.links.pages")
-    ports = lazy_module("chalicelib.storage.ports")
-    answers = lazy_module("chalicelib.quota.answers")
-    quota = lazy_module("chalicelib.quota.core")
-    shadow = lazy_module("chalicelib.check.shadow")
 
 Headers = dict[str, str | list[str]]
 
@@ -190,11 +176,10 @@ def decision_response(
         body["principal"] = decision.principal
     if decision.hold_ticket is not None:
         body["hold_ticket"] = decision.hold_ticket
+    # Waiting does not help a suspended session: only an administrator's resume does.
+    body["retry_after_seconds"] = None if decision.suspended else decision.retry_after_seconds
     if decision.suspended:
-        # Waiting does not help: only an administrator's resume does.
         body["resets_at"] = None
-        body["retry_after_seconds"] = None
-        return json_response(body, 429, headers)
-    body["retry_after_seconds"] = decision.retry_after_seconds
-    headers["Retry-After"] = str(decision.retry_after_seconds)
+    else:
+        headers["Retry-After"] = str(decision.retry_after_seconds)
     return json_response(body, 429, headers)

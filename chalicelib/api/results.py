@@ -10,16 +10,11 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
 from chalicelib.api.context import deps, query, server_caller
+from chalicelib.api.deferred import kept_results, validation
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
 
 if TYPE_CHECKING:
     from chalicelib.api.schemas import ResultKept, ResultRead
-    from chalicelib.check import requests as validation
-    from chalicelib.check import results as desk
-else:
-    desk = lazy_module("chalicelib.check.results")
-    validation = lazy_module("chalicelib.check.requests")
 
 results = Blueprint(__name__)
 
@@ -32,10 +27,10 @@ def put_result(call_id: str) -> Response:
     identity = server_caller(request)
     raw = request.raw_body
     body = validation.parse_json_object(
-        raw.encode("utf-8") if isinstance(raw, str) else raw, desk.MAX_RESULT_BODY_BYTES
+        raw.encode("utf-8") if isinstance(raw, str) else raw, kept_results.MAX_RESULT_BODY_BYTES
     )
     # As the session routes do: a gateway may hand the path parameter still encoded.
-    put = desk.parse_result(unquote(call_id), body)
+    put = kept_results.parse_result(unquote(call_id), body)
     outcome, kept = deps().result_desk.store(identity, put)
     answer: ResultKept = {
         "call_id": put.call_id,
@@ -57,8 +52,8 @@ def read_result(call_id: str) -> Response:
     call's duplicates)."""
     request = results.current_request
     identity = server_caller(request)
-    session_id = desk.session_param(query(request))
-    call_id = desk.call_id_param(unquote(call_id))
+    session_id = kept_results.session_param(query(request))
+    call_id = kept_results.call_id_param(unquote(call_id))
     replay = deps().result_desk.read(identity, session_id, call_id)
     answer: ResultRead = {"call_id": call_id, "session_id": session_id, "replay": replay.to_json()}
     return json_response(answer)

@@ -3,8 +3,6 @@ suspend, resume and reset."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from chalice.app import Blueprint, Response
 
 from chalicelib.api.authorizer import bearer
@@ -15,6 +13,7 @@ from chalicelib.api.context import (
     reader,
     reader_and_query,
 )
+from chalicelib.api.deferred import admin_requests
 from chalicelib.api.operator_routes import (
     Change,
     lower_request,
@@ -23,12 +22,6 @@ from chalicelib.api.operator_routes import (
     reason,
 )
 from chalicelib.api.responses import handled, json_response
-from chalicelib.lazy import lazy_module
-
-if TYPE_CHECKING:
-    from chalicelib.admin import requests as admin_requests
-else:
-    admin_requests = lazy_module("chalicelib.admin.requests")
 
 sessions = Blueprint(__name__)
 

@@ -211,6 +211,7 @@ def test_the_authorizer_function_loads_its_own_module_not_the_routes() -> None:
         "chalicelib.api",
         "chalicelib.api.authorizer",
         "chalicelib.api.context",
+        "chalicelib.api.deferred",
         "chalicelib.lazy",
         "chalicelib.observability",
         "chalicelib.precompiled",
