@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from chalicelib.check.repeats import repeated
+from chalicelib.check.shaping import refusal_of
 from chalicelib.quota.answers import Allowed, Refused, refusal_sentence
-from chalicelib.quota.core import Attempt, RefusalReason, Scope, SessionSnapshot
+from chalicelib.quota.core import Attempt, RefusalReason, SessionSnapshot
 from chalicelib.quota.facts import RepeatsUnder, within
 from chalicelib.quota.policy import MAX_LIMIT, RepeatLimit
 
@@ -31,18 +32,9 @@ def would_refuse(
     if attempt.shadow_limit is None or allowed.duplicate:
         return None
     need = attempt.weight
-    refusal = Refused(
-        session_id=allowed.session_id,
-        tool=allowed.tool,
-        category=allowed.category,
-        used=allowed.used - attempt.units,
-        limit=allowed.limit,
-        now_ms=allowed.now_ms,
-        resets_at_ms=allowed.resets_at_ms,
-        reason=RefusalReason.QUOTA_EXCEEDED,
-        scope=Scope.SESSION,
-        principal=attempt.principal,
-        units=need,
+    used = allowed.used - attempt.units
+    refusal = replace(
+        refusal_of(attempt, RefusalReason.QUOTA_EXCEEDED, used, allowed.limit), units=need
     )
     key = attempt.repeat_key
     if key is not None and repeat is not None:

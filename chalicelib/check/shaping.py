@@ -3,6 +3,8 @@ allowance (with its lease), a refusal by the session, a suspended principal's re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chalicelib.quota.answers import Allowed, Refused
 from chalicelib.quota.core import (
     Attempt,
@@ -56,6 +58,28 @@ def lease_of(attempt: Attempt, snapshot: SessionSnapshot, category: Category) ->
     )
 
 
+def refusal_of(
+    attempt: Attempt,
+    reason: RefusalReason,
+    used: int,
+    limit: int,
+    resets_at_ms: int | None = None,
+) -> Refused:
+    """A refusal of the attempt's call by a budget that had `used` of `limit` calls and
+    refills at `resets_at_ms` (the session's, unless given); callers add their evidence."""
+    return Refused(
+        session_id=attempt.session_id,
+        tool=attempt.tool,
+        category=attempt.category,
+        used=used,
+        limit=limit,
+        now_ms=attempt.now_ms,
+        resets_at_ms=attempt.resets_at_ms if resets_at_ms is None else resets_at_ms,
+        reason=reason,
+        principal=attempt.principal,
+    )
+
+
 def session_refusal(
     attempt: Attempt,
     seen: SessionSnapshot,
@@ -68,18 +92,10 @@ def session_refusal(
     """A refusal by the session itself, as it stood (`seen`) when it refused: its last
     calls with this refusal folded in, unless `seen` already holds it."""
     calls = seen.calls if recorded else with_call(seen.calls, attempt.record(allowed=False))
-    return Refused(
-        session_id=attempt.session_id,
-        tool=attempt.tool,
-        category=attempt.category,
-        used=seen.counts.get(attempt.category, 0),
-        limit=limit,
-        now_ms=attempt.now_ms,
-        resets_at_ms=attempt.resets_at_ms,
-        reason=reason,
+    return replace(
+        refusal_of(attempt, reason, seen.counts.get(attempt.category, 0), limit),
         first_exhaustion=first,
         last_calls=calls[-keep:],
-        principal=attempt.principal,
         started_ms=seen.started_ms,
         units=attempt.weight,
     )
@@ -87,18 +103,8 @@ def session_refusal(
 
 def principal_suspended(attempt: Attempt) -> Refused:
     """The refusal of a call whose principal is suspended: nothing was touched."""
-    return Refused(
-        session_id=attempt.session_id,
-        tool=attempt.tool,
-        category=attempt.category,
-        used=0,
-        limit=0,
-        now_ms=attempt.now_ms,
-        resets_at_ms=attempt.resets_at_ms,
-        reason=RefusalReason.PRINCIPAL_SUSPENDED,
-        scope=Scope.PRINCIPAL,
-        principal=attempt.principal,
-    )
+    refusal = refusal_of(attempt, RefusalReason.PRINCIPAL_SUSPENDED, used=0, limit=0)
+    return replace(refusal, scope=Scope.PRINCIPAL)
 
 
 def wider_refusal(
@@ -115,20 +121,12 @@ def wider_refusal(
     use = uses[-1]
     calls = () if session is None else session.calls
     calls = fold_repeats([c for c in calls if c.check_id != attempt.check_id or not c.allowed])
-    return Refused(
-        session_id=attempt.session_id,
-        tool=attempt.tool,
-        category=attempt.category,
-        used=use.used,
-        limit=use.limit,
-        now_ms=attempt.now_ms,
-        resets_at_ms=use.resets_at_ms,
-        reason=reason,
+    return replace(
+        refusal_of(attempt, reason, use.used, use.limit, use.resets_at_ms),
         scope=scope,
         first_exhaustion=first,
         last_calls=with_call(calls, attempt.record(allowed=False))[-keep:],
         scopes=uses,
-        principal=attempt.principal,
         started_ms=None if session is None else session.started_ms,
         units=attempt.weight,
     )

@@ -243,11 +243,7 @@ class LinkDesk:
     def _declined(self, payload: LinkPayload, done: AlreadyDone, pressed: bool) -> Page:
         """The page of a link whose action someone already took; audited when pressed."""
         if pressed:
-            now = self._clock()
-            event = outcomes.declined_event(
-                payload, done, now, payload.session_id, payload.principal
-            )
-            self._admin().record(event)
+            self._admin().record(outcomes.declined_event(payload, done, self._clock()))
         body = (
             outcomes.declined_text(payload, done) + facts(_what(payload)) + self._console(payload)
         )

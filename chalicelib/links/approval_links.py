@@ -141,17 +141,7 @@ class ApprovalDesk:
         return render(409, "Already done", body, "ok")
 
     def _audit_declined(self, payload: LinkPayload, approval: Approval, done: AlreadyDone) -> None:
-        session_id, principal = approval.session_id or TENANT_SCOPE, approval.key.principal
-        event = outcomes.declined_event(
-            payload,
-            done,
-            self._clock(),
-            session_id,
-            principal,
-            server=approval.server,
-            approval_id=approval.approval_id,
-        )
-        self._record(event)
+        self._record(outcomes.declined_event(payload, done, self._clock(), approval.server))
 
     def _open(self, payload: LinkPayload, pressed: bool) -> tuple[Approval, Change] | Page:
         """The approval the link decides and what deciding it does (the link taken, once

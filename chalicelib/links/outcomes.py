@@ -76,15 +76,10 @@ def declined_text(payload: LinkPayload, done: AlreadyDone) -> str:
 
 
 def declined_event(
-    payload: LinkPayload,
-    done: AlreadyDone,
-    at_ms: int,
-    session_id: str,
-    principal: str | None,
-    server: str | None = None,
-    approval_id: str | None = None,
+    payload: LinkPayload, done: AlreadyDone, at_ms: int, server: str | None = None
 ) -> AuditEvent:
-    """The audit event of a pressed link declined (logged too)."""
+    """The audit event of a pressed link declined (logged too), of the session and
+    principal the link was sent for (an approval's link: the approval's, and `server`)."""
     log_link("email link declined", payload, done.sentence())
     detail = {
         "link_id": payload.link_id,
@@ -92,16 +87,16 @@ def declined_event(
         "subject": subject(payload),
         "done_by": done.by,
     }
-    if approval_id is not None:
-        detail["approval_id"] = approval_id
+    if payload.approval_id is not None:
+        detail["approval_id"] = payload.approval_id
     return AuditEvent(
         at_ms=at_ms,
         type=EventType.LINK_DECLINED,
         tenant=payload.tenant,
-        session_id=session_id,
+        session_id=payload.session_id,
         actor=LINK_ACTOR,
         reason=done.sentence(),
         detail=detail,
-        principal=principal,
+        principal=payload.principal,
         server=server,
     )

@@ -18,7 +18,7 @@ import enum
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +99,9 @@ class LinkPayload:
         return out
 
     @classmethod
-    def from_compact(cls, raw: Any) -> LinkPayload | None:
-        """The payload, or None if it is not one this service writes."""
-        if not isinstance(raw, dict):
-            return None
+    def from_compact(cls, raw: Mapping[str, Any]) -> LinkPayload | None:
+        """The payload of a token's JSON object, or None if it is not one this service
+        writes."""
         try:
             principal, limit, started = raw.get("p"), raw.get("l"), raw.get("g")
             approval = raw.get("v")
