@@ -17,7 +17,7 @@ import binascii
 import hashlib
 import re
 
-from chalicelib.storage.ports import BadPageToken
+from chalicelib.storage.errors import BadPageToken
 
 _TOKEN = re.compile(r"a1\.([0-9]{13})([0-9a-f]{12})\.([0-9a-f]{16})")
 MAX_LENGTH = 45

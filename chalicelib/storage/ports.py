@@ -1,12 +1,23 @@
 """What the service needs from storage, keyed by domain values (no key, expression or TTL).
 Sessions and budgets: written once (`storage.sessions`, `storage.budgets`) on each backend's
-narrow pair (`record_port`); the DynamoDB and in-memory adapters implement the others."""
+narrow pair (`record_port`); a session's audit page once (`audit_port`); the DynamoDB and
+in-memory adapters implement the others."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from chalicelib.storage import errors
+from chalicelib.storage.audit_port import AuditLog
+from chalicelib.storage.errors import (
+    BadPageToken,
+    RecordChanged,
+    RecordNotFound,
+    StorageError,
+    StoreMisconfigured,
+    StoreRejected,
+    StoreUnavailable,
+    WriteUncertain,
+)
 from chalicelib.storage.records import (
     AuditFilter,
     AuditPage,
@@ -21,19 +32,29 @@ from chalicelib.storage.records import (
     TroublePage,
 )
 
-# The records the ports return, named here for their callers.
+# The records the ports return, what every port raises (`storage.errors`), and the ports
+# kept apart (`audit_port`), named here for their callers.
 __all__ = [
     "AuditFilter",
+    "AuditLog",
     "AuditPage",
+    "BadPageToken",
     "Consumed",
     "LimitChange",
     "LinkUse",
     "NotConsumed",
     "NotTaken",
+    "RecordChanged",
+    "RecordNotFound",
+    "StorageError",
+    "StoreMisconfigured",
+    "StoreRejected",
+    "StoreUnavailable",
     "Taken",
     "TroubleKind",
     "TroubleMark",
     "TroublePage",
+    "WriteUncertain",
 ]
 
 if TYPE_CHECKING:
@@ -47,22 +68,11 @@ if TYPE_CHECKING:
         SessionSnapshot,
         Spend,
     )
-    from chalicelib.quota.events import AuditEvent
     from chalicelib.quota.grants import Grant
     from chalicelib.quota.results import CallResults
     from chalicelib.quota.writes import WriteId
     from chalicelib.storage.approval_port import ApprovalStore
     from chalicelib.storage.records import TokenRecord
-
-# What every port raises (defined in `storage.errors`), named here for its callers.
-BadPageToken = errors.BadPageToken
-RecordChanged = errors.RecordChanged
-RecordNotFound = errors.RecordNotFound
-StorageError = errors.StorageError
-StoreMisconfigured = errors.StoreMisconfigured
-StoreRejected = errors.StoreRejected
-StoreUnavailable = errors.StoreUnavailable
-WriteUncertain = errors.WriteUncertain
 
 # -- ports ---------------------------------------------------------------------------
 
@@ -324,45 +334,6 @@ class BudgetCounters(Protocol):
 
         Raises:
             RecordNotFound: the budget does not exist.
-            StorageError: the store failed.
-        """
-
-
-class AuditLog(Protocol):
-    """The append-only audit trail."""
-
-    def put(self, event: AuditEvent) -> None:
-        """Append one event; never overwrites.
-
-        Raises:
-            StorageError: the store failed.
-        """
-
-    def page(
-        self,
-        tenant: str,
-        session_id: str,
-        since_ms: int = 0,
-        limit: int = 50,
-        next_token: str | None = None,
-    ) -> AuditPage:
-        """Events of one session (or the tenant scope) from `since_ms`, oldest first.
-
-        Raises:
-            BadPageToken: `next_token` is not one this listing issued.
-            StorageError: the store failed.
-        """
-
-    def feed(
-        self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None
-    ) -> AuditPage:
-        """Every event of the tenant that `where` holds, of every session and none, newest
-        first, in one read of one index whatever the tenant's history. A page may hold
-        fewer than `limit` events when more follow (`next_token`) if `where` combines
-        filters.
-
-        Raises:
-            BadPageToken: `next_token` is not one this listing issued.
             StorageError: the store failed.
         """
 

@@ -25,6 +25,7 @@ from chalicelib.schema import (
     IndexSpec,
 )
 from chalicelib.storage import page_tokens
+from chalicelib.storage.audit_port import AuditLog
 from chalicelib.storage.dynamodb.updates import Table, call
 from chalicelib.storage.ports import AuditFilter, AuditPage
 from chalicelib.storage.records import event_key
@@ -32,8 +33,7 @@ from chalicelib.storage.records import event_key
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_NEW_EVENT = "attribute_not_exists(#pk)"
-_SINCE = "#pk = :pk AND #sk >= :since"
+_AFTER = "#pk = :pk AND #sk > :after"
 _FEED_RANGE = "#feed = :feed AND #sk BETWEEN :lo AND :hi"
 _JSON_FIELDS = ("before", "after", "detail")
 _LAST_OF_MS = "#~"  # sorts after every "#<event id>" of the same millisecond
@@ -112,7 +112,7 @@ def _feed_query(tenant: str, where: AuditFilter) -> tuple[IndexSpec, str, dict[s
     return AUDIT_BY_TENANT, tenant, named
 
 
-class AuditStore(Table):
+class AuditStore(Table, AuditLog):
     """Append and page through audit events."""
 
     def __init__(self, client: DynamoDBClient, table_name: str, ttl_days: int = 90) -> None:
@@ -125,53 +125,30 @@ class AuditStore(Table):
         Raises:
             StorageError: the store failed.
         """
-        call(
-            lambda: self._client.put_item(
-                TableName=self._table,
-                Item=_item(event, self._ttl_seconds),
-                ConditionExpression=_NEW_EVENT,
-                ExpressionAttributeNames={"#pk": "pk"},
-            ),
-            "writing the audit trail",
-        )
+        item = _item(event, self._ttl_seconds)
+        call(lambda: self._client.put_item(**self._as_new(item, "pk")), "writing the audit trail")
 
-    def page(
-        self,
-        tenant: str,
-        session_id: str,
-        since_ms: int = 0,
-        limit: int = 50,
-        next_token: str | None = None,
-    ) -> AuditPage:
-        """`AuditLog.page`: one Query of the session's partition.
+    def _after(
+        self, tenant: str, session_id: str, after: str, count: int
+    ) -> tuple[list[AuditEvent], bool]:
+        """`AuditLog._after`: one Query of the session's partition.
 
         Raises:
-            BadPageToken: the page token is not one this listing issued.
             StorageError: the store failed.
         """
-        pk = _key(tenant, session_id)
-        since = f"{since_ms:013d}"
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": _SINCE,
-            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": since}},
-            # One more than asked, so that the last page says there is no next one.
-            "Limit": limit + 1,
-        }
-        after = None if next_token is None else page_tokens.decode(next_token, tenant, session_id)
-        # A start key before `since` is outside the key condition, which DynamoDB refuses
-        # (ValidationException): the page then starts at `since`, as it would anyway.
-        if after is not None and after >= since:
-            kwargs["ExclusiveStartKey"] = {"pk": {"S": pk}, "sk": {"S": after}}
-        response = call(lambda: self._client.query(**kwargs), "reading the audit trail")
+        pk, key = {"S": _key(tenant, session_id)}, {"S": after}
+        response = call(
+            lambda: self._client.query(
+                TableName=self._table,
+                KeyConditionExpression=_AFTER,
+                ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+                ExpressionAttributeValues={":pk": pk, ":after": key},
+                Limit=count,
+            ),
+            "reading the audit trail",
+        )
         items = response.get("Items", [])
-        kept = items[:limit]
-        more = len(items) > limit or "LastEvaluatedKey" in response
-        token = None
-        if more and kept:
-            token = page_tokens.encode(tenant, session_id, kept[-1]["sk"]["S"])
-        return AuditPage(events=[_event(item) for item in kept], next_token=token)
+        return [_event(dict(item)) for item in items], "LastEvaluatedKey" in response
 
     def feed(
         self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None

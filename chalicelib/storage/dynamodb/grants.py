@@ -8,7 +8,6 @@ from chalicelib.quota.grants import Grant
 from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, all_items, call, conditional
 from chalicelib.storage.ports import RecordNotFound
 
-_NEW = "attribute_not_exists(#id)"
 _EXISTS = "attribute_exists(#id)"
 _OF_TENANT = "#tenant = :tenant"
 _NAMES = {"#id": "grant_id"}
@@ -57,15 +56,8 @@ class GrantStore(Table):
         Raises:
             StorageError: the store failed.
         """
-        call(
-            lambda: self._client.put_item(
-                TableName=self._table,
-                Item=_item(grant),
-                ConditionExpression=_NEW,
-                ExpressionAttributeNames=_NAMES,
-            ),
-            "storing a grant",
-        )
+        item = _item(grant)
+        call(lambda: self._client.put_item(**self._as_new(item, "grant_id")), "storing a grant")
 
     def list(self, tenant: str) -> list[Grant]:
         """All grants of a tenant, in id order.

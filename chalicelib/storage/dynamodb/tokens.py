@@ -14,7 +14,6 @@ PRINCIPALS = "principals"  # a list (a string set would lose the order it was gi
 # Epoch ms. Not the table's TTL attribute: expiry is checked on every look-up, and an
 # expired token's record stays, as a revoked one's does, for the audit trail to name.
 EXPIRES_AT = "expires_at_ms"
-_NEW_TOKEN = "attribute_not_exists(#id)"
 _REVOKE = "SET #revoked = if_not_exists(#revoked, :now)"
 _EXISTS = "attribute_exists(#id)"
 
@@ -56,15 +55,7 @@ class TokenStore(Table):
             item[PRINCIPALS] = {"L": [{"S": p} for p in record.principals]}
         if record.expires_at_ms is not None:
             item[EXPIRES_AT] = {"N": str(record.expires_at_ms)}
-        call(
-            lambda: self._client.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression=_NEW_TOKEN,
-                ExpressionAttributeNames={"#id": TOKEN_ID},
-            ),
-            "storing a token",
-        )
+        call(lambda: self._client.put_item(**self._as_new(item, TOKEN_ID)), "storing a token")
 
     def get(self, token_id: str) -> TokenRecord | None:
         """Look a token up by its public id.

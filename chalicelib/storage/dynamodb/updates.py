@@ -1,8 +1,9 @@
 """How the DynamoDB adapters make their requests: each request is a thunk their own module
 calls (so the scan of the code still sees which table each call acts on), made here with
 its errors translated (`storage.faults`), a failed condition raised as `ConditionFailed`
-with the old item, and a listing's pages followed. The counters-table adapters (session
-counters, budgets, links, results) share one conditional UpdateItem and one GetItem."""
+with the old item, a listing's pages followed, and a put that never overwrites said once
+(`Table._as_new`). The counters-table adapters (session counters, budgets, links, results)
+share one conditional UpdateItem and one GetItem."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+NEW_ITEM = "attribute_not_exists(#key)"
 R = TypeVar("R")
 
 
@@ -36,6 +38,16 @@ class Table:
     def __init__(self, client: DynamoDBClient, table_name: str) -> None:
         self._client = client
         self._table = table_name
+
+    def _as_new(self, item: Mapping[str, Any], key: str) -> dict[str, Any]:
+        """The arguments of a PutItem that stores `item` as new: it fails its condition
+        if an item with the same key exists (`key`: an attribute of the table's key)."""
+        return {
+            "TableName": self._table,
+            "Item": dict(item),
+            "ConditionExpression": NEW_ITEM,
+            "ExpressionAttributeNames": {"#key": key},
+        }
 
 
 def call(request: Callable[[], R], doing: str) -> R:

@@ -7,8 +7,7 @@ lives in one process: a deployment with more than one Lambda container needs Dyn
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from chalicelib.settings import Settings
@@ -34,12 +33,6 @@ class MemoryStores:
         self.results = tables.MemoryResults()
 
 
-def open_stores(
-    settings: Settings,
-    categories: tuple[str, ...],
-    client: Callable[[], Any],
-    token_client: Callable[[], Any],
-) -> MemoryStores:
+def open_stores(settings: Settings, categories: tuple[str, ...], *_clients: object) -> MemoryStores:
     """Fresh stores in this process's memory; the clients are not used."""
-    del client, token_client
     return MemoryStores(settings, categories)

@@ -6,6 +6,7 @@ import threading
 
 from chalicelib.quota.events import AuditEvent
 from chalicelib.storage import page_tokens
+from chalicelib.storage.audit_port import AuditLog
 from chalicelib.storage.ports import (
     AuditFilter,
     AuditPage,
@@ -14,7 +15,7 @@ from chalicelib.storage.ports import (
 from chalicelib.storage.records import event_key
 
 
-class MemoryAuditLog:
+class MemoryAuditLog(AuditLog):
     """The audit log port in a dict of time-ordered lists."""
 
     def __init__(self) -> None:
@@ -33,31 +34,13 @@ class MemoryAuditLog:
                 raise StoreRejected("writing the audit trail", "ConditionalCheckFailed")
             events[event_key(event)] = event
 
-    def page(
-        self,
-        tenant: str,
-        session_id: str,
-        since_ms: int = 0,
-        limit: int = 50,
-        next_token: str | None = None,
-    ) -> AuditPage:
-        """`AuditLog.page` over the events in memory.
-
-        Raises:
-            BadPageToken: the token is not one this listing issued.
-        """
-        after = f"{since_ms:013d}"
-        inclusive = True
-        if next_token is not None:
-            after = max(after, page_tokens.decode(next_token, tenant, session_id))
-            inclusive = False
+    def _after(
+        self, tenant: str, session_id: str, after: str, count: int
+    ) -> tuple[list[AuditEvent], bool]:
+        """`AuditLog._after` over the events in memory: all of them in one read."""
         with self._lock:
             events = self._events.get((tenant, session_id), {})
-            keys = sorted(k for k in events if k > after or (inclusive and k >= after))
-            chosen = [events[k] for k in keys[:limit]]
-        more = len(keys) > limit
-        token = page_tokens.encode(tenant, session_id, keys[limit - 1]) if more else None
-        return AuditPage(events=chosen, next_token=token)
+            return [events[k] for k in sorted(k for k in events if k > after)[:count]], False
 
     def feed(
         self, tenant: str, where: AuditFilter, limit: int = 50, next_token: str | None = None
