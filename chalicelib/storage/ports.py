@@ -124,6 +124,7 @@ class SessionChecks(SessionReads, Protocol):
         seen: SessionSnapshot,
         limit: int,
         suspended: bool,
+        *,
         expected: bool = False,
         marks: bool = True,
     ) -> bool | None:

@@ -126,6 +126,7 @@ class Sessions:
         seen: SessionSnapshot,
         limit: int,
         suspended: bool,
+        *,
         expected: bool = False,
         marks: bool = True,
     ) -> bool | None:

@@ -295,7 +295,9 @@ def test_a_reset_between_refusal_and_its_record_keeps_the_next_first_exhaustion(
             if not self.done:
                 self.done = True
                 counters.reset(S1, clock(), IDLE_MS)
-            return counters.record_block(attempt, seen, limit, suspended, expected, marks)
+            return counters.record_block(
+                attempt, seen, limit, suspended, expected=expected, marks=marks
+            )
 
     plain = checks(counters, clock)
     for _ in range(15):
