@@ -46,8 +46,10 @@ unit: $(BIN)/.installed
 
 ## Install everything, lint, type-check, build the docs and run the whole test suite.
 test: install lint typecheck docs
-	# two workers: the suite waits on real servers (moto, dynalite, chalice local) a lot
-	$(BIN)/pytest -q -n 2
+	# two workers: the suite waits on real servers (moto, dynalite, chalice local) a lot.
+	# Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE):
+	# otherwise every server, CLI and proxy a test starts compiles the package again.
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache site
