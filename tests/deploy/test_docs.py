@@ -24,7 +24,7 @@ def test_deploy_doc_creates_the_bucket_and_warns_off_chalice_deploy() -> None:
 
 def test_first_admin_token_sets_every_variable_its_audit_event_needs() -> None:
     text = DOC.read_text()
-    section = text[text.index("### Create the first admin token") :]
+    section = text[text.index("## Create the first admin token") :]
     section = section[: section.index("mcp-quota token create")]
     # `token create` writes the token and an audit event: both tables and the region.
     for variable in ("QUOTA_TOKENS_TABLE", "QUOTA_AUDIT_TABLE", "AWS_REGION"):
@@ -68,15 +68,15 @@ def test_every_alarm_has_an_entry_in_the_operations_page(packaged: Packaged) -> 
 def test_the_operations_page_has_each_section_the_issue_asks_for() -> None:
     text = OPERATIONS.read_text()
     for heading in (
-        "### Deadlines",
-        "### Alarms",
-        "### Deploys and rollback",
-        "### Link key rotation",
-        "### Token rotation",
-        "### Capacity and account limits",
-        "### Trust model",
-        "### Cost",
-        "### Multi-region",
+        "## Deadlines",
+        "## Alarms",
+        "## Deploys and rollback",
+        "## Link key rotation",
+        "## Token rotation",
+        "## Capacity and account limits",
+        "## Trust model",
+        "## Cost",
+        "## Multi-region",
     ):
         assert heading in text, heading
     assert "make rotate-link-key" in text and "arm64" in text
