@@ -152,6 +152,20 @@ print(count, " ".join(failed))
 """
 
 
+def as_on_lambda(tree: Path) -> dict[str, str]:
+    """The environment in which the runtime's Python imports the unzipped package `tree`
+    as Lambda would: the package first, then this venv's boto3 and botocore (pure Python;
+    the runtime provides its own), writing no bytecode (the zip's is compileall's)."""
+    import boto3  # noqa: PLC0415
+    import botocore  # noqa: PLC0415
+
+    provided = {str(Path(module.__file__ or "").parent.parent) for module in (boto3, botocore)}
+    return {
+        "PYTHONPATH": os.pathsep.join([str(tree), *sorted(provided)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
 def precompile_dataclasses(tree: Path, interpreter: str) -> None:
     """Ship the package's dataclass methods compiled by `interpreter` (`chalicelib.precompiled`,
     a cold start's largest cost of ours): it imports every module of the unzipped package,
@@ -161,13 +175,8 @@ def precompile_dataclasses(tree: Path, interpreter: str) -> None:
     Raises:
         subprocess.CalledProcessError: the recording failed.
     """
-    import boto3  # noqa: PLC0415
-    import botocore  # noqa: PLC0415
-
-    provided = {str(Path(module.__file__ or "").parent.parent) for module in (boto3, botocore)}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *sorted(provided)])}
+    env = {**os.environ, **as_on_lambda(tree)}
     env.setdefault("AWS_DEFAULT_REGION", DEFAULT_REGION)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the bytecode is compileall's, checked-hash
     done = subprocess.run(  # noqa: S603
         [interpreter, "-c", RECORD_DATACLASSES],
         cwd=tree,

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from deploy.build_template import load_config
-from deploy.package import runtime_python
+from deploy.package import as_on_lambda, runtime_python
 from tests.deploy.code_calls import ROOT
 from tests.deploy.conftest import Packaged
 
@@ -123,14 +123,9 @@ def test_the_check_paths_dataclass_methods_ship_compiled(
     with zipfile.ZipFile(packaged.zip) as archive:
         assert f"chalicelib/__pycache__/dataclasses.{runtime_tag()}.bin" in archive.namelist()
         archive.extractall(tmp_path)
-    import boto3  # noqa: PLC0415
-    import botocore  # noqa: PLC0415
-
-    provided = {str(Path(m.__file__ or "").parent.parent) for m in (boto3, botocore)}
     env = {
         "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), *sorted(provided)]),
-        "PYTHONDONTWRITEBYTECODE": "1",
+        **as_on_lambda(tmp_path),
         "AWS_DEFAULT_REGION": "us-east-1",
         "QUOTA_STAGE": "prod",
     }
