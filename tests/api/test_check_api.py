@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import EndpointConnectionError
-from botocore.stub import Stubber
 
 from tests.api.conftest import ADMIN, SERVER, Api, body, running_api
 from tests.support import FixedClock
@@ -162,15 +162,21 @@ def test_admin_token_may_check_too(api: Api) -> None:
 
 
 def test_throttled_store_is_a_503_with_retry_after(dynamo_api: Api) -> None:
+    """Every UpdateItem is throttled, whichever of the session's, the principal's and the
+    tenant's (sent at once, in no fixed order) comes first."""
     api = dynamo_api
-    with Stubber(api.container.dynamodb) as stub:
-        # The server's own principal (token:dev-server): its grants, then its suspension.
-        stub.add_response("query", {"Items": []})
-        stub.add_response("get_item", {})
-        stub.add_client_error(
-            "update_item", "ProvisionedThroughputExceededException", http_status_code=400
-        )
-        response = api.check(**WRITE)
+    throttled = {
+        "Error": {"Code": "ProvisionedThroughputExceededException", "Message": "throttled"},
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
+
+    def throttle(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        return AWSResponse("", 400, HTTPHeaders(), None), throttled
+
+    # A before-call handler's answer is the call's (as botocore's Stubber answers).
+    events = api.container.dynamodb.meta.events
+    events.register("before-call.dynamodb.UpdateItem", throttle)  # type: ignore[arg-type]
+    response = api.check(**WRITE)
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
     error = body(response)["error"]
