@@ -124,6 +124,31 @@ class NaiveCounter:
         return True
 
 
+class AtomicCounter:
+    """The least a safe counter can do in one request: one conditional UpdateItem (add one
+    while under the limit). No audit trail, no exactly-once, no budget above the session:
+    the floor under any one-request check, ours included."""
+
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self._client = client
+        self._table = table
+
+    def check(self, session: str, category: str, limit: int) -> bool:
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"atomic#{session}#{category}"}},
+                UpdateExpression="ADD #n :one",
+                ConditionExpression="attribute_not_exists(#n) OR #n < :limit",
+                ExpressionAttributeNames={"#n": "n"},
+                ExpressionAttributeValues={":one": {"N": "1"}, ":limit": {"N": str(limit)}},
+                ReturnValues="NONE",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+
 # -- requests and write units ----------------------------------------------------------
 
 
@@ -415,6 +440,17 @@ def naive_checker(b: Backend) -> Callable[[int, int], bool]:
 
     def check(client: int, i: int) -> bool:
         return naive.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
+
+    return check
+
+
+def atomic_checker(b: Backend) -> Callable[[int, int], bool]:
+    """Allowed reads counted by `AtomicCounter`, on our client (same configuration)."""
+    atomic = AtomicCounter(b.ours, b.settings.counters_table)
+    run = uuid.uuid4().hex[:8]
+
+    def check(client: int, i: int) -> bool:
+        return atomic.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
 
     return check
 

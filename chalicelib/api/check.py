@@ -29,7 +29,8 @@ def warm() -> None:
     with collector_paused():
         preload(answers, binding, deadline, validation, aws)
         deps().dynamodb  # noqa: B018 (built for its side effect)
-    lambda_hold.start()  # admissions after the answers (`check.afterwards`)
+    # Admissions after the answers (`check.afterwards`); at shutdown, what is held back.
+    lambda_hold.start(at_shutdown=lambda: deps().checks.flush_held())  # noqa: PLW0108 (not built at init)
 
 
 @checks.route("/health", methods=["GET"])

@@ -11,6 +11,12 @@ invocation's deadline less a margin, whichever comes first.
 
 If the extension cannot register (not on Lambda, an API that refuses it), the writes are
 made before each answer instead (`afterwards.inline`): slower, never lost to a freeze.
+
+Because an extension is registered, Lambda sends the runtime SIGTERM before it shuts an
+environment down, and gives it 500 ms. The hold then records what the container still
+holds back (`at_shutdown`: refusals a runaway loop got from memory, not due yet), waits
+for the writes after answers, and exits: nothing a check decided is lost with the
+environment.
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
+from types import FrameType
 
-from chalicelib.api.deferred import afterwards
+from chalicelib.api.deferred import afterwards, deadline
 from chalicelib.observability import logger
 
 VERSION = "2020-01-01"
@@ -30,6 +39,7 @@ NAME = "mcp-quota-after-answer"
 MARGIN_S = 0.2  # kept back from the invocation's deadline
 ANSWERED_HINTS = 1000  # request ids kept whose INVOKE event has not come (then cleared)
 RETRY_S = 0.05  # the first pause before asking the Extensions API again
+SHUTDOWN_S = 0.4  # of the 500 ms Lambda gives the runtime after SIGTERM
 
 
 class LambdaHold:
@@ -132,17 +142,39 @@ class LambdaHold:
 _HOLD: list[LambdaHold] = []
 
 
-def start() -> None:
-    """On Lambda: start the hold (once); if it cannot run, writes after answers are made
-    before them instead."""
+def start(at_shutdown: Callable[[], None] = lambda: None) -> None:
+    """On Lambda: start the hold (once), and on SIGTERM run `at_shutdown` (`shut_down`);
+    if the hold cannot run, writes after answers are made before them instead."""
     api = os.environ.get("AWS_LAMBDA_RUNTIME_API")
     if _HOLD or not api:
         return
     hold = LambdaHold(api)
-    if hold.start():
-        _HOLD.append(hold)
-    else:
+    if not hold.start():
         afterwards.inline(True)
+        return
+    _HOLD.append(hold)
+    try:
+        signal.signal(signal.SIGTERM, partial(shut_down, at_shutdown, os._exit))
+    except ValueError:  # not the main thread: Lambda's SIGKILL ends it as before
+        logger.warning("no SIGTERM handler: refusals held back may be lost at shutdown")
+
+
+def shut_down(
+    flush: Callable[[], None],
+    leave: Callable[[int], object],
+    signum: int = signal.SIGTERM,
+    frame: FrameType | None = None,
+) -> None:
+    """The environment is shutting down: `flush` (what the container holds back) and the
+    writes after answers, within `SHUTDOWN_S`, then `leave(0)`. Never raises."""
+    ends = deadline.Deadline(time.monotonic() + SHUTDOWN_S, step_s=0.05)
+    try:
+        with deadline.answering_by(ends):
+            flush()
+        afterwards.settle_all(max(0.0, ends.left_s()))
+    except Exception:  # the process is ending: say so, do not raise
+        logger.exception("at shutdown: records held back may be lost")
+    leave(0)
 
 
 def answered(request_id: str | None) -> None:

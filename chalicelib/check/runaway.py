@@ -289,6 +289,12 @@ class RunawayLoops(SpentSessions):
         if due:
             later(partial(self._flush_all, due, store, escalation))
 
+    def flush_held(self, store: SessionChecks, escalation: Escalation) -> None:
+        """Record now what every session here holds back, due or not."""
+        with self._lock:
+            held, self._due = list(self._due), {}
+        self._flush_all(held, store, escalation)
+
     def _flush_all(
         self, due: list[SessionKey], store: SessionChecks, escalation: Escalation
     ) -> None:

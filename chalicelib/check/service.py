@@ -7,8 +7,8 @@ never touches the wider budgets); after the answer, a call id's admission (`chec
 only then is a copy of it a duplicate). When a wider budget refuses or fails (throttled,
 down), what the others took is given back and the session's count is taken back before
 the answer, so a retry with the same call id is counted anew at every scope. Every step
-is a conditional increment that can never pass its limit, so no budget is over-admitted;
-a crash between steps leaves a call counted that did not run (under-admission)."""
+is a conditional increment that never passes its limit (no budget is over-admitted); a
+crash between steps leaves a call counted that did not run (under-admission)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,7 @@ from chalicelib.storage.ports import (
     StoreUnavailable,
 )
 
-# A call counted in its session: the allowance, the session as counting it left it, and
-# the attempt as counted (a lease at the end of the budget has fewer units).
+# A call counted in its session: allowance, session after, attempt (a lease may shrink).
 Counted: TypeAlias = tuple[Allowed, SessionSnapshot, Attempt]
 
 
@@ -168,7 +167,7 @@ class CheckService:
         # The attempt as counted: a lease at the end of the budget has fewer units.
         allowed, snapshot, attempt = counted
         if allowed.duplicate or not steps or self._wider is None:
-            self._counted(attempt, allowed)
+            self._listener.on_counted(attempt.tenant, attempt, allowed)
             return self._shadowed(attempt, allowed, snapshot)
         try:
             taken, refusal = self._at_once.outcome(attempt, steps, went)
@@ -224,7 +223,7 @@ class CheckService:
             self._admissions.after_answer(attempt, snapshot)
             if any(s.window.scope is Scope.PRINCIPAL for s, _ in taken):
                 self._escalation.allowed(attempt)
-            self._counted(attempt, allowed)
+            self._listener.on_counted(attempt.tenant, attempt, allowed)
             scopes = tuple(use_of(s, b) for s, b in taken)
             allowed = replace(allowed, scopes=scopes, lease=leased_from(allowed.lease, taken))
             return self._shadowed(attempt, allowed, snapshot)
@@ -247,9 +246,12 @@ class CheckService:
     # -- the session -------------------------------------------------------------------
 
     def deferred_streaks(self, tenant: str, principal: str) -> dict[str, int]:
-        """`Escalation.pending` for a principal: refusals answered from memory here that
-        its stored streaks do not count yet."""
+        """`Escalation.pending`: refusals answered from memory here, not in the streaks yet."""
         return self._escalation.pending(BudgetKey.principal(tenant, principal))
+
+    def flush_held(self) -> None:
+        """Record now all that runaway loops hold back here, due or not (a bench's round)."""
+        self._spent.flush_held(self._store, self._escalation)
 
     def _consume(self, attempt: Attempt) -> Consumed | NotConsumed:
         """One conditional count of the call in its session, before the deadline.
@@ -382,13 +384,8 @@ class CheckService:
         self._listener.on_block(attempt.tenant, attempt, decision)
         return decision
 
-    def _counted(self, attempt: Attempt, allowed: Allowed) -> None:
-        """A call counted at every scope: the listener hears of it. Never raises."""
-        self._listener.on_counted(attempt.tenant, attempt, allowed)
-
     def _shadowed(self, attempt: Attempt, allowed: Allowed, seen: SessionSnapshot) -> Allowed:
-        """The allowed answer, with the refusal shadow mode let pass, if any (reported).
-        `seen`: the session as counting the call left it."""
+        """The allowed answer, with any refusal shadow mode let pass (`seen`: as counted)."""
         repeat = self._policy.categories[attempt.category].repeat
         would = would_refuse(attempt, allowed, seen, repeat)
         if would is None:
@@ -496,5 +493,5 @@ class CheckService:
 
     def _copy_answered(self, attempt: Attempt, snapshot: SessionSnapshot) -> Allowed:
         allowed = self._allowed(attempt, snapshot, duplicate=True)
-        self._counted(attempt, allowed)
+        self._listener.on_counted(attempt.tenant, attempt, allowed)
         return self._shadowed(attempt, allowed, snapshot)

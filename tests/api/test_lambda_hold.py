@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from chalicelib.api.lambda_hold import LambdaHold
+from chalicelib.api import lambda_hold
+from chalicelib.api.lambda_hold import LambdaHold, shut_down
 from chalicelib.check import afterwards
 from chalicelib.check.afterwards import Afterwards
 
@@ -176,3 +179,46 @@ def test_a_handler_answering_after_its_hold_gave_up_never_ends_the_next_one(
         api.nexts.get(timeout=0.5)  # held for its own write
     release.set()
     api.nexts.get(timeout=5)
+
+
+def test_at_shutdown_what_is_held_back_is_recorded_and_the_writes_finish() -> None:
+    """Defect class: lost audit data. Refusals a runaway loop got from the container's
+    memory are recorded at the container's next check after their window; an environment
+    Lambda shut down before that lost them. SIGTERM (sent because an extension is
+    registered) now records them and waits for the writes after answers, then exits."""
+    done: list[str] = []
+    release = threading.Event()
+
+    def admission() -> None:
+        release.wait(5)
+        done.append("admission")
+
+    Afterwards().later("k", admission, "a write")
+    left: list[int] = []
+    threading.Timer(0.05, release.set).start()
+    shut_down(lambda: done.append("held back"), left.append)
+    assert done == ["held back", "admission"]
+    assert left == [0]
+
+
+def test_a_failing_flush_at_shutdown_still_exits() -> None:
+    def fails() -> None:
+        raise RuntimeError("store down")
+
+    left: list[int] = []
+    shut_down(fails, left.append)
+    assert left == [0]
+
+
+def test_start_installs_the_shutdown_handler(
+    api: ExtensionsApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_LAMBDA_RUNTIME_API", api.address)
+    monkeypatch.setattr(lambda_hold, "_HOLD", [])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        lambda_hold.start(at_shutdown=lambda: None)
+        handler = signal.getsignal(signal.SIGTERM)
+        assert isinstance(handler, partial) and handler.func is shut_down
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -166,3 +166,16 @@ def test_refusals_answered_from_memory_reach_the_views_within_the_window(looped:
     assert session["categories"]["write"]["refused"] == 5
     principal = body(looped.get("/v1/principals/bot"))
     assert principal["streaks"] == {"write": 5}
+
+
+def test_flush_held_records_what_a_loop_held_back_before_it_is_due(looped: Api) -> None:
+    """`CheckService.flush_held` (a bench's round, a container about to stop): what the
+    cache answered is recorded at once, not only at the next check after the window."""
+    spend(looped, "loop")
+    assert [write(looped, "loop").status_code for _ in range(4)] == [429] * 4
+    looped.container.checks.flush_held()  # no time passes, no other check
+    settle_all(10)
+    session = body(looped.get("/v1/sessions/loop"))
+    assert session["categories"]["write"]["refused"] == 5
+    principal = body(looped.get("/v1/principals/bot"))
+    assert principal["streaks"] == {"write": 5}
