@@ -65,14 +65,10 @@ class GrantStore(Table):
         Raises:
             StorageError: the store failed.
         """
+        names, values = {"#tenant": "tenant"}, {":tenant": {"S": tenant}}
         items = all_items(
             lambda start: self._client.query(
-                TableName=self._table,
-                KeyConditionExpression=_OF_TENANT,
-                ExpressionAttributeNames={"#tenant": "tenant"},
-                ExpressionAttributeValues={":tenant": {"S": tenant}},
-                ConsistentRead=True,
-                **start,
+                **self._query(_OF_TENANT, names, values, start, consistent=True)
             ),
             "listing grants",
         )
