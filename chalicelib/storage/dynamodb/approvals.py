@@ -185,14 +185,10 @@ class ApprovalTable(Table):
         Raises:
             StorageError: the store failed.
         """
+        names = {"#pk": "pk", "#sk": "sk"}
+        values = {":pk": {"S": _pk(tenant)}, ":approvals": {"S": "a#"}}
         items = all_items(
-            lambda start: self._client.query(
-                TableName=self._table,
-                KeyConditionExpression=_OF_TENANT,
-                ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
-                ExpressionAttributeValues={":pk": {"S": _pk(tenant)}, ":approvals": {"S": "a#"}},
-                **start,
-            ),
+            lambda start: self._client.query(**self._query(_OF_TENANT, names, values, start)),
             "listing approvals",
         )
         found = [_approval(i) for i in items]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.quota.grants import Grant
-from chalicelib.storage.dynamodb.updates import ConditionFailed, Table, all_items, call, conditional
+from chalicelib.storage.dynamodb.updates import (
+    ConditionFailed,
+    Table,
+    all_items,
+    call,
+    conditional,
+    n,
+    s,
+)
 from chalicelib.storage.ports import RecordNotFound
 
 _EXISTS = "attribute_exists(#id)"
@@ -16,35 +24,28 @@ _NAMES = {"#id": "grant_id"}
 _KEEP_AFTER_END_SECONDS = 30 * 24 * 3600
 
 
+# Each attribute of a grant's item and the field of `Grant` it holds: one table for both
+# directions, so the item and the record cannot drift apart.
+_TEXT = ("tenant", "grant_id", "principal", "category", "reason", "created_by")
+_NUMBERS = {
+    "limit": "limit",
+    "starts_at": "starts_at_ms",
+    "ends_at": "ends_at_ms",
+    "created_at": "created_at_ms",
+}
+
+
 def _item(grant: Grant) -> dict[str, Any]:
-    return {
-        "tenant": {"S": grant.tenant},
-        "grant_id": {"S": grant.grant_id},
-        "principal": {"S": grant.principal},
-        "category": {"S": grant.category},
-        "limit": {"N": str(grant.limit)},
-        "starts_at": {"N": str(grant.starts_at_ms)},
-        "ends_at": {"N": str(grant.ends_at_ms)},
-        "reason": {"S": grant.reason},
-        "created_by": {"S": grant.created_by},
-        "created_at": {"N": str(grant.created_at_ms)},
-        "expires_at": {"N": str(grant.ends_at_ms // 1000 + _KEEP_AFTER_END_SECONDS)},
-    }
+    item = {attribute: s(getattr(grant, attribute)) for attribute in _TEXT}
+    item.update({attribute: n(getattr(grant, f)) for attribute, f in _NUMBERS.items()})
+    item["expires_at"] = n(grant.ends_at_ms // 1000 + _KEEP_AFTER_END_SECONDS)
+    return item
 
 
 def _grant(item: dict[str, Any]) -> Grant:
-    return Grant(
-        grant_id=item["grant_id"]["S"],
-        tenant=item["tenant"]["S"],
-        principal=item["principal"]["S"],
-        category=item["category"]["S"],
-        limit=int(item["limit"]["N"]),
-        starts_at_ms=int(item["starts_at"]["N"]),
-        ends_at_ms=int(item["ends_at"]["N"]),
-        reason=item["reason"]["S"],
-        created_by=item["created_by"]["S"],
-        created_at_ms=int(item["created_at"]["N"]),
-    )
+    fields: dict[str, Any] = {attribute: item[attribute]["S"] for attribute in _TEXT}
+    fields.update({f: int(item[attribute]["N"]) for attribute, f in _NUMBERS.items()})
+    return Grant(**fields)
 
 
 class GrantStore(Table):
@@ -65,14 +66,10 @@ class GrantStore(Table):
         Raises:
             StorageError: the store failed.
         """
+        names, values = {"#tenant": "tenant"}, {":tenant": {"S": tenant}}
         items = all_items(
             lambda start: self._client.query(
-                TableName=self._table,
-                KeyConditionExpression=_OF_TENANT,
-                ExpressionAttributeNames={"#tenant": "tenant"},
-                ExpressionAttributeValues={":tenant": {"S": tenant}},
-                ConsistentRead=True,
-                **start,
+                **self._query(_OF_TENANT, names, values, start, consistent=True)
             ),
             "listing grants",
         )

@@ -76,14 +76,9 @@ class TroubleStore(Table):
 
     def _day(self, tenant: str, day_ms: int) -> list[TroubleMark]:
         """Every entry of one day: one Query (more only past 1 MB of entries)."""
+        names, values = {"#pk": "pk"}, {":pk": s(_pk(tenant, day_ms))}
         items = all_items(
-            lambda start: self._client.query(
-                TableName=self._table,
-                KeyConditionExpression=_DAY,
-                ExpressionAttributeNames={"#pk": "pk"},
-                ExpressionAttributeValues={":pk": s(_pk(tenant, day_ms))},
-                **start,
-            ),
+            lambda start: self._client.query(**self._query(_DAY, names, values, start)),
             "listing blocked sessions",
         )
         return [

@@ -49,6 +49,27 @@ class Table:
             "ExpressionAttributeNames": {"#key": key},
         }
 
+    def _query(
+        self,
+        key_condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        start: Mapping[str, Any],
+        consistent: bool = False,
+    ) -> dict[str, Any]:
+        """The arguments of one page of a Query of this table (`start`: as `all_items`
+        gives it), every name and value aliased; `consistent` reads strongly."""
+        args: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": key_condition,
+            "ExpressionAttributeNames": dict(names),
+            "ExpressionAttributeValues": dict(values),
+            **start,
+        }
+        if consistent:
+            args["ConsistentRead"] = True
+        return args
+
 
 def call(request: Callable[[], R], doing: str) -> R:
     """Make one request (a failed condition, if it has one, is a fault like any other).
