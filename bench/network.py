@@ -317,7 +317,7 @@ def table(r: dict[str, Any], zae_error: str | None) -> list[str]:
     )
     add("")
     add(
-        "| check | implementation | local ms | requests / check | ours ÷ naive as the "
+        "| check | implementation | local ms | requests / check | ÷ naive as the "
         "delay grows | reaches 1.9x naive at |"
     )
     add("|---|---|---|---|---|---|")

@@ -10,7 +10,7 @@ from chalice.app import Blueprint, Response
 
 from chalicelib.api import lambda_hold
 from chalicelib.api.authorizer import bearer
-from chalicelib.api.context import deps, request_body, server_caller
+from chalicelib.api.context import deps, flush_held, request_body, server_caller
 from chalicelib.api.deferred import answers, approval_rules, aws, binding, deadline, validation
 from chalicelib.api.responses import decision_response, handled, json_response, policy_view
 from chalicelib.lazy import collector_paused, preload
@@ -29,8 +29,7 @@ def warm() -> None:
     with collector_paused():
         preload(answers, binding, deadline, validation, aws)
         deps().dynamodb  # noqa: B018 (built for its side effect)
-    # Admissions after the answers (`check.afterwards`); at shutdown, what is held back.
-    lambda_hold.start(at_shutdown=lambda: deps().checks.flush_held())  # noqa: PLW0108 (not built at init)
+    lambda_hold.start(at_shutdown=flush_held)  # admissions after the answers; at shutdown
 
 
 @checks.route("/health", methods=["GET"])

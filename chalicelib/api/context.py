@@ -37,6 +37,14 @@ def deps() -> wiring.Container:
     return _container
 
 
+def flush_held() -> None:
+    """At shutdown: record what runaway loops hold back, if this container built the
+    check (building it then would read the settings and the policy for nothing)."""
+    checks = vars(_container).get("checks") if _container is not None else None
+    if checks is not None:
+        checks.flush_held()
+
+
 def reset_dependencies(container: wiring.Container | None = None) -> None:
     """Replace the dependencies (tests: a fixed clock, settings, or a fresh moto)."""
     global _container

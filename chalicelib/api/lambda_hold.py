@@ -13,10 +13,11 @@ If the extension cannot register (not on Lambda, an API that refuses it), the wr
 made before each answer instead (`afterwards.inline`): slower, never lost to a freeze.
 
 Because an extension is registered, Lambda sends the runtime SIGTERM before it shuts an
-environment down, and gives it 500 ms. The hold then records what the container still
-holds back (`at_shutdown`: refusals a runaway loop got from memory, not due yet), waits
-for the writes after answers, and exits: nothing a check decided is lost with the
-environment.
+environment down, and gives it 500 ms (the python3.12 and python3.13 runtimes let a
+handler run while they wait for the next event). The hold then records what the container
+still holds back (`at_shutdown`: refusals a runaway loop got from memory, not due yet) and
+waits for the writes after answers, for at most `SHUTDOWN_S`, then exits. Best effort: a
+store slower than that leaves the rest out of the views, as without it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ MARGIN_S = 0.2  # kept back from the invocation's deadline
 ANSWERED_HINTS = 1000  # request ids kept whose INVOKE event has not come (then cleared)
 RETRY_S = 0.05  # the first pause before asking the Extensions API again
 SHUTDOWN_S = 0.4  # of the 500 ms Lambda gives the runtime after SIGTERM
+SHUTDOWN_STEP_S = 0.1  # a session's records are sent at shutdown only if this much is left
 
 
 class LambdaHold:
@@ -154,26 +156,50 @@ def start(at_shutdown: Callable[[], None] = lambda: None) -> None:
         return
     _HOLD.append(hold)
     try:
-        signal.signal(signal.SIGTERM, partial(shut_down, at_shutdown, os._exit))
+        signal.signal(signal.SIGTERM, partial(_on_sigterm, at_shutdown))
     except ValueError:  # not the main thread: Lambda's SIGKILL ends it as before
         logger.warning("no SIGTERM handler: refusals held back may be lost at shutdown")
 
 
+def _on_sigterm(at_shutdown: Callable[[], None], signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once
+    shut_down(at_shutdown, os._exit)
+
+
 def shut_down(
-    flush: Callable[[], None],
-    leave: Callable[[int], object],
-    signum: int = signal.SIGTERM,
-    frame: FrameType | None = None,
+    flush: Callable[[], object], leave: Callable[[int], object], within_s: float = SHUTDOWN_S
 ) -> None:
-    """The environment is shutting down: `flush` (what the container holds back) and the
-    writes after answers, within `SHUTDOWN_S`, then `leave(0)`. Never raises."""
-    ends = deadline.Deadline(time.monotonic() + SHUTDOWN_S, step_s=0.05)
+    """The environment is shutting down: `flush` what the container holds back, wait for
+    the writes after answers, and `flush` what they left, for at most `within_s`; then
+    `leave(0)` whatever is left. The work runs on a thread of its own: the handler runs on
+    the main thread, which may hold a lock the flush needs. Never raises."""
+    ends = deadline.Deadline(time.monotonic() + within_s, step_s=SHUTDOWN_STEP_S)
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with deadline.answering_by(ends):
+                flush()
+                afterwards.settle_all(max(0.0, ends.left_s()))
+                if ends.allows_step():
+                    flush()
+        except Exception as exc:  # reported below
+            failed.append(exc)
+
+    worker = threading.Thread(target=work, name="mcp-quota-shutdown", daemon=True)
     try:
-        with deadline.answering_by(ends):
-            flush()
-        afterwards.settle_all(max(0.0, ends.left_s()))
-    except Exception:  # the process is ending: say so, do not raise
-        logger.exception("at shutdown: records held back may be lost")
+        worker.start()
+        worker.join(max(0.0, ends.left_s()))
+    except RuntimeError as exc:  # no thread could start
+        failed.append(exc)
+    done = not failed and not worker.is_alive() and afterwards.settle_all(0)
+    spent_ms = round((within_s - ends.left_s()) * 1000)
+    if done:
+        logger.info("at shutdown: records held back written", extra={"ms": spent_ms})
+    else:
+        error = repr(failed[0]) if failed else "out of time"
+        extra = {"ms": spent_ms, "error": error}
+        logger.warning("at shutdown: records held back may be lost", extra=extra)
     leave(0)
 
 

@@ -6,17 +6,17 @@ deadline; without the API, those writes are made before the answers."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from chalicelib.api import lambda_hold
+from chalicelib.api import context, lambda_hold
 from chalicelib.api.lambda_hold import LambdaHold, shut_down
 from chalicelib.check import afterwards
 from chalicelib.check.afterwards import Afterwards
@@ -197,7 +197,7 @@ def test_at_shutdown_what_is_held_back_is_recorded_and_the_writes_finish() -> No
     left: list[int] = []
     threading.Timer(0.05, release.set).start()
     shut_down(lambda: done.append("held back"), left.append)
-    assert done == ["held back", "admission"]
+    assert done == ["held back", "admission", "held back"]  # and what the writes left
     assert left == [0]
 
 
@@ -210,15 +210,56 @@ def test_a_failing_flush_at_shutdown_still_exits() -> None:
     assert left == [0]
 
 
-def test_start_installs_the_shutdown_handler(
+def test_a_real_sigterm_records_what_is_held_back_then_exits(
     api: ExtensionsApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The handler `start` installs, on a SIGTERM delivered to this process."""
     monkeypatch.setenv("AWS_LAMBDA_RUNTIME_API", api.address)
     monkeypatch.setattr(lambda_hold, "_HOLD", [])
+    left: list[int] = []
+    monkeypatch.setattr(os, "_exit", left.append)
+    flushed: list[str] = []
     before = signal.getsignal(signal.SIGTERM)
     try:
-        lambda_hold.start(at_shutdown=lambda: None)
-        handler = signal.getsignal(signal.SIGTERM)
-        assert isinstance(handler, partial) and handler.func is shut_down
+        lambda_hold.start(at_shutdown=lambda: flushed.append("held back"))
+        signal.raise_signal(signal.SIGTERM)
+        assert flushed == ["held back", "held back"]  # before and after the writes settle
+        assert left == [0]
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # a second one: ignored
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_slow_store_at_shutdown_does_not_outlast_its_time() -> None:
+    """Lambda kills the runtime 500 ms after SIGTERM: a flush that hangs (a stale
+    connection, a throttled store) is left behind, and the process still exits in time."""
+    never = threading.Event()
+    left: list[int] = []
+    started = time.monotonic()
+    shut_down(lambda: never.wait(5), left.append, within_s=0.3)
+    assert time.monotonic() - started < 0.45
+    assert left == [0]
+    never.set()
+
+
+def test_a_lock_the_main_thread_holds_does_not_hang_the_shutdown() -> None:
+    """SIGTERM runs its handler on the main thread between two bytecodes: if that thread
+    holds a lock the flush needs, the flush (on a thread of its own) waits, not the exit."""
+    lock = threading.Lock()
+    left: list[int] = []
+
+    def flush() -> None:
+        with lock:
+            pass
+
+    with lock:  # the main thread was inside a `with lock` when the signal came
+        shut_down(flush, left.append, within_s=0.2)
+    assert left == [0]
+
+
+def test_at_shutdown_a_container_that_never_checked_builds_nothing() -> None:
+    """Building the check at shutdown would read the settings and the policy (and report
+    a bad policy on every shutdown) for nothing to flush."""
+    context.reset_dependencies(None)
+    context.flush_held()
+    assert context._container is None
