@@ -119,14 +119,30 @@ class SpentSessions:
         self.changes = changes or AdminChanges()
         self._spent: OrderedDict[SessionKey, Spent] = OrderedDict()
         self._due: dict[SessionKey, int] = {}  # when a session's answered repeats are due
+        # Entries dropped (the session changed, or the cache was full) with something
+        # held back: recorded by the next flush, never lost with the entry.
+        self._unsent: dict[SessionKey, list[Spent]] = {}
         self._lock = threading.Lock()
 
     def get(self, session: SessionKey) -> Spent | None:
         return self._spent.get(session)
 
     def forget(self, session: SessionKey) -> None:
+        """Drop the session's entry (it counted a call, or changed elsewhere); what it held
+        back is still recorded when due, or with its next refusal sent."""
         with self._lock:
-            self._spent.pop(session, None)
+            self._drop(session, self._spent.pop(session, None))
+
+    def _drop(self, session: SessionKey, spent: Spent | None) -> None:
+        """(Under the lock.) An entry gone: what it held back stays, due as it was (or at
+        once, if a flush took it meanwhile)."""
+        if spent is None:
+            return
+        if spent.answered and spent.last is not None:
+            self._unsent.setdefault(session, []).append(spent)
+            self._due.setdefault(session, 0)
+        elif session in self._due:  # its principal's streak may wait on it
+            self._unsent.setdefault(session, []).append(spent)
 
     def _answered(self, session: SessionKey, spent: Spent, attempt: Attempt) -> bool:
         """One more repeat refused from memory, to record with the next refusal sent;
@@ -138,22 +154,35 @@ class SpentSessions:
         return False
 
     def _take_answered(self, session: SessionKey) -> Spent | None:
-        """The session's repeats answered from memory and not yet recorded, taken out to
-        be recorded now (None: none)."""
+        """The session's repeats answered from memory and not yet recorded, those of
+        entries dropped since included, taken out to be recorded now (None: none): the
+        entry they were answered from, with their number."""
         with self._lock:
-            spent = self._spent.get(session)
-            if spent is None or spent.answered == 0 or spent.last is None:
+            dropped = self._unsent.pop(session, [])
+            held = [d for d in dropped if d.answered and d.last is not None]
+            base = self._spent.get(session)
+            if base is not None and base.answered and base.last is not None:
+                self._spent[session] = replace(base, answered=0, last=None)
+            elif held:
+                base = held.pop()
+            else:
                 return None
-            self._spent[session] = replace(spent, answered=0, last=None)
-            return spent
+            # Those of the session's counters before a reset or expiry count no more.
+            started = base.seen.started_ms
+            more = sum(d.answered for d in held if d.seen.started_ms == started)
+            return replace(base, answered=base.answered + more)
 
     def _put_back(self, session: SessionKey, taken: Spent) -> None:
-        """Repeats a failed flush did not record: counted with the next refusal sent."""
+        """Repeats a failed flush did not record: counted with the next refusal sent, or
+        by the next flush if the entry went meanwhile."""
         with self._lock:
             spent = self._spent.get(session)
             if spent is not None and spent.refused_ms == taken.refused_ms:
                 answered = spent.answered + taken.answered
                 self._spent[session] = replace(spent, answered=answered, last=taken.last)
+            else:
+                self._unsent.setdefault(session, []).append(taken)
+                self._due.setdefault(session, 0)
 
     def window_ms(self, spent: Spent) -> int:
         """How long after the store's refusal a repeat may be refused from memory:
@@ -193,7 +222,7 @@ class SpentSessions:
             self._spent[key] = spent
             self._spent.move_to_end(key)
             if len(self._spent) > SPENT_SESSIONS:
-                self._spent.popitem(last=False)
+                self._drop(*self._spent.popitem(last=False))
 
 
 class RunawayLoops(SpentSessions):
@@ -240,6 +269,8 @@ class RunawayLoops(SpentSessions):
                 self._put_back(attempt.session, taken)
             raise
         if recorded is None:
+            if taken is not None:  # not recorded: the session changed (a raise, a reset)
+                self._put_back(attempt.session, taken)
             self.forget(attempt.session)
             return None
         decision = session_refusal(attempt, known, limit, reason, self._keep)
@@ -311,8 +342,8 @@ class RunawayLoops(SpentSessions):
     def flush(self, session: SessionKey, store: SessionChecks, escalation: Escalation) -> None:
         """Record the session's repeats answered from memory and not yet recorded, as its
         last one with the others folded in (`Attempt.answered`), and the streak its
-        principal holds back here; never raises (what fails is counted with the next
-        refusal sent, or the next check's flush)."""
+        principal holds back here, of its entry and of those dropped before it; never
+        raises (what fails is counted with the next refusal sent, or the next flush)."""
         taken = self._take_answered(session)
         spent = taken or self.get(session)
         last = taken.last if taken is not None else spent.refusal if spent else None
@@ -323,7 +354,9 @@ class RunawayLoops(SpentSessions):
             if taken is not None:
                 last = replace(last, answered=taken.answered - 1)
                 limit = known.limit_for(last.category, last.base_limit, last.now_ms)
-                store.record_block(last, known, limit, False, expected=True)
+                if store.record_block(last, known, limit, False, expected=True) is None:
+                    # No longer spent at that limit (raised since): refused all the same.
+                    store.record_block(last, known, limit, False, marks=False)
                 taken = None
             escalation.flush_deferred(last, known.last_allowed_ms(category=last.category))
         except StorageError:

@@ -1,7 +1,8 @@
 """Batching a runaway loop's streak (issue 29, item 2) never moves a suspension: random
 loops of refusals, at any pace, interleaved with allowed calls and administrators' raises,
 resets and resumes, get the very same answers in one container with the container cache
-and streak batching as with every refusal sent to the store with its streak."""
+and streak batching as with every refusal sent to the store with its streak, and, once
+what the container holds back is recorded, the same streak and the same refused count."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from chalicelib.check import runaway
+from chalicelib.check.afterwards import settle_all
 from tests.api.conftest import Api, body, running_api
 from tests.api.test_scopes import POLICY, write
 from tests.support import FixedClock
 
-PACES = (0.0, 0.25, 0.5, 1.0, 3.0, 11.0)  # seconds before a loop's next call
+# Seconds before a loop's next call: at least the clock's millisecond (a refusal in the
+# very millisecond of its principal's allowed call is a tie the streak breaks either way).
+PACES = (0.001, 0.25, 0.5, 1.0, 3.0, 11.0)
 ADMIN = {
     "raise": ("/v1/sessions/s/raise", {"category": "write", "add": 1, "reason": "x"}),
     "reset_session": ("/v1/sessions/s/reset", {"reason": "x"}),
@@ -29,7 +33,10 @@ ADMIN = {
 Step = tuple[str, int]
 # Mostly the loop's next call (at one of `PACES`); the pace of any other step is unused.
 steps = st.lists(
-    st.tuples(st.sampled_from(["loop"] * 12 + ["allowed", *ADMIN]), st.integers(0, len(PACES) - 1)),
+    st.tuples(
+        st.sampled_from(["loop"] * 12 + ["allowed", "read", *ADMIN]),
+        st.integers(0, len(PACES) - 1),
+    ),
     min_size=20,
     max_size=60,
 )
@@ -42,17 +49,24 @@ def answer(response: Any) -> str:
     return f"{response.status_code} {body(response).get('error', {}).get('code')}"
 
 
-def run(policy: Path, cache_ms: int, script: list[Step]) -> tuple[list[str], int]:
-    """The answers to `script` in one container, and the principal's streak in the
-    write category (stored plus what waits in the container)."""
+def run(policy: Path, cache_ms: int, script: list[Step]) -> tuple[list[str], int, int]:
+    """The answers to `script` in one container, the principal's streak in the write
+    category (stored plus what waits in the container), and the session's refused count
+    once what the container holds back is recorded."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runaway, "REFUSAL_CACHE_MS", cache_ms)
         with running_api(FixedClock(), "memory", policy=str(policy)) as api:
-            answers = [answer(step(api, what, i, pace)) for i, (what, pace) in enumerate(script)]
+            answers = []
+            for i, (what, pace) in enumerate(script):
+                answers.append(answer(step(api, what, i, pace)))
+                settle_all(10)  # one step at a time: what a step leaves for later, done
             stored = body(api.get("/v1/principals/bot")).get("streaks", {}).get("write", 0)
             tenant = api.container.settings.dev_tenant
             waiting = api.container.checks.deferred_streaks(tenant, "bot").get("write", 0)
-    return answers, stored + waiting
+            api.container.checks.flush_held()
+            settle_all(10)
+            view = body(api.get("/v1/sessions/s")).get("categories", {})
+    return answers, stored + waiting, view.get("write", {}).get("refused", 0)
 
 
 def step(api: Api, what: str, i: int, pace: int) -> Any:
@@ -61,6 +75,8 @@ def step(api: Api, what: str, i: int, pace: int) -> Any:
         return write(api, "s")
     if what == "allowed":
         return write(api, f"other-{i}")  # its principal's call allowed: the streak ends
+    if what == "read":  # counted in the looping session: its last calls change
+        return api.check(session_id="s", tool="search_articles", principal="bot")
     path, payload = ADMIN[what]
     return api.admin(path, payload)
 

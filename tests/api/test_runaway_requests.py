@@ -162,6 +162,7 @@ def test_refusals_answered_from_memory_reach_the_views_within_the_window(looped:
     assert codes == [429] * 4
     looped.clock.advance(1.5)
     assert write(looped, "another", "someone-else").status_code == 200  # any check here
+    settle_all(10)  # recorded after that check's answer
     session = body(looped.get("/v1/sessions/loop"))
     assert session["categories"]["write"]["refused"] == 5
     principal = body(looped.get("/v1/principals/bot"))
@@ -179,3 +180,24 @@ def test_flush_held_records_what_a_loop_held_back_before_it_is_due(looped: Api) 
     assert session["categories"]["write"]["refused"] == 5
     principal = body(looped.get("/v1/principals/bot"))
     assert principal["streaks"] == {"write": 5}
+
+
+def test_a_call_counted_between_refusals_does_not_drop_those_held_back(looped: Api) -> None:
+    """Defect class: a silently wrong count (found by a newcomer). A refusal answered from
+    memory, then an allowed call of another category in the same session: the count of
+    the session forgot the loop's refusals it held back, for good (refused 1 of 2, and the
+    principal's streak one short each round)."""
+    spend(looped, "loop")  # 3 writes, then the store's refusal
+    rounds = 5
+    for _ in range(rounds):
+        assert write(looped, "loop").status_code == 429
+        assert write(looped, "loop").status_code == 429
+        read = looped.check(session_id="loop", tool="search_articles", principal="bot")
+        assert read.status_code == 200
+    settle_all(10)
+    looped.container.checks.flush_held()
+    settle_all(10)
+    session = body(looped.get("/v1/sessions/loop"))
+    assert session["categories"]["write"]["refused"] == 1 + 2 * rounds
+    principal = body(looped.get("/v1/principals/bot"))
+    assert principal["streaks"] == {"write": 1 + 2 * rounds}
