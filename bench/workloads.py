@@ -435,22 +435,20 @@ def ours_refused_checker(b: Backend, clients: int) -> Callable[[int, int], bool]
 
 
 def naive_checker(b: Backend) -> Callable[[int, int], bool]:
-    naive = NaiveCounter(b.client, b.settings.counters_table)
-    run = uuid.uuid4().hex[:8]
-
-    def check(client: int, i: int) -> bool:
-        return naive.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
-
-    return check
+    return _reads(NaiveCounter(b.client, b.settings.counters_table))
 
 
 def atomic_checker(b: Backend) -> Callable[[int, int], bool]:
     """Allowed reads counted by `AtomicCounter`, on our client (same configuration)."""
-    atomic = AtomicCounter(b.ours, b.settings.counters_table)
+    return _reads(AtomicCounter(b.ours, b.settings.counters_table))
+
+
+def _reads(counter: NaiveCounter | AtomicCounter) -> Callable[[int, int], bool]:
+    """Allowed reads on `counter`, a new session every 150 calls (under the read limit)."""
     run = uuid.uuid4().hex[:8]
 
     def check(client: int, i: int) -> bool:
-        return atomic.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
+        return counter.check(f"lat-{run}-{client}-{i // 150}", "read", READ_LIMIT)
 
     return check
 
