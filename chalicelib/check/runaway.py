@@ -119,8 +119,8 @@ class SpentSessions:
         self.changes = changes or AdminChanges()
         self._spent: OrderedDict[SessionKey, Spent] = OrderedDict()
         self._due: dict[SessionKey, int] = {}  # when a session's answered repeats are due
-        # Entries dropped (the session changed, or the cache was full) with something
-        # held back: recorded by the next flush, never lost with the entry.
+        # Entries dropped (the session changed, or the cache was full) with repeats
+        # answered from memory: recorded by the next flush, never lost with the entry.
         self._unsent: dict[SessionKey, list[Spent]] = {}
         self._lock = threading.Lock()
 
@@ -134,15 +134,12 @@ class SpentSessions:
             self._drop(session, self._spent.pop(session, None))
 
     def _drop(self, session: SessionKey, spent: Spent | None) -> None:
-        """(Under the lock.) An entry gone: what it held back stays, due as it was (or at
-        once, if a flush took it meanwhile)."""
-        if spent is None:
-            return
-        if spent.answered and spent.last is not None:
+        """(Under the lock.) An entry gone: the repeats it answered stay, due as they were
+        (or at once, if a flush took the session meanwhile). Its principal's deferred
+        streak stays in `Escalation`, sent with the next refusal or flush."""
+        if spent is not None and spent.answered and spent.last is not None:
             self._unsent.setdefault(session, []).append(spent)
             self._due.setdefault(session, 0)
-        elif session in self._due:  # its principal's streak may wait on it
-            self._unsent.setdefault(session, []).append(spent)
 
     def _answered(self, session: SessionKey, spent: Spent, attempt: Attempt) -> bool:
         """One more repeat refused from memory, to record with the next refusal sent;

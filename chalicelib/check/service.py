@@ -250,7 +250,7 @@ class CheckService:
         return self._escalation.pending(BudgetKey.principal(tenant, principal))
 
     def flush_held(self) -> None:
-        """Record now all that runaway loops hold back here, due or not (a bench's round)."""
+        """Record now all that runaway loops hold back here, due or not (at shutdown)."""
         self._spent.flush_held(self._store, self._escalation)
 
     def _consume(self, attempt: Attempt) -> Consumed | NotConsumed:
